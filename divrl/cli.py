@@ -1,0 +1,48 @@
+"""The ``divrl`` command line.
+
+Each subcommand lives in its own module that exposes ``add_arguments(parser)`` and
+``run(args) -> int``; modules are imported only when their subcommand runs, so that
+``divrl --help`` stays fast and an optional dependency of one command never breaks another.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# name -> (module, one-line help). Add a subcommand by adding one line here.
+COMMANDS: dict[str, tuple[str, str]] = {}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser_for(argv)
+    args = parser.parse_args(argv)
+    if getattr(args, "_module", None) is None:
+        parser.print_help()
+        return 2
+    return int(importlib.import_module(args._module).run(args) or 0)
+
+
+def build_parser_for(argv: Sequence[str]) -> argparse.ArgumentParser:
+    """Build the parser, importing only the module of the subcommand named in ``argv``."""
+    parser = argparse.ArgumentParser(
+        prog="divrl",
+        description="RLVR that keeps diversity: DPH-RL, Lp-Reg and their baselines.",
+    )
+    from divrl import __version__
+
+    parser.add_argument("--version", action="version", version=f"divrl {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        sub_parser.set_defaults(_module=module_name)
+        if argv and argv[0] == name:
+            importlib.import_module(module_name).add_arguments(sub_parser)
+    return parser
+
+
+if __name__ == "__main__":
+    sys.exit(main())
