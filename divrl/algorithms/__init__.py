@@ -1,1 +1,61 @@
-"""divrl.algorithms."""
+"""Pure torch functions for RLVR losses: no models, no I/O.
+
+Shapes are ``[batch, response_len]`` unless a docstring says otherwise; inputs may be fp32
+or bf16 (computed in fp32), on any device. Each loss returns ``(loss, metrics)`` with
+``metrics`` a dict of Python floats. The methods follow ``ALGORITHMS.md`` of the project
+(see docs/algorithms.md): the authors' code behaviour by default, the paper's form as an
+option where the two differ.
+"""
+
+from divrl.algorithms.advantages import ADVANTAGE_SCALES, group_advantages
+from divrl.algorithms.aggregation import AGGREGATIONS, aggregate
+from divrl.algorithms.divergences import (
+    DIVERGENCES,
+    divergence_generator,
+    reference_divergence_loss,
+)
+from divrl.algorithms.entropy_control import (
+    clip_cov_loss,
+    entropy_bonus,
+    high_entropy_mask,
+    high_entropy_policy_loss,
+    kl_cov_loss,
+)
+from divrl.algorithms.kl import KL_ESTIMATORS, kl_estimate
+from divrl.algorithms.logits import entropy_from_logits, token_log_probs
+from divrl.algorithms.lp_reg import (
+    FILTERED_LOG_PROB,
+    lp_reg_loss,
+    minp_log_normalizer,
+    proxy_log_prob,
+    proxy_log_prob_rows,
+)
+from divrl.algorithms.policy_loss import POLICY_LOSSES, get_policy_loss, gspo_loss, policy_loss
+
+__all__ = [
+    "ADVANTAGE_SCALES",
+    "AGGREGATIONS",
+    "DIVERGENCES",
+    "FILTERED_LOG_PROB",
+    "KL_ESTIMATORS",
+    "POLICY_LOSSES",
+    "aggregate",
+    "clip_cov_loss",
+    "divergence_generator",
+    "entropy_bonus",
+    "entropy_from_logits",
+    "get_policy_loss",
+    "group_advantages",
+    "gspo_loss",
+    "high_entropy_mask",
+    "high_entropy_policy_loss",
+    "kl_cov_loss",
+    "kl_estimate",
+    "lp_reg_loss",
+    "minp_log_normalizer",
+    "policy_loss",
+    "proxy_log_prob",
+    "proxy_log_prob_rows",
+    "reference_divergence_loss",
+    "token_log_probs",
+]

@@ -1,0 +1,249 @@
+"""Lp-Reg: protect low-probability tokens by regularising toward a min-p proxy of the policy.
+
+Proxy at each position, with ``p = softmax(logits)`` of the rollout policy: keep the tokens
+with ``p_v >= kappa * max_v p_v`` and renormalise over them, ``proxy(v) = p_v / Z`` for kept
+``v`` (0 otherwise), ``Z = sum of kept p_v``. As in the authors' code, the filter uses the
+untempered probabilities and the kept logits are then divided by the temperature.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from divrl.algorithms._utils import (
+    LOG_RATIO_CLAMP,
+    as_fp32,
+    broadcast_advantages,
+    check_same_shape,
+    float_mask,
+    masked_mean,
+    to_float,
+)
+from divrl.algorithms.aggregation import aggregate
+from divrl.algorithms.logits import _validate, map_rows
+from divrl.algorithms.policy_loss import POLICY_LOSSES, clipped_surrogate, surrogate_metrics
+
+# The proxy log-prob of a filtered token (true value: log 0). It is below every finite
+# log-prob, so the filter ``lp < proxy`` never selects the token, and ``proxy - lp`` stays
+# finite, so no loss or gradient becomes inf/NaN even in a branch that is not taken.
+FILTERED_LOG_PROB = torch.finfo(torch.float32).min
+# The authors clamp the k3 penalty to this range (it switches off where Z < ~0.073).
+K3_VALUE_CLAMP = 10.0
+
+
+def _check_kappa(kappa: float) -> None:
+    if not 0.0 <= kappa <= 1.0:
+        raise ValueError(f"kappa must be in [0, 1] (the paper uses 0.02), got {kappa}")
+
+
+def _kept_and_scaled(rows: torch.Tensor, kappa: float, temperature: float):
+    x = rows.float()
+    # p_v >= kappa * max p  <=>  logit_v - max logit >= log kappa (kappa = 0 keeps all).
+    threshold = x.amax(-1, keepdim=True) + (math.log(kappa) if kappa > 0 else -math.inf)
+    keep = x >= threshold
+    xt = x / temperature
+    lse_all = torch.logsumexp(xt, -1)
+    log_z = torch.logsumexp(xt.masked_fill(~keep, -math.inf), -1) - lse_all
+    return keep, xt, lse_all, log_z
+
+
+@torch.no_grad()
+def minp_log_normalizer(
+    logits: torch.Tensor,
+    kappa: float,
+    temperature: float = 1.0,
+    chunk_size: int | None = None,
+) -> torch.Tensor:
+    """``log Z`` of the min-p proxy at every position (detached).
+
+    ``Z = sum_{v kept} softmax(logits / T)_v`` with ``v`` kept iff
+    ``softmax(logits)_v >= kappa * max softmax(logits)`` (filter on untempered probabilities,
+    as the authors' code does). ``Z`` is in (0, 1], so ``log Z <= 0``; the max token is
+    always kept.
+
+    Args:
+        logits: ``[..., vocab]`` logits of the rollout policy (fp32 or bf16).
+        kappa: min-p ratio in [0, 1] (paper: 0.02).
+        temperature: sampling temperature.
+        chunk_size: positions per chunk, so a ``[batch, len, 152064]`` input never needs a
+            second full-size fp32 copy.
+
+    Returns:
+        ``[...]`` fp32.
+    """
+    _check_kappa(kappa)
+    _validate(logits, None, temperature)
+
+    def fn(rows: torch.Tensor) -> torch.Tensor:
+        return _kept_and_scaled(rows, kappa, temperature)[3]
+
+    return map_rows(fn, logits, chunk_size=chunk_size)
+
+
+@torch.no_grad()
+def proxy_log_prob(
+    logits: torch.Tensor,
+    tokens: torch.Tensor,
+    kappa: float,
+    temperature: float = 1.0,
+    chunk_size: int | None = None,
+) -> torch.Tensor:
+    """Log-probability of each sampled token under the min-p proxy (detached).
+
+    For a kept token ``log proxy = log softmax(logits / T)[token] - log Z``; a filtered token
+    gets :data:`FILTERED_LOG_PROB` (the most negative fp32), which the Lp-Reg selection
+    ``lp < proxy`` can never pick and which keeps every loss finite.
+
+    Args:
+        logits: ``[..., vocab]`` of the policy whose proxy is wanted (on-policy: the current
+            forward; off-policy: the forward that computed the old log-probs).
+        tokens: ``[...]`` sampled token ids.
+        kappa, temperature, chunk_size: see :func:`minp_log_normalizer`.
+
+    Returns:
+        ``[...]`` fp32.
+    """
+    _check_kappa(kappa)
+    _validate(logits, tokens, temperature)
+
+    def fn(rows: torch.Tensor, toks: torch.Tensor) -> torch.Tensor:
+        keep, xt, lse_all, log_z = _kept_and_scaled(rows, kappa, temperature)
+        idx = toks.long().unsqueeze(-1)
+        lp = xt.gather(-1, idx).squeeze(-1) - lse_all
+        kept = keep.gather(-1, idx).squeeze(-1)
+        return torch.where(kept, lp - log_z, torch.full_like(lp, FILTERED_LOG_PROB))
+
+    return map_rows(fn, logits, tokens, chunk_size=chunk_size)
+
+
+@torch.no_grad()
+def proxy_log_prob_rows(
+    logits: torch.Tensor, kappa: float, temperature: float = 1.0
+) -> torch.Tensor:
+    """The whole proxy distribution ``[..., vocab]`` in log space (filtered entries get
+    :data:`FILTERED_LOG_PROB`), for the full-vocabulary option of :func:`lp_reg_loss`."""
+    _check_kappa(kappa)
+    _validate(logits, None, temperature)
+    keep, xt, lse_all, log_z = _kept_and_scaled(logits, kappa, temperature)
+    rows = xt - (lse_all + log_z).unsqueeze(-1)
+    return rows.masked_fill(~keep, FILTERED_LOG_PROB)
+
+
+def _full_vocab_kl(proxy_rows: torch.Tensor, policy_rows: torch.Tensor) -> torch.Tensor:
+    """``KL(proxy || pi) = sum_v proxy_v (log proxy_v - log pi_v)`` over kept ``v``."""
+    log_q = as_fp32(proxy_rows.detach())
+    kept = log_q > FILTERED_LOG_PROB
+    q = torch.where(kept, torch.exp(log_q), torch.zeros_like(log_q))
+    diff = torch.where(kept, log_q - as_fp32(policy_rows), torch.zeros_like(log_q))
+    return (q * diff).sum(-1)
+
+
+@POLICY_LOSSES.register("lp_reg")
+def lp_reg_loss(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    proxy_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    rho: float = 0.01,
+    beta: float = 1.0,
+    clip_low: float = 1.0,
+    clip_high: float = 9.0,
+    agg: str = "token-mean",
+    min_k: int = 2,
+    log_normalizer: torch.Tensor | None = None,
+    full_vocab: bool = False,
+    proxy_rows: torch.Tensor | None = None,
+    policy_rows: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Lp-Reg policy loss (the authors' code semantics).
+
+    1. Candidates: valid tokens of the batch passed in with ``A < 0``; ``N_neg`` of them.
+    2. ``k = max(1, floor(rho * N_neg))``; the ``k`` candidates with the lowest current
+       log-prob (detached) are *selected*. The authors' code skips the whole regulariser
+       when ``k <= 1``: that is ``min_k = 2`` (set ``min_k = 1`` for the paper's text).
+    3. Selected tokens with ``lp < log proxy`` are *regularised* (this drops filtered tokens,
+       and off-policy also tokens already above their proxy probability). Their clipped term
+       is replaced by ``-A * r + beta * clamp(exp(D) - D - 1, -10, 10)``, ``D = proxy - lp``
+       (the k3 estimator of KL(proxy || pi) on the sampled token only).
+    4. Every other token keeps the clipped surrogate with range ``[1 - clip_low,
+       1 + clip_high]`` (defaults: lower clip off, upper bound 10).
+
+    Paper vs code: the paper's equation uses the full-vocabulary ``KL(proxy || pi_theta)``;
+    ``full_vocab=True`` does that, taking ``proxy_rows`` (from :func:`proxy_log_prob_rows`)
+    and ``policy_rows`` (log pi_theta rows, carrying the gradient), both ``[batch, len,
+    vocab]``, with the same selection.
+
+    Args:
+        log_prob, old_log_prob: ``[batch, len]``; on-policy ``old = lp.detach()`` (r = 1).
+        proxy_log_prob: ``[batch, len]`` from :func:`proxy_log_prob` (detached).
+        advantages: ``[batch]`` or ``[batch, len]``.
+        mask: ``[batch, len]``.
+        rho: the selected share of negative-advantage tokens (paper: 0.01; 0.005 for 32B).
+        beta: penalty weight (paper: 1).
+        log_normalizer: optional ``[batch, len]`` ``log Z`` for the ``lp_reg/mean_z`` metric.
+
+    Returns:
+        ``(loss, metrics)``: the clipped-surrogate metrics plus ``lp_reg/num_negative``,
+        ``lp_reg/num_selected``, ``lp_reg/num_regularized``, ``lp_reg/kept_frac`` (share of
+        selected tokens that pass the filter), ``lp_reg/prob_threshold`` (probability of
+        the k-th lowest selected token), ``lp_reg/penalty`` and ``lp_reg/mean_z``.
+    """
+    if not 0.0 <= rho <= 1.0:
+        raise ValueError(f"rho must be in [0, 1] (the paper uses 0.01), got {rho}")
+    check_same_shape(log_prob=log_prob, old_log_prob=old_log_prob, proxy_log_prob=proxy_log_prob)
+    if full_vocab and (proxy_rows is None or policy_rows is None):
+        raise ValueError("full_vocab=True needs proxy_rows and policy_rows ([batch, len, vocab])")
+
+    loss_mat, parts = clipped_surrogate(
+        log_prob, old_log_prob, advantages, mask, clip_low, clip_high
+    )
+    lp = as_fp32(log_prob)
+    m = float_mask(mask, lp)
+    adv = broadcast_advantages(advantages, lp)
+    proxy = as_fp32(proxy_log_prob.detach())
+    lp_detached = lp.detach()
+
+    candidates = (m > 0) & (adv < 0)
+    num_negative = int(candidates.sum())
+    k = max(1, math.floor(rho * num_negative))
+    selected = torch.zeros_like(candidates)
+    threshold = 0.0
+    if num_negative > 0 and k >= min_k:
+        scores = torch.where(candidates, lp_detached, torch.full_like(lp_detached, math.inf))
+        lowest = torch.topk(scores.reshape(-1), k, largest=False)
+        selected.view(-1)[lowest.indices] = True
+        threshold = to_float(torch.exp(lowest.values.max()))
+    regularized = selected & (lp_detached < proxy)
+
+    ratio = torch.exp(
+        (lp - as_fp32(old_log_prob.detach())).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    )
+    if full_vocab:
+        penalty = _full_vocab_kl(proxy_rows, policy_rows)
+    else:
+        d = proxy - lp
+        penalty = (torch.expm1(d) - d).clamp(-K3_VALUE_CLAMP, K3_VALUE_CLAMP)
+    replaced = -adv * ratio + beta * penalty
+    loss_mat = torch.where(regularized, replaced, loss_mat)
+    loss = aggregate(loss_mat, m, agg)
+
+    num_selected = int(selected.sum())
+    num_regularized = int(regularized.sum())
+    metrics = {
+        "pg/loss": to_float(loss),
+        **surrogate_metrics(parts, m),
+        "lp_reg/num_negative": float(num_negative),
+        "lp_reg/num_selected": float(num_selected),
+        "lp_reg/num_regularized": float(num_regularized),
+        "lp_reg/kept_frac": num_regularized / num_selected if num_selected else 0.0,
+        "lp_reg/prob_threshold": threshold,
+        "lp_reg/penalty": to_float(penalty.detach()[regularized].mean())
+        if num_regularized
+        else 0.0,
+    }
+    if log_normalizer is not None:
+        metrics["lp_reg/mean_z"] = to_float(masked_mean(torch.exp(as_fp32(log_normalizer)), m))
+    return loss, metrics

@@ -1,0 +1,149 @@
+"""Policy-gradient losses: the PPO/GRPO/DAPO clipped surrogate and its registered variants.
+
+Every loss in :data:`POLICY_LOSSES` takes ``(log_prob, old_log_prob, advantages, mask,
+**options)`` and returns ``(loss, metrics)``, so the trainer picks one by name
+(``get_policy_loss("kl_cov")``) and a new method is one decorated function.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from divrl.algorithms._utils import (
+    LOG_RATIO_CLAMP,
+    Registry,
+    as_fp32,
+    broadcast_advantages,
+    check_same_shape,
+    float_mask,
+    masked_mean,
+    to_float,
+)
+from divrl.algorithms.aggregation import aggregate
+
+POLICY_LOSSES = Registry("policy loss")
+
+
+def get_policy_loss(name: str):
+    """The registered policy loss called ``name`` (``ValueError`` listing valid names)."""
+    return POLICY_LOSSES.get_or_raise(name)
+
+
+def clipped_surrogate(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_low: float,
+    clip_high: float,
+    dual_clip: float | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Per-token clipped surrogate ``[batch, len]`` plus the token masks used by metrics."""
+    check_same_shape(log_prob=log_prob, old_log_prob=old_log_prob)
+    lp, old = as_fp32(log_prob), as_fp32(old_log_prob.detach())
+    adv = broadcast_advantages(advantages, lp)
+    log_ratio = (lp - old).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    ratio = torch.exp(log_ratio)
+    unclipped = -adv * ratio
+    clipped = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    loss = torch.maximum(unclipped, clipped)
+    parts = {
+        "ratio": ratio.detach(),
+        "log_ratio": log_ratio.detach(),
+        "clipped": (clipped > unclipped).detach(),
+        "dual_clipped": torch.zeros_like(loss, dtype=torch.bool),
+    }
+    if dual_clip is not None:
+        if dual_clip <= 1.0:
+            raise ValueError(f"dual_clip must be > 1 (the paper uses 3), got {dual_clip}")
+        bound = -adv * dual_clip
+        dual = (adv < 0) & (loss > bound)
+        loss = torch.where(adv < 0, torch.minimum(loss, bound), loss)
+        parts["dual_clipped"] = dual.detach()
+    return loss, parts
+
+
+def surrogate_metrics(parts: dict[str, torch.Tensor], mask: torch.Tensor) -> dict[str, float]:
+    m = float_mask(mask, parts["ratio"])
+    return {
+        "pg/clip_frac": to_float(masked_mean(parts["clipped"].float(), m)),
+        "pg/dual_clip_frac": to_float(masked_mean(parts["dual_clipped"].float(), m)),
+        # verl's ppo_kl: mean of (old - new) on the sampled tokens, a k1 estimate of
+        # KL(old || new).
+        "pg/approx_kl": to_float(masked_mean(-parts["log_ratio"], m)),
+        "pg/ratio_mean": to_float(masked_mean(parts["ratio"], m)),
+        "pg/ratio_max": to_float((parts["ratio"] * m).max()) if m.numel() else 0.0,
+    }
+
+
+@POLICY_LOSSES.register("vanilla")
+def policy_loss(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    dual_clip: float | None = None,
+    agg: str = "token-mean",
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO / GRPO / DAPO clipped surrogate.
+
+    ``r = exp(clamp(lp - old, -20, 20))``,
+    ``L = max(-A * r, -A * clip(r, 1 - clip_low, 1 + clip_high))``;
+    with ``dual_clip = c`` (c > 1, e.g. 3), for ``A < 0``: ``L = min(L, -A * c)``.
+    GRPO uses 0.2/0.2, DAPO's clip-higher 0.2/0.28.
+
+    Args:
+        log_prob: ``[batch, len]`` log pi_theta of the sampled tokens (carries the gradient).
+        old_log_prob: ``[batch, len]`` log pi_old (detached).
+        advantages: ``[batch]`` or ``[batch, len]``.
+        mask: ``[batch, len]`` response mask.
+        agg: aggregation mode (see :func:`divrl.algorithms.aggregate`).
+
+    Returns:
+        ``(loss, metrics)`` with ``pg/clip_frac``, ``pg/dual_clip_frac``, ``pg/approx_kl``
+        (mean of ``old - lp``), ``pg/ratio_mean``, ``pg/ratio_max``.
+    """
+    loss_mat, parts = clipped_surrogate(
+        log_prob, old_log_prob, advantages, mask, clip_low, clip_high, dual_clip
+    )
+    loss = aggregate(loss_mat, mask, agg)
+    return loss, {"pg/loss": to_float(loss), **surrogate_metrics(parts, mask)}
+
+
+@POLICY_LOSSES.register("gspo")
+def gspo_loss(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_low: float = 3e-4,
+    clip_high: float = 4e-4,
+    agg: str = "seq-mean-token-mean",
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """GSPO: the clipped surrogate with a sequence-level importance ratio.
+
+    ``s_i = exp(mean_t (lp - old))`` over the response tokens of sequence i; the per-token
+    ratio is ``sg(s_i) * exp(lp - sg(lp))`` (value ``s_i``, gradient of ``lp``), then
+    ``L = max(-A * s, -A * clip(s, 1 - clip_low, 1 + clip_high))``. Defaults are the GSPO
+    paper's clip range (3e-4 / 4e-4) and its sequence-mean aggregation.
+    """
+    check_same_shape(log_prob=log_prob, old_log_prob=old_log_prob)
+    lp, old = as_fp32(log_prob), as_fp32(old_log_prob.detach())
+    m = float_mask(mask, lp)
+    adv = broadcast_advantages(advantages, lp)
+    seq_log_ratio = ((lp - old) * m).sum(-1) / m.sum(-1).clamp_min(1.0)
+    seq_log_ratio = seq_log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    log_ratio = seq_log_ratio.detach().unsqueeze(-1) + lp - lp.detach()
+    ratio = torch.exp(log_ratio)
+    unclipped = -adv * ratio
+    clipped = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    loss = aggregate(torch.maximum(unclipped, clipped), m, agg)
+    parts = {
+        "ratio": ratio.detach(),
+        "log_ratio": log_ratio.detach(),
+        "clipped": (clipped > unclipped).detach(),
+        "dual_clipped": torch.zeros_like(ratio, dtype=torch.bool),
+    }
+    return loss, {"pg/loss": to_float(loss), **surrogate_metrics(parts, m)}
