@@ -1,1 +1,39 @@
-"""divrl.rewards."""
+"""Verifiable rewards: ``compute_score(data_source, solution_str, ground_truth, extra_info)``.
+
+Built-in verifiers: ``math`` (math-verify, answer in ``\\boxed{}``) and ``sql`` (execution
+match on SQLite), with aliases for common dataset names. Add one with
+:func:`register_verifier`. See docs/rewards.md.
+"""
+
+from divrl.rewards import math_reward, sql_reward  # noqa: F401  (register built-ins)
+from divrl.rewards.math_reward import MathVerifier, last_boxed
+from divrl.rewards.pool import shutdown_pool
+from divrl.rewards.registry import (
+    FunctionVerifier,
+    Verifier,
+    get_verifier,
+    register_verifier,
+    registered_sources,
+)
+from divrl.rewards.scoring import compute_score, compute_score_detailed, score_batch
+from divrl.rewards.sql_reward import SqlVerifier, extract_sql
+from divrl.rewards.types import BatchScores, ScoreRequest, ScoreResult
+
+__all__ = [
+    "BatchScores",
+    "FunctionVerifier",
+    "MathVerifier",
+    "ScoreRequest",
+    "ScoreResult",
+    "SqlVerifier",
+    "Verifier",
+    "compute_score",
+    "compute_score_detailed",
+    "extract_sql",
+    "get_verifier",
+    "last_boxed",
+    "register_verifier",
+    "registered_sources",
+    "score_batch",
+    "shutdown_pool",
+]

@@ -1,0 +1,273 @@
+"""A long-lived pool of verifier worker processes with a hard per-item time limit.
+
+Why not ``concurrent.futures``: a stuck task (math-verify on ``9^9^9^9`` never returns to
+the interpreter) would hold its worker forever. Here each worker serves one item at a
+time over its own pipe; when an item overruns its limit the worker is killed and a fresh
+one is started in the background, and the other items carry on.
+
+Workers are plain ``python -m divrl.rewards._worker`` subprocesses, not
+``multiprocessing`` children: that works from daemonic processes (e.g. a
+``multiprocessing.Pool`` reward worker), never re-imports the caller's ``__main__``, and
+never forks a process that holds CUDA or threads. A worker imports the verifiers once, so
+starting one costs about an interpreter start plus the math-verify import; the pool is
+created lazily, reused across calls, grows to the largest ``max_workers`` asked for and
+is shut down at exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import pickle
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from divrl.rewards.types import ScoreResult
+
+# Worker address-space limit: a runaway expression fails with MemoryError instead of
+# taking the machine's memory. Override with DIVRL_REWARD_WORKER_MEMORY_MB (0 = none).
+DEFAULT_WORKER_MEMORY_MB = 4096
+_START_TIMEOUT = 120.0  # seconds for a worker to import its modules on a loaded machine
+
+
+def default_workers() -> int:
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+class _Worker:
+    def __init__(self) -> None:
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        env.setdefault("OMP_NUM_THREADS", "1")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "divrl.rewards._worker", str(to_child_r), str(from_child_w)],
+            pass_fds=(to_child_r, from_child_w),
+            stdin=subprocess.DEVNULL,
+            env=env,
+            close_fds=True,
+        )
+        os.close(to_child_r)
+        os.close(from_child_w)
+        self.send_conn = Connection(to_child_w, readable=False)
+        self.recv_conn = Connection(from_child_r, writable=False)
+        self.started = time.monotonic()
+        self.ready = False
+
+    def kill(self) -> None:
+        try:
+            self.proc.kill()
+        except OSError:
+            pass
+        self.close()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def close(self) -> None:
+        for conn in (self.send_conn, self.recv_conn):
+            try:
+                conn.close()
+            except OSError:
+                pass
+
+
+class WorkerPool:
+    """Workers are checked out by one call at a time, so concurrent callers (threads) are safe."""
+
+    def __init__(self) -> None:
+        self._idle: list[_Worker] = []
+        self._n_total = 0
+        self._cond = threading.Condition()
+        self._closed = False
+        self.pid = os.getpid()
+        self.n_killed = 0
+        self.n_started = 0
+
+    # -- checkout -------------------------------------------------------------------------
+    def _checkout(self, n: int) -> list[_Worker]:
+        """Take up to ``n`` workers (at least one), starting new ones while under ``n`` total."""
+        with self._cond:
+            while True:
+                if self._closed:
+                    raise RuntimeError("the verifier pool is shut down")
+                workers = self._idle[:n]
+                del self._idle[: len(workers)]
+                while len(workers) < n and self._n_total < n:
+                    workers.append(self._new_worker())
+                if workers:
+                    return workers
+                self._cond.wait()
+
+    def _checkin(self, workers: Sequence[_Worker]) -> None:
+        with self._cond:
+            self._idle.extend(workers)
+            self._cond.notify_all()
+
+    def _new_worker(self) -> _Worker:
+        self._n_total += 1
+        self.n_started += 1
+        return _Worker()
+
+    def _replace(self, worker: _Worker) -> _Worker:
+        worker.kill()
+        with self._cond:
+            self._n_total -= 1
+            self.n_killed += 1
+            return self._new_worker()
+
+    # -- running --------------------------------------------------------------------------
+    def run(
+        self,
+        tasks: Sequence[tuple[Any, ...]],
+        timeouts: Sequence[float],
+        max_workers: int,
+        on_done: Callable[[int, ScoreResult], None],
+    ) -> None:
+        """Run ``tasks`` (``(verifier_bytes, solution, ground_truth, extra_info)``).
+
+        ``on_done(i, result)`` is called once per task, in completion order. A task that
+        overruns ``timeouts[i]`` seconds (counted from when a ready worker received it)
+        gets ``ScoreResult(0, None, "timeout")`` and its worker is replaced.
+        """
+        if not tasks:
+            return
+        workers = self._checkout(max(1, min(max_workers, len(tasks))))
+        pending = deque(range(len(tasks)))
+        busy: dict[int, tuple[_Worker, int, float]] = {}  # fd -> (worker, task, deadline)
+        starting: dict[int, _Worker] = {}  # fd -> worker that has not said "ready"
+        free: list[_Worker] = []
+        for w in workers:
+            if w.ready:
+                free.append(w)
+            else:
+                starting[w.recv_conn.fileno()] = w
+        try:
+            while pending or busy:
+                while free and pending:
+                    w = free.pop()
+                    i = pending.popleft()
+                    try:
+                        w.send_conn.send((*tasks[i], timeouts[i]))
+                    except OSError:
+                        pending.appendleft(i)
+                        self._start_replacement(w, starting)
+                        continue
+                    busy[w.recv_conn.fileno()] = (w, i, time.monotonic() + timeouts[i])
+                if not (pending or busy):
+                    break
+                now = time.monotonic()
+                wait_for = [w.recv_conn for w, _, _ in busy.values()]
+                wait_for += [w.recv_conn for w in starting.values()]
+                horizon = [d - now for _, _, d in busy.values()]
+                horizon += [w.started + _START_TIMEOUT - now for w in starting.values()]
+                ready = wait(wait_for, timeout=max(0.0, min(horizon)) if horizon else None)
+                for conn in ready:
+                    fd = conn.fileno()
+                    if fd in starting:
+                        w = starting.pop(fd)
+                        try:
+                            msg = conn.recv()
+                        except (EOFError, OSError):
+                            msg = None
+                        if msg != "ready":
+                            w.kill()
+                            with self._cond:
+                                self._n_total -= 1
+                            raise RuntimeError(
+                                "a verifier worker failed to start (see its stderr above)"
+                            )
+                        w.ready = True
+                        free.append(w)
+                        continue
+                    w, i, _ = busy.pop(fd)
+                    try:
+                        result = conn.recv()
+                    except (EOFError, OSError):
+                        result = ScoreResult(0.0, None, "worker_crashed", "worker exited")
+                        self._start_replacement(w, starting)
+                    else:
+                        free.append(w)
+                    on_done(i, result)
+                now = time.monotonic()
+                for fd, (w, i, deadline) in list(busy.items()):
+                    if now >= deadline:
+                        del busy[fd]
+                        self._start_replacement(w, starting)
+                        on_done(i, ScoreResult(0.0, None, "timeout", "killed at the time limit"))
+                for fd, w in list(starting.items()):
+                    if now >= w.started + _START_TIMEOUT:
+                        raise RuntimeError(
+                            f"a verifier worker did not start within {_START_TIMEOUT:.0f}s"
+                        )
+        finally:
+            # Busy workers at this point are mid-task (an exception interrupted us): kill them.
+            for w, _, _ in busy.values():
+                self._start_replacement(w, starting)
+            self._checkin(free + list(starting.values()))
+
+    def _start_replacement(self, worker: _Worker, starting: dict[int, _Worker]) -> None:
+        new = self._replace(worker)
+        starting[new.recv_conn.fileno()] = new
+
+    def shutdown(self) -> None:
+        with self._cond:
+            self._closed = True
+            workers, self._idle = self._idle, []
+            self._cond.notify_all()
+        for w in workers:
+            try:
+                w.send_conn.send(None)
+            except OSError:
+                pass
+        deadline = time.monotonic() + 2.0
+        for w in workers:
+            try:
+                w.proc.wait(timeout=max(0.01, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            w.kill()
+
+
+_POOL: WorkerPool | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def get_pool() -> WorkerPool:
+    """The process-wide pool, created on first use (and again in a forked child)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None or _POOL.pid != os.getpid():
+            _POOL = WorkerPool()
+        return _POOL
+
+
+def shutdown_pool() -> None:
+    """Stop the process-wide pool's workers (also registered to run at exit)."""
+    global _POOL
+    with _POOL_LOCK:
+        pool, _POOL = _POOL, None
+    if pool is not None and pool.pid == os.getpid():
+        pool.shutdown()
+
+
+atexit.register(shutdown_pool)
+
+_PICKLED: dict[int, tuple[Any, bytes]] = {}
+
+
+def pickled_verifier(verifier: Any) -> bytes:
+    """Pickle a verifier once; workers cache the unpickled object by these bytes."""
+    entry = _PICKLED.get(id(verifier))
+    if entry is None or entry[0] is not verifier:
+        entry = (verifier, pickle.dumps(verifier))
+        _PICKLED[id(verifier)] = entry
+    return entry[1]

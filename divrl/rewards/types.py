@@ -1,0 +1,81 @@
+"""Result and request types shared by every verifier."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+# Reasons that mean "the verifier ran and decided"; every other reason is a failure.
+DECIDED_REASONS = frozenset({"correct", "wrong"})
+
+
+@dataclass
+class ScoreResult:
+    """The outcome of scoring one completion.
+
+    ``score`` is in [0, 1]. ``extracted`` is the answer the verifier pulled out of the
+    completion (``None`` when there was none). ``reason`` is a short machine-readable tag:
+    ``correct``, ``wrong``, ``no_answer``, ``unparsable``, ``timeout``, ``sql_error``,
+    ``too_many_rows``, ``too_long``, ``gold_error``, ``worker_crashed`` or ``error``.
+    ``detail`` carries a human-readable message for failures (e.g. the SQLite error).
+    """
+
+    score: float
+    extracted: str | None
+    reason: str
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        self.score = float(min(1.0, max(0.0, self.score)))
+
+
+@dataclass
+class ScoreRequest:
+    """One item for :func:`divrl.rewards.score_batch` (same arguments as ``compute_score``)."""
+
+    data_source: str
+    solution_str: str
+    ground_truth: str
+    extra_info: dict[str, Any] | None = None
+
+
+@dataclass
+class BatchScores:
+    """Results of :func:`divrl.rewards.score_batch`, in input order."""
+
+    results: list[ScoreResult]
+    elapsed: float = field(default=0.0, metadata={"help": "wall-clock seconds for the batch"})
+    n_isolated: int = field(
+        default=0, metadata={"help": "items that needed a worker process (no cheap path)"}
+    )
+
+    @property
+    def scores(self) -> list[float]:
+        return [r.score for r in self.results]
+
+    @property
+    def mean(self) -> float:
+        return sum(self.scores) / len(self.results) if self.results else 0.0
+
+    @property
+    def reasons(self) -> Counter[str]:
+        return Counter(r.reason for r in self.results)
+
+    @property
+    def failures(self) -> dict[str, int]:
+        """Counts of every reason other than ``correct``/``wrong``."""
+        return {k: v for k, v in sorted(self.reasons.items()) if k not in DECIDED_REASONS}
+
+    @property
+    def n_failures(self) -> int:
+        return sum(self.failures.values())
+
+    def summary(self) -> str:
+        n = len(self.results)
+        fails = ", ".join(f"{k}={v}" for k, v in self.failures.items()) or "none"
+        rate = n / self.elapsed if self.elapsed > 0 else float("inf")
+        return (
+            f"{n} completions, mean score {self.mean:.4f}, failures: {fails}, "
+            f"{self.elapsed:.2f}s ({rate:.0f}/s)"
+        )
