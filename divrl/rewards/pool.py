@@ -17,6 +17,7 @@ is shut down at exit.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import pickle
 import subprocess
@@ -62,22 +63,16 @@ class _Worker:
         self.ready = False
 
     def kill(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self.proc.kill()
-        except OSError:
-            pass
         self.close()
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
 
     def close(self) -> None:
         for conn in (self.send_conn, self.recv_conn):
-            try:
+            with contextlib.suppress(OSError):
                 conn.close()
-            except OSError:
-                pass
 
 
 class WorkerPool:
@@ -203,7 +198,7 @@ class WorkerPool:
                         del busy[fd]
                         self._start_replacement(w, starting)
                         on_done(i, ScoreResult(0.0, None, "timeout", "killed at the time limit"))
-                for fd, w in list(starting.items()):
+                for w in list(starting.values()):
                     if now >= w.started + _START_TIMEOUT:
                         raise RuntimeError(
                             f"a verifier worker did not start within {_START_TIMEOUT:.0f}s"
@@ -224,16 +219,12 @@ class WorkerPool:
             workers, self._idle = self._idle, []
             self._cond.notify_all()
         for w in workers:
-            try:
+            with contextlib.suppress(OSError):
                 w.send_conn.send(None)
-            except OSError:
-                pass
         deadline = time.monotonic() + 2.0
         for w in workers:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 w.proc.wait(timeout=max(0.01, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
             w.kill()
 
 
