@@ -13,7 +13,9 @@ import sys
 from collections.abc import Sequence
 
 # name -> (module, one-line help). Add a subcommand by adding one line here.
-COMMANDS: dict[str, tuple[str, str]] = {}
+COMMANDS: dict[str, tuple[str, str]] = {
+    "score": ("divrl.commands.score", "score a JSONL of completions against a dataset"),
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,1 @@
+"""Modules of the ``divrl`` subcommands (see ``divrl/cli.py``)."""

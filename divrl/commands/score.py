@@ -1,0 +1,107 @@
+"""``divrl score``: score a JSONL of completions against a dataset.
+
+Completions file: one JSON object per line with an id (``id``; ``index`` also accepted)
+matching an example of ``--data``, and ``completion`` (a string) or ``completions`` (a
+string or a list of strings). Output (``--out``): one line per input line with ``id``,
+``scores``, ``reasons``, ``extracted`` (lists, one entry per completion) and ``score``
+(their mean).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from pathlib import Path
+
+from divrl.data import load_examples
+from divrl.rewards import ScoreRequest, score_batch
+from divrl.rewards.types import DECIDED_REASONS
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", required=True, help="dataset: .jsonl, .parquet or datasets dir")
+    parser.add_argument(
+        "--completions", required=True, help="JSONL with id + completion(s) per line"
+    )
+    parser.add_argument("--out", help="write per-row scores to this JSONL file")
+    parser.add_argument("--db-dir", help="database directory for SQL rows that give a db_id")
+    parser.add_argument(
+        "--skip-invalid", action="store_true", help="skip (and count) invalid dataset rows"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=None, help="hard limit per completion, seconds"
+    )
+    parser.add_argument("--workers", type=int, default=None, help="verifier worker processes")
+
+
+def _read_completions(path: Path) -> list[tuple[int, str, list[str]]]:
+    rows = []
+    with path.open(encoding="utf-8") as f:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}: line {line_no}: invalid JSON ({e.msg})") from None
+            rid = row.get("id", row.get("index")) if isinstance(row, dict) else None
+            if rid is None:
+                raise ValueError(f"{path}: line {line_no}: field 'id': missing")
+            comps = row.get("completions", row.get("completion"))
+            if isinstance(comps, str):
+                comps = [comps]
+            if not isinstance(comps, list) or not all(isinstance(c, str) for c in comps):
+                raise ValueError(
+                    f"{path}: line {line_no}: field 'completion(s)': need a string or a list "
+                    "of strings"
+                )
+            rows.append((line_no, str(rid), comps))
+    return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    examples = load_examples(args.data, db_dir=args.db_dir, skip_invalid=args.skip_invalid)
+    by_id = {ex.id: ex for ex in examples}
+    comp_path = Path(args.completions)
+    rows = _read_completions(comp_path)
+    requests, spans = [], []
+    for line_no, rid, comps in rows:
+        ex = by_id.get(rid)
+        if ex is None:
+            raise SystemExit(
+                f"{comp_path}: line {line_no}: id {rid!r} is not in {args.data} "
+                f"(ids look like {next(iter(by_id), '<none>')!r})"
+            )
+        spans.append((len(requests), len(comps)))
+        requests += [ScoreRequest(ex.data_source, c, ex.ground_truth, ex.extra_info) for c in comps]
+    batch = score_batch(requests, max_workers=args.workers, timeout=args.timeout, progress=True)
+
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with out.open("w", encoding="utf-8") as f:
+            for (_, rid, _), (start, n) in zip(rows, spans, strict=True):
+                res = batch.results[start : start + n]
+                record = {
+                    "id": rid,
+                    "score": sum(r.score for r in res) / n if n else 0.0,
+                    "scores": [r.score for r in res],
+                    "reasons": [r.reason for r in res],
+                    "extracted": [r.extracted for r in res],
+                }
+                f.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+    reasons = Counter(r.reason for r in batch.results)
+    print(f"data: {args.data} ({len(examples)} examples", end="")
+    n_skipped = getattr(examples, "n_skipped", 0)
+    print(f", {n_skipped} invalid rows skipped)" if n_skipped else ")")
+    print(f"rows: {len(rows)}, completions: {len(requests)}")
+    print(f"mean score: {batch.mean:.4f}")
+    print("reasons: " + ", ".join(f"{k}={v}" for k, v in sorted(reasons.items())))
+    fails = {k: v for k, v in reasons.items() if k not in DECIDED_REASONS}
+    print("failures: " + (", ".join(f"{k}={v}" for k, v in sorted(fails.items())) or "none"))
+    print(f"time: {batch.elapsed:.2f}s ({batch.n_isolated} scored in worker processes)")
+    if args.out:
+        print(f"wrote {args.out}")
+    return 0
