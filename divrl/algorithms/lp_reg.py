@@ -224,7 +224,9 @@ def lp_reg_loss(
     if full_vocab:
         penalty = _full_vocab_kl(proxy_rows, policy_rows)
     else:
-        d = proxy - lp
+        # Clamping D first changes no value (the result saturates at 10 from |D| ~ 2.6 / 11
+        # on) but keeps exp(D) finite, so the clamp's zero gradient never meets an inf.
+        d = (proxy - lp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
         penalty = (torch.expm1(d) - d).clamp(-K3_VALUE_CLAMP, K3_VALUE_CLAMP)
     replaced = -adv * ratio + beta * penalty
     loss_mat = torch.where(regularized, replaced, loss_mat)
