@@ -14,6 +14,8 @@ from collections.abc import Sequence
 
 # name -> (module, one-line help). Add a subcommand by adding one line here.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("divrl.commands.train", "RL training: GRPO/DAPO, DPH-RL, Lp-Reg and baselines"),
+    "presample": ("divrl.commands.presample", "DPH-RL: presample the reference store"),
     "score": ("divrl.commands.score", "score a JSONL of completions against a dataset"),
 }
 

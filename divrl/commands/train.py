@@ -1,0 +1,68 @@
+"""``divrl train CONFIG [key=value ...]``: RL on a causal LM (GRPO/DAPO, DPH-RL, Lp-Reg...).
+
+Runs on one process or under ``accelerate launch`` / ``torchrun`` (one shard of the
+prompts per process). ``--resume`` continues from the newest checkpoint of the run's
+``logging.output_dir``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "config",
+        nargs="?",
+        help="YAML config (e.g. configs/toy/grpo.yaml); default settings if omitted",
+    )
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="dotted overrides, e.g. train.total_steps=10 algorithm.clip_high=0.28",
+    )
+    parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    parser.add_argument(
+        "--print-config", action="store_true", help="print the resolved config and exit"
+    )
+
+
+def _split_config_arg(args: argparse.Namespace) -> tuple[str | None, list[str]]:
+    # `divrl train key=value` (no file) puts the first override in `config`
+    if (
+        args.config is not None
+        and "=" in args.config
+        and not args.config.endswith((".yaml", ".yml"))
+    ):
+        return None, [args.config, *args.overrides]
+    return args.config, list(args.overrides)
+
+
+def run(args: argparse.Namespace) -> int:
+    from divrl.training.config import ConfigError, dump_config, load_config
+
+    path, overrides = _split_config_arg(args)
+    try:
+        config = load_config(path, overrides)
+    except ConfigError as exc:
+        print(f"divrl train: {exc}", file=sys.stderr)
+        return 2
+    if args.print_config:
+        print(dump_config(config), end="")
+        return 0
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    from divrl.training.trainer import Trainer
+
+    trainer = Trainer(config, resume=args.resume)
+    history = trainer.train()
+    if trainer.accelerator.is_main_process and history:
+        last = history[-1]
+        print(
+            f"step {last['step']}: reward {last.get('reward/shaped', float('nan')):.4f}, "
+            f"pass@1 {last.get('reward/pass@1', float('nan')):.4f}; "
+            f"metrics in {trainer.metrics_path}"
+        )
+    return 0

@@ -1,0 +1,114 @@
+"""The rollout-engine interface: prompt token ids in; response ids, log-probs, texts out."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+__all__ = ["RolloutEngine", "RolloutOutput", "SamplingParams", "collate"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample. ``top_k=0`` and ``top_p=1.0`` switch those filters off."""
+
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 256
+    stop: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.n < 1 or self.max_new_tokens < 1:
+            raise ValueError("SamplingParams: n and max_new_tokens must be >= 1")
+        if self.temperature <= 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
+            raise ValueError("SamplingParams: temperature must be > 0, top_p in (0, 1], top_k >= 0")
+
+
+@dataclass
+class RolloutOutput:
+    """``len(prompts) * n`` sampled sequences, prompt-major (prompt i's n samples adjacent).
+
+    ``response_ids[j]`` stops after the EOS token or the first stop string (both kept);
+    ``log_probs[j][t]`` is log pi(token t) under the sampling policy at the sampling
+    temperature, before top-p/top-k truncation (what vLLM's ``logprobs`` and verl's
+    ``old_log_prob`` report). ``truncated[j]`` is True when the response hit
+    ``max_new_tokens`` without ending.
+    """
+
+    prompt_index: list[int] = field(default_factory=list)
+    prompt_ids: list[list[int]] = field(default_factory=list)
+    response_ids: list[list[int]] = field(default_factory=list)
+    log_probs: list[list[float]] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    truncated: list[bool] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.response_ids)
+
+    def extend(self, other: RolloutOutput, index_offset: int = 0) -> None:
+        self.prompt_index += [i + index_offset for i in other.prompt_index]
+        self.prompt_ids += other.prompt_ids
+        self.response_ids += other.response_ids
+        self.log_probs += other.log_probs
+        self.texts += other.texts
+        self.truncated += other.truncated
+
+
+class RolloutEngine(abc.ABC):
+    """Samples responses for tokenised prompts. Implementations: ``hf``, ``vllm``."""
+
+    @abc.abstractmethod
+    def generate(
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        params: SamplingParams,
+        seeds: Sequence[int] | None = None,
+    ) -> RolloutOutput:
+        """Sample ``params.n`` responses for every prompt.
+
+        ``seeds`` (one per prompt), when given, make each prompt's samples a function of
+        its seed alone, independent of batching and of the number of processes.
+        """
+
+    def sync_weights(self, model: torch.nn.Module) -> None:  # noqa: B027 - hf shares the model
+        """Load the trained policy's weights into the engine (after each update)."""
+
+
+def collate(
+    prompt_ids: Sequence[Sequence[int]],
+    response_ids: Sequence[Sequence[int]],
+    pad_token_id: int,
+    response_length: int | None = None,
+) -> dict[str, torch.Tensor]:
+    """Pad sequences for a teacher-forced forward pass (verl layout).
+
+    Prompts are left-padded to the longest prompt P, responses right-padded to R (the
+    longest response, or ``response_length``), so every response starts at column P.
+
+    Returns ``input_ids`` / ``attention_mask`` / ``position_ids`` ``[B, P + R]``,
+    ``responses`` and ``response_mask`` ``[B, R]`` (mask is float 1.0 on response tokens).
+    """
+    batch = len(prompt_ids)
+    plen = max(len(p) for p in prompt_ids)
+    rlen = response_length or max(1, max(len(r) for r in response_ids))
+    input_ids = torch.full((batch, plen + rlen), pad_token_id, dtype=torch.long)
+    attention = torch.zeros((batch, plen + rlen), dtype=torch.long)
+    for i, (p, r) in enumerate(zip(prompt_ids, response_ids, strict=True)):
+        if len(r) > rlen:
+            raise ValueError(f"response of {len(r)} tokens exceeds response_length={rlen}")
+        input_ids[i, plen - len(p) : plen] = torch.as_tensor(p, dtype=torch.long)
+        input_ids[i, plen : plen + len(r)] = torch.as_tensor(r, dtype=torch.long)
+        attention[i, plen - len(p) : plen + len(r)] = 1
+    position_ids = (attention.cumsum(-1) - 1).clamp(min=0)
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention,
+        "position_ids": position_ids,
+        "responses": input_ids[:, plen:],
+        "response_mask": attention[:, plen:].float(),
+    }

@@ -1,0 +1,507 @@
+"""Typed configuration of ``divrl train`` / ``divrl presample``.
+
+A run is described by one YAML file with the sections below (any section or key may be
+left out: the dataclass default applies) plus ``key=value`` overrides with dotted keys
+(``algorithm.clip_high=0.28``). A YAML file may start with ``extends: other.yaml`` (a path
+relative to the file): the other file is loaded first and this one is merged over it, key
+by key. Unknown keys and invalid values raise :class:`ConfigError` before any work starts,
+naming the key and the closest valid one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from divrl.algorithms import AGGREGATIONS, DIVERGENCES, POLICY_LOSSES
+
+__all__ = [
+    "AlgorithmConfig",
+    "CheckpointConfig",
+    "Config",
+    "ConfigError",
+    "DataConfig",
+    "LoggingConfig",
+    "ModelConfig",
+    "OptimConfig",
+    "ReferenceConfig",
+    "RolloutConfig",
+    "TrainConfig",
+    "load_config",
+]
+
+
+class ConfigError(ValueError):
+    """An unknown key or an invalid value in a config file or override."""
+
+
+def _closest(word: str, choices: typing.Iterable[str], prefix: str = "") -> str:
+    match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.5)
+    return f" (did you mean '{prefix}{match[0]}'?)" if match else ""
+
+
+def _choice(name: str, value: Any, choices: typing.Sequence[Any]) -> None:
+    if value not in choices:
+        raise ConfigError(
+            f"{name}={value!r} is not valid; choose one of {list(choices)}"
+            + _closest(str(value), [str(c) for c in choices])
+        )
+
+
+def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(f"{name}={value!r} must be {'>= 0' if allow_zero else '> 0'}")
+
+
+def _help(text: str, default: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
+    return field(default=default, metadata={"help": text}, **kwargs)
+
+
+# --------------------------------------------------------------------------- sections
+
+
+@dataclass
+class ModelConfig:
+    path: str | None = _help(
+        "Hugging Face model directory or hub name (any causal LM transformers loads); "
+        "null = the toy base model built by divrl.toy",
+        None,
+    )
+    toy_size: Literal["full", "tiny"] = _help(
+        "size of the toy world used when path is null ('tiny' builds in seconds)", "full"
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] = _help(
+        "dtype the policy is loaded in", "float32"
+    )
+    gradient_checkpointing: bool = _help("recompute activations in backward", False)
+    trust_remote_code: bool = _help("passed to from_pretrained", False)
+
+
+@dataclass
+class DataConfig:
+    train_path: str | None = _help(
+        "training prompts, JSONL/Parquet in the verl schema; null = the toy world's train split",
+        None,
+    )
+    db_dir: str | None = _help("SQLite databases of SQL tasks (null = the toy world's)", None)
+    template: str = _help("prompt template passed to divrl.data.render_prompt", "plain")
+    limit: int | None = _help("use only the first N training examples", None)
+    shuffle: bool = _help("reshuffle the prompts every epoch (seeded by train.seed)", True)
+    max_prompt_length: int = _help(
+        "prompts with more tokens than this are dropped at load time (counted in the log)", 1024
+    )
+
+    def __post_init__(self) -> None:
+        if self.limit is not None:
+            _positive("data.limit", self.limit)
+        _positive("data.max_prompt_length", self.max_prompt_length)
+
+
+@dataclass
+class RolloutConfig:
+    engine: Literal["hf", "vllm"] = _help(
+        "generation engine: 'hf' (transformers generate, the CPU default) or 'vllm' "
+        "(colocated, needs the [vllm] extra and a GPU)",
+        "hf",
+    )
+    n: int = _help("responses sampled per prompt (the GRPO group size)", 8)
+    temperature: float = _help("sampling temperature (also divides the training logits)", 1.0)
+    top_p: float = _help("nucleus sampling threshold (1.0 = off)", 1.0)
+    top_k: int = _help("top-k sampling (0 = off)", 0)
+    max_new_tokens: int = _help("maximum response length in tokens", 256)
+    stop: list[str] = field(
+        default_factory=list,
+        metadata={"help": "stop strings; the response ends with the first one"},
+    )
+    seeded: bool = _help(
+        "hf engine: generate each prompt's n responses in their own batch from a seed derived "
+        "from (train.seed, step, prompt index), so that samples do not depend on the number "
+        "of processes or on batching (slower on a GPU; turn off there)",
+        True,
+    )
+    batch_size: int = _help("hf engine, seeded=false: prompts per generate call", 16)
+    gpu_memory_utilization: float = _help("vllm engine: share of GPU memory for vLLM", 0.3)
+
+    def __post_init__(self) -> None:
+        _positive("rollout.n", self.n)
+        _positive("rollout.temperature", self.temperature)
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError(f"rollout.top_p={self.top_p} must be in (0, 1]")
+        _positive("rollout.top_k", self.top_k, allow_zero=True)
+        _positive("rollout.max_new_tokens", self.max_new_tokens)
+        _positive("rollout.batch_size", self.batch_size)
+        if not 0.0 < self.gpu_memory_utilization < 1.0:
+            raise ConfigError("rollout.gpu_memory_utilization must be in (0, 1)")
+
+
+POLICY_LOSS_NAMES = tuple(sorted(POLICY_LOSSES))
+DIVERGENCE_NAMES = tuple(sorted(DIVERGENCES))
+AGG_MODES = tuple(AGGREGATIONS)
+
+
+@dataclass
+class AlgorithmConfig:
+    policy_loss: str = _help(
+        "policy-gradient term, a name in divrl.algorithms.POLICY_LOSSES: vanilla (the clipped "
+        "surrogate of GRPO/DAPO), lp_reg, kl_cov, clip_cov, high_entropy (80/20), gspo",
+        "vanilla",
+    )
+    adv_scale: Literal["group", "batch", "none"] = _help(
+        "advantage normalisation: group std (GRPO), batch std, none (Dr.GRPO)", "group"
+    )
+    clip_low: float = _help("ratio clip below: r >= 1 - clip_low", 0.2)
+    clip_high: float = _help("ratio clip above: r <= 1 + clip_high (DAPO clip-higher 0.28)", 0.2)
+    dual_clip: float | None = _help("dual-clip constant c for A < 0 (null = off)", None)
+    loss_agg: str = _help("loss aggregation mode (verl names)", "token-mean")
+    kl_coef: float = _help(
+        "beta of the online reverse-KL term on policy samples (> 0 loads a frozen reference model)",
+        0.0,
+    )
+    kl_estimator: Literal["k1", "k2", "k3"] = _help("estimator of the reverse KL", "k3")
+    divergence: str | None = _help(
+        "DPH-RL divergence on reference samples: forward_kl, reverse_kl, js, alpha (null = off)",
+        None,
+    )
+    divergence_alpha: float | None = _help("alpha of the alpha-divergence, in (0, 1)", None)
+    divergence_coef: float = _help("eta: weight of the divergence term", 0.0)
+    divergence_weighting: Literal["paper", "concat"] = _help(
+        "'paper': L_pg + eta * L_f, each token-meaned over its own stream; 'concat': the "
+        "authors' code, one token-mean over rollouts and reference samples together",
+        "paper",
+    )
+    entropy_coef: float = _help("entropy bonus: loss -= coef * aggregate(H)", 0.0)
+    lp_reg_rho: float = _help("Lp-Reg: share of negative-advantage tokens considered", 0.01)
+    lp_reg_beta: float = _help("Lp-Reg: weight of the k3 penalty toward the proxy", 1.0)
+    lp_reg_kappa: float = _help("Lp-Reg: min-p threshold of the proxy (relative to max p)", 0.02)
+    kl_cov_ratio: float = _help("KL-Cov: share of tokens (top covariance) penalised", 0.002)
+    kl_cov_coef: float = _help("KL-Cov: coefficient of |lp - old| on those tokens", 1.0)
+    clip_cov_ratio: float = _help("Clip-Cov: share of valid tokens whose gradient is cut", 0.0002)
+    clip_cov_lb: float = _help("Clip-Cov: lower covariance bound", 1.0)
+    clip_cov_ub: float = _help("Clip-Cov: upper covariance bound", 5.0)
+    high_entropy_fraction: float = _help("80/20: share of highest-entropy tokens trained", 0.2)
+    dynamic_sampling: bool = _help(
+        "DAPO: drop groups whose rewards are all equal and refill the batch", False
+    )
+    max_refill_rounds: int = _help("DAPO: extra generation rounds to refill the batch", 4)
+    overlong_buffer: int = _help(
+        "DAPO overlong shaping: length of the penalty buffer before max_new_tokens (0 = off)", 0
+    )
+    overlong_penalty: float = _help("DAPO overlong shaping: penalty at max_new_tokens", 1.0)
+
+    def __post_init__(self) -> None:
+        _choice("algorithm.policy_loss", self.policy_loss, POLICY_LOSS_NAMES)
+        _choice("algorithm.loss_agg", self.loss_agg, AGG_MODES)
+        if self.divergence is not None:
+            _choice("algorithm.divergence", self.divergence, DIVERGENCE_NAMES)
+            if self.divergence == "alpha" and not (
+                self.divergence_alpha is not None and 0.0 < self.divergence_alpha < 1.0
+            ):
+                raise ConfigError(
+                    "algorithm.divergence=alpha needs algorithm.divergence_alpha in (0, 1)"
+                )
+        for name in ("clip_low", "clip_high", "kl_coef", "divergence_coef", "entropy_coef"):
+            _positive(f"algorithm.{name}", getattr(self, name), allow_zero=True)
+        if self.dual_clip is not None and self.dual_clip <= 1.0:
+            raise ConfigError(f"algorithm.dual_clip={self.dual_clip} must be > 1 (or null)")
+        for name in ("lp_reg_rho", "kl_cov_ratio", "clip_cov_ratio", "high_entropy_fraction"):
+            value = getattr(self, name)
+            if not 0.0 < value <= 1.0:
+                raise ConfigError(f"algorithm.{name}={value} must be in (0, 1]")
+        if not 0.0 < self.lp_reg_kappa < 1.0:
+            raise ConfigError(f"algorithm.lp_reg_kappa={self.lp_reg_kappa} must be in (0, 1)")
+        _positive("algorithm.max_refill_rounds", self.max_refill_rounds, allow_zero=True)
+        _positive("algorithm.overlong_buffer", self.overlong_buffer, allow_zero=True)
+
+
+@dataclass
+class ReferenceConfig:
+    store: str | None = _help(
+        "DPH-RL reference store written by `divrl presample` (null = <logging.output_dir>/"
+        "reference)",
+        None,
+    )
+    k: int = _help("presample: responses per training prompt from the initial model", 8)
+    threshold: int | None = _help(
+        "presample: a prompt is near-perfect with at least this many of k correct (null = k)",
+        None,
+    )
+    temperature: float = _help("presample: sampling temperature", 1.0)
+    top_p: float = _help("presample: nucleus threshold", 0.95)
+    per_step: int = _help("reference samples trained on per step (all processes together)", 0)
+    batch_size: int = _help("presample: prompts per generation call", 16)
+
+    def __post_init__(self) -> None:
+        _positive("reference.k", self.k)
+        if self.threshold is not None and not 1 <= self.threshold <= self.k:
+            raise ConfigError(f"reference.threshold={self.threshold} must be in [1, k={self.k}]")
+        _positive("reference.temperature", self.temperature)
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError(f"reference.top_p={self.top_p} must be in (0, 1]")
+        _positive("reference.per_step", self.per_step, allow_zero=True)
+        _positive("reference.batch_size", self.batch_size)
+
+
+@dataclass
+class TrainConfig:
+    total_steps: int = _help("training steps (one rollout batch each)", 100)
+    prompts_per_step: int = _help("prompts per rollout batch, all processes together", 32)
+    mini_batch_size: int | None = _help(
+        "prompts per optimiser step (null = prompts_per_step: on-policy, one step per batch)",
+        None,
+    )
+    micro_batch_size: int = _help("sequences per forward/backward pass on each process", 8)
+    ppo_epochs: int = _help("passes over each rollout batch", 1)
+    seed: int = _help("seed of data order, sampling and initialisation", 0)
+
+    def __post_init__(self) -> None:
+        for name in ("total_steps", "prompts_per_step", "micro_batch_size", "ppo_epochs"):
+            _positive(f"train.{name}", getattr(self, name))
+        if self.mini_batch_size is not None:
+            _positive("train.mini_batch_size", self.mini_batch_size)
+            if self.prompts_per_step % self.mini_batch_size:
+                raise ConfigError(
+                    f"train.mini_batch_size={self.mini_batch_size} must divide "
+                    f"train.prompts_per_step={self.prompts_per_step}"
+                )
+
+    @property
+    def num_mini_batches(self) -> int:
+        return self.prompts_per_step // (self.mini_batch_size or self.prompts_per_step)
+
+    @property
+    def on_policy(self) -> bool:
+        """One optimiser step per rollout batch: the old policy is the current one."""
+        return self.ppo_epochs == 1 and self.num_mini_batches == 1
+
+
+@dataclass
+class OptimConfig:
+    lr: float = _help("AdamW learning rate", 1e-6)
+    weight_decay: float = _help("AdamW weight decay", 0.0)
+    betas: list[float] = field(
+        default_factory=lambda: [0.9, 0.999], metadata={"help": "AdamW betas"}
+    )
+    eps: float = _help("AdamW epsilon", 1e-8)
+    schedule: Literal["constant", "constant_with_warmup", "linear", "cosine"] = _help(
+        "learning-rate schedule (transformers.get_scheduler names)", "constant"
+    )
+    warmup_steps: int = _help("warm-up steps of the schedule", 0)
+    max_grad_norm: float = _help("gradient-norm clipping (0 = off)", 1.0)
+
+    def __post_init__(self) -> None:
+        _positive("optim.lr", self.lr)
+        _positive("optim.weight_decay", self.weight_decay, allow_zero=True)
+        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ConfigError(f"optim.betas={self.betas} must be two numbers in [0, 1)")
+        _positive("optim.warmup_steps", self.warmup_steps, allow_zero=True)
+        _positive("optim.max_grad_norm", self.max_grad_norm, allow_zero=True)
+
+
+@dataclass
+class LoggingConfig:
+    output_dir: str = _help("run directory: metrics.jsonl, checkpoints/, tensorboard/", "runs/run")
+    tensorboard: bool = _help("also write TensorBoard events (if tensorboard is installed)", True)
+    wandb: bool = _help("also log to Weights & Biases (needs wandb installed)", False)
+    wandb_project: str = _help("W&B project name", "divrl")
+    progress: bool = _help("show a progress bar", True)
+
+
+@dataclass
+class CheckpointConfig:
+    save_every: int = _help("save a checkpoint every N steps (0 = only at the end)", 50)
+    keep_last: int = _help("checkpoints kept on disk (older ones are deleted)", 2)
+    save_final: bool = _help("save a checkpoint after the last step", True)
+
+    def __post_init__(self) -> None:
+        _positive("checkpoint.save_every", self.save_every, allow_zero=True)
+        _positive("checkpoint.keep_last", self.keep_last)
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    reference: ReferenceConfig = field(default_factory=ReferenceConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+
+    def __post_init__(self) -> None:
+        algo = self.algorithm
+        if algo.divergence is not None and algo.divergence_coef > 0 and self.reference.per_step < 1:
+            raise ConfigError(
+                "algorithm.divergence is set but reference.per_step=0: set reference.per_step "
+                "to the number of reference samples per step"
+            )
+        if algo.dynamic_sampling and self.rollout.n < 2:
+            raise ConfigError("algorithm.dynamic_sampling needs rollout.n >= 2")
+        if algo.overlong_buffer >= self.rollout.max_new_tokens:
+            raise ConfigError(
+                f"algorithm.overlong_buffer={algo.overlong_buffer} must be smaller than "
+                f"rollout.max_new_tokens={self.rollout.max_new_tokens}"
+            )
+
+    @property
+    def uses_reference_samples(self) -> bool:
+        """DPH-RL: a divergence term on presampled reference responses."""
+        return self.algorithm.divergence is not None and self.algorithm.divergence_coef > 0
+
+    @property
+    def reference_store(self) -> Path:
+        return Path(self.reference.store or Path(self.logging.output_dir) / "reference")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(key: str, value: Any, tp: Any) -> Any:
+    """Check ``value`` (from YAML) against the annotation ``tp``; ints widen to float."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(key, value, arg)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{key}={value!r}: invalid value")
+    if origin is Literal:
+        _choice(key, value, typing.get_args(tp))
+        return value
+    if origin is list:
+        (item_tp,) = typing.get_args(tp)
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            value = [value]  # `rollout.stop=</answer>` means a one-element list
+        if not isinstance(value, list):
+            raise ConfigError(f"{key}={value!r} must be a list of {_type_name(item_tp)}")
+        return [_coerce(f"{key}[{i}]", v, item_tp) for i, v in enumerate(value)]
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}={value!r} must be true or false")
+        return value
+    if tp is float:
+        if isinstance(value, str):
+            # YAML 1.1 reads `1e-6` (no dot) as a string.
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{key}={value!r} must be a number")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}={value!r} must be an integer")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            # YAML reads `template=1` as an int; a str field takes it as text.
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                return str(value)
+            raise ConfigError(f"{key}={value!r} must be a string")
+        return value
+    raise TypeError(f"unsupported config type {tp!r} for {key}")
+
+
+def _build_section(name: str, cls: type, raw: Any) -> Any:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"section {name!r} must be a mapping, got {raw!r}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in raw.items():
+        if key not in names:
+            raise ConfigError(
+                f"unknown key '{name}.{key}'" + _closest(str(key), names, prefix=f"{name}.")
+            )
+        kwargs[key] = _coerce(f"{name}.{key}", value, hints[key])
+    return cls(**kwargs)
+
+
+def _section_classes() -> dict[str, type]:
+    hints = typing.get_type_hints(Config)
+    return {f.name: hints[f.name] for f in dataclasses.fields(Config)}
+
+
+def config_from_dict(raw: dict[str, Any]) -> Config:
+    """Build a validated :class:`Config` from a nested mapping."""
+    sections = _section_classes()
+    for key in raw:
+        if key not in sections:
+            raise ConfigError(f"unknown section {key!r}" + _closest(str(key), sections))
+    return Config(
+        **{name: _build_section(name, cls, raw.get(name)) for name, cls in sections.items()}
+    )
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    path = path.resolve()
+    if path in seen:
+        raise ConfigError(f"circular 'extends' through {path}")
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    raw = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping")
+    parent = raw.pop("extends", None)
+    if parent is not None:
+        raw = _merge(_read_yaml(path.parent / parent, (*seen, path)), raw)
+    return raw
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``'algorithm.clip_high=0.28'`` -> (['algorithm', 'clip_high'], 0.28)."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like section.key=value")
+    key, _, value = text.partition("=")
+    parts = key.strip().split(".")
+    if len(parts) != 2 or not all(parts):
+        raise ConfigError(f"override key {key!r} must be section.key (e.g. train.total_steps)")
+    return parts, yaml.safe_load(value) if value.strip() else None
+
+
+def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> Config:
+    """Load a YAML config (or the defaults when ``path`` is None) and apply overrides."""
+    raw = _read_yaml(Path(path)) if path is not None else {}
+    for text in overrides:
+        (section, key), value = parse_override(text)
+        raw = _merge(raw, {section: {key: value}})
+    return config_from_dict(raw)
+
+
+def dump_config(config: Config) -> str:
+    return yaml.safe_dump(config.to_dict(), sort_keys=False)
