@@ -29,7 +29,6 @@ _MAX_BOX_TRIES = 5  # bounded look-back over unclosed boxes keeps extraction lin
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 _INT = re.compile(r"[-+]?\d+")
 _MAX_QUICK_LEN = 64
-_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
 def _balanced_from(text: str, start: int) -> str | None:
@@ -75,6 +74,17 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
+def last_answer_tag(text: str) -> str | None:
+    """Content of the last ``<answer>...</answer>`` (a ``\\boxed{}`` inside wins)."""
+    end = text.rfind("</answer>")
+    start = text.rfind("<answer>", 0, end) if end >= 0 else -1
+    if start < 0:
+        return None
+    inner = text[start + len("<answer>") : end]
+    boxed = last_boxed(inner)
+    return boxed if boxed is not None else inner.strip()
+
+
 def _normalize(ans: str) -> str:
     ans = ans.strip().strip("$").strip()
     ans = ans.removeprefix("\\(").removesuffix("\\)").strip()
@@ -94,9 +104,16 @@ class MathVerifier(Verifier):
 
     default_timeout = 5.0
 
-    def __init__(self, answer_pattern: str | None = None, fallback_last_number: bool = True):
+    def __init__(
+        self,
+        answer_pattern: str | None = None,
+        fallback_last_number: bool = True,
+        max_answer_chars: int | None = 10_000,
+    ):
         self.answer_pattern = answer_pattern
         self.fallback_last_number = fallback_last_number
+        # Real final answers are short; a longer one is rejected without burning a worker.
+        self.max_answer_chars = max_answer_chars
 
     def extract(self, solution_str: str, extra_info: dict[str, Any]) -> str | None:
         pattern = extra_info.get("answer_pattern") or self.answer_pattern
@@ -109,10 +126,9 @@ class MathVerifier(Verifier):
         boxed = last_boxed(solution_str)
         if boxed is not None:
             return boxed
-        tags = _ANSWER_TAG.findall(solution_str[-20000:])
-        if tags:
-            inner = last_boxed(tags[-1])
-            return inner if inner is not None else tags[-1].strip()
+        tag = last_answer_tag(solution_str)
+        if tag is not None:
+            return tag
         if self.fallback_last_number:
             last = None
             for last in _NUMBER.finditer(solution_str):  # noqa: B007 (want the last one)
@@ -125,6 +141,10 @@ class MathVerifier(Verifier):
         extracted = self.extract(solution_str, extra_info)
         if extracted is None:
             return ScoreResult(0.0, None, "no_answer")
+        if self.max_answer_chars is not None and len(extracted) > self.max_answer_chars:
+            return ScoreResult(
+                0.0, extracted[:200], "too_long", f"{len(extracted)} characters of answer"
+            )
         pred, gold = _normalize(extracted), _normalize(str(ground_truth))
         if pred == gold and pred:
             return ScoreResult(1.0, extracted, "correct")
@@ -138,10 +158,28 @@ class MathVerifier(Verifier):
         return None
 
     def verify(self, solution_str, ground_truth, extra_info, deadline):
+        early = self.quick(solution_str, ground_truth, extra_info)
+        if early is not None and early.reason in ("no_answer", "too_long"):
+            return early
         extracted = self.extract(solution_str, extra_info)
-        if extracted is None:
-            return ScoreResult(0.0, None, "no_answer")
         return _math_verify(extracted, str(ground_truth))
+
+
+_GOLD_CACHE: dict[str, list] = {}
+_GOLD_CACHE_SIZE = 4096
+
+
+def _parse_gold(ground_truth: str) -> list:
+    """math-verify's parse of a ground truth, cached (RL scores many samples per prompt)."""
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
+
+    if ground_truth not in _GOLD_CACHE:
+        if len(_GOLD_CACHE) >= _GOLD_CACHE_SIZE:
+            _GOLD_CACHE.pop(next(iter(_GOLD_CACHE)))
+        text = ground_truth if "\\boxed" in ground_truth else f"\\boxed{{{ground_truth}}}"
+        configs = [LatexExtractionConfig(), ExprExtractionConfig()]
+        _GOLD_CACHE[ground_truth] = parse(text, extraction_config=configs, parsing_timeout=None)
+    return _GOLD_CACHE[ground_truth]
 
 
 def _math_verify(extracted: str, ground_truth: str) -> ScoreResult:
@@ -149,9 +187,8 @@ def _math_verify(extracted: str, ground_truth: str) -> ScoreResult:
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
     configs = [LatexExtractionConfig(), ExprExtractionConfig()]
-    gold_text = ground_truth if "\\boxed" in ground_truth else f"\\boxed{{{ground_truth}}}"
     # timeouts disabled: they use signal.alarm; the worker is killed from outside instead
-    gold = parse(gold_text, extraction_config=configs, parsing_timeout=None)
+    gold = _parse_gold(ground_truth)
     if not gold:
         return ScoreResult(
             0.0, extracted, "gold_error", f"math-verify cannot parse {ground_truth!r}"

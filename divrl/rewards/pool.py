@@ -89,14 +89,19 @@ class WorkerPool:
 
     # -- checkout -------------------------------------------------------------------------
     def _checkout(self, n: int) -> list[_Worker]:
-        """Take up to ``n`` workers (at least one), starting new ones while under ``n`` total."""
+        """Take up to ``n`` workers (at least one).
+
+        New workers are started while the pool is smaller than ``max(n, default_workers())``,
+        so that concurrent single-item callers (threads) do not queue behind one worker.
+        """
+        limit = max(n, default_workers())
         with self._cond:
             while True:
                 if self._closed:
                     raise RuntimeError("the verifier pool is shut down")
                 workers = self._idle[:n]
                 del self._idle[: len(workers)]
-                while len(workers) < n and self._n_total < n:
+                while len(workers) < n and self._n_total < limit:
                     workers.append(self._new_worker())
                 if workers:
                     return workers

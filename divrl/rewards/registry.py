@@ -30,6 +30,10 @@ class Verifier:
         """Decide cheaply in the caller's process, or return ``None`` to go to a worker."""
         return None
 
+    def extract(self, solution_str: str, extra_info: dict[str, Any]) -> str | None:
+        """The answer in a completion (bounded time); used to report what timed out."""
+        return None
+
     def check_inputs(self, ground_truth: str, extra_info: dict[str, Any]) -> None:
         """Raise ``ValueError`` for configuration errors (not model errors) before scoring."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -104,7 +105,7 @@ def score_batch(
     start = time.monotonic()
     requests = [_as_request(item, i) for i, item in enumerate(items)]
     results: list[ScoreResult | None] = [None] * len(requests)
-    tasks, timeouts, where = [], [], []
+    tasks, timeouts, where, verifiers = [], [], [], []
     for i, req in enumerate(requests):
         try:
             verifier, solution, gold, extra = _prepare(req)
@@ -115,12 +116,18 @@ def score_batch(
             results[i] = quick
             continue
         tasks.append((pickled_verifier(verifier), solution, gold, extra))
+        verifiers.append((verifier, solution, extra))
         timeouts.append(float(timeout if timeout is not None else verifier.default_timeout))
         where.append(i)
     if tasks:
         bar = _progress_bar(len(tasks)) if progress else None
 
         def on_done(j: int, result: ScoreResult) -> None:
+            if result.extracted is None and result.reason in ("timeout", "worker_crashed"):
+                # the worker died with the item: say which answer it was working on
+                verifier, solution, extra = verifiers[j]
+                with contextlib.suppress(Exception):
+                    result.extracted = verifier.extract(solution, extra)
             results[where[j]] = result
             if bar is not None:
                 bar.update(1)

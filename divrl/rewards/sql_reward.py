@@ -27,11 +27,15 @@ from divrl.rewards.types import ScoreResult
 
 _FENCE = "```"
 _START = re.compile(r"\b(?:select|with)\b", re.IGNORECASE)
+# bounded repetitions keep matching linear on adversarial text
 _CTE = re.compile(
-    r"with\s+(?:recursive\s+)?[\w\"`\[\]]+\s*(?:\([^()]*\)\s*)?as\s*\(", re.IGNORECASE
+    r"with\s{1,100}(?:recursive\s{1,100})?[\w\"`\[\]]{1,200}\s{0,100}"
+    r"(?:\([^()]{0,2000}\)\s{0,100})?as\s{0,100}\(",
+    re.IGNORECASE,
 )
 _ORDER_BY = re.compile(r"\border\s+by\b", re.IGNORECASE)
 _MAX_VALUE_BYTES = 1_000_000
+_MAX_SEMICOLONS = 64
 
 _ALLOWED_ACTIONS = {
     sqlite3.SQLITE_SELECT,
@@ -106,7 +110,10 @@ def first_statement(sql: str) -> str | None:
     """The first complete statement of ``sql`` (without trailing text), or the whole text."""
     sql = sql.strip()
     pos = sql.find(";")
-    while pos >= 0:
+    # each check rescans the prefix: a bounded number keeps adversarial input linear
+    for _ in range(_MAX_SEMICOLONS):
+        if pos < 0:
+            break
         if sqlite3.complete_statement(sql[: pos + 1]):
             return sql[: pos + 1].strip() or None
         pos = sql.find(";", pos + 1)
@@ -149,6 +156,8 @@ def run_query(db_path: str, sql: str, deadline: float, max_rows: int) -> list[tu
     except sqlite3.Error as e:
         if time.monotonic() > deadline and "interrupt" in str(e).lower():
             raise QueryError("timeout", "query interrupted at the time limit") from None
+        if "not authorized" in str(e).lower():
+            raise QueryError("forbidden", f"{e} (only reading queries are allowed)") from None
         raise QueryError("sql_error", f"{type(e).__name__}: {e}") from None
     except (OverflowError, MemoryError, ValueError) as e:
         raise QueryError("sql_error", f"{type(e).__name__}: {e}") from None
@@ -187,8 +196,11 @@ class SqlVerifier(Verifier):
         if not os.path.isfile(db_path):
             raise ValueError(f"SQL database not found: extra_info['db_path'] = {db_path!r}")
 
+    def extract(self, solution_str, extra_info):
+        return extract_sql(solution_str[-200_000:])
+
     def quick(self, solution_str, ground_truth, extra_info):
-        sql = extract_sql(solution_str[-200_000:])
+        sql = self.extract(solution_str, extra_info)
         if sql is None:
             return ScoreResult(0.0, None, "no_answer")
         if len(sql) > self.max_sql_chars:
@@ -199,7 +211,7 @@ class SqlVerifier(Verifier):
         early = self.quick(solution_str, ground_truth, extra_info)
         if early is not None:
             return early
-        sql = extract_sql(solution_str[-200_000:])
+        sql = self.extract(solution_str, extra_info)
         db_path = str(extra_info["db_path"])
         try:
             pred = run_query(db_path, sql, deadline, self.max_rows)

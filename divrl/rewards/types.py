@@ -17,7 +17,8 @@ class ScoreResult:
     ``score`` is in [0, 1]. ``extracted`` is the answer the verifier pulled out of the
     completion (``None`` when there was none). ``reason`` is a short machine-readable tag:
     ``correct``, ``wrong``, ``no_answer``, ``unparsable``, ``timeout``, ``sql_error``,
-    ``too_many_rows``, ``too_long``, ``gold_error``, ``worker_crashed`` or ``error``.
+    ``forbidden`` (a write/ATTACH/PRAGMA refused), ``too_many_rows``, ``too_long``,
+    ``gold_error``, ``worker_crashed`` or ``error``.
     ``detail`` carries a human-readable message for failures (e.g. the SQLite error).
     """
 
