@@ -1,6 +1,7 @@
 import hashlib
 import sqlite3
 import time
+from pathlib import Path
 
 import pytest
 
@@ -25,7 +26,7 @@ def db(tmp_path_factory):
 
 
 def digest(path):
-    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 @pytest.mark.parametrize(
