@@ -1,0 +1,55 @@
+import json
+
+import pytest
+
+from divrl.cli import main
+from divrl.data import fixture_path
+
+
+def test_score_command_on_fixtures(tmp_path, capsys):
+    out = tmp_path / "scored.jsonl"
+    rc = main(
+        [
+            "score",
+            "--data",
+            str(fixture_path("sql.jsonl")),
+            "--completions",
+            str(fixture_path("sql_completions.jsonl")),
+            "--out",
+            str(out),
+            "--timeout",
+            "2",
+        ]
+    )
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "mean score: 0.2500" in text
+    assert "failures: forbidden=10, sql_error=10" in text
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 10
+    assert rows[0]["id"] == "sql-0"
+    assert rows[0]["scores"] == [1.0, 0.0, 0.0, 0.0]
+    assert rows[0]["reasons"] == ["correct", "wrong", "forbidden", "sql_error"]
+    assert rows[0]["score"] == 0.25
+
+
+def test_score_command_single_completion_and_errors(tmp_path, capsys):
+    comps = tmp_path / "c.jsonl"
+    comps.write_text(
+        json.dumps({"id": "math-0", "completion": "\\boxed{85}"})
+        + "\n"
+        + json.dumps({"id": "math-1", "completion": "\\boxed{7}"})
+        + "\n"
+    )
+    out = tmp_path / "o.jsonl"
+    data = str(fixture_path("math.jsonl"))
+    assert main(["score", "--data", data, "--completions", str(comps), "--out", str(out)]) == 0
+    assert "mean score: 0.5000" in capsys.readouterr().out
+    assert [json.loads(x)["scores"] for x in out.read_text().splitlines()] == [[1.0], [0.0]]
+
+    comps.write_text(json.dumps({"id": "nope", "completion": "1"}) + "\n")
+    with pytest.raises(SystemExit, match="id 'nope' is not in"):
+        main(["score", "--data", data, "--completions", str(comps)])
+    comps.write_text(json.dumps({"completion": "1"}) + "\n")
+    with pytest.raises(ValueError, match="line 1: field 'id'"):
+        main(["score", "--data", data, "--completions", str(comps)])
