@@ -1,0 +1,138 @@
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from divrl.training.config import Config, ConfigError, config_from_dict, load_config
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+PRESETS = [
+    "grpo",
+    "dapo",
+    "grpo_rkl",
+    "dph_f",
+    "dph_js",
+    "dph_alpha",
+    "lp_reg",
+    "lp_reg_offpolicy",
+    "entropy_bonus",
+    "high_entropy_8020",
+    "kl_cov",
+    "clip_cov",
+    "dph_js_lp_reg",
+]
+# what a toy preset may change relative to its full preset
+SCALE_KEYS = {
+    ("model", "path"),
+    ("model", "toy_size"),
+    ("data", "max_prompt_length"),
+    ("rollout", "n"),
+    ("rollout", "max_new_tokens"),
+    ("train", "prompts_per_step"),
+    ("train", "mini_batch_size"),
+    ("train", "micro_batch_size"),
+    ("train", "total_steps"),
+    ("optim", "lr"),
+    ("reference", "store"),
+    ("reference", "per_step"),
+    ("logging", "output_dir"),
+    ("algorithm", "overlong_buffer"),
+}
+
+
+def test_defaults_are_valid():
+    cfg = load_config()
+    assert cfg.algorithm.policy_loss == "vanilla"
+    assert cfg.train.on_policy
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("algorithm.clip_hihg=0.3", "did you mean 'algorithm.clip_high'"),
+        ("algoritm.clip_high=0.3", "did you mean 'algorithm'"),
+        ("algorithm.policy_loss=lpreg", "did you mean 'lp_reg'"),
+        ("rollout.engine=vlm", "did you mean 'vllm'"),
+        ("rollout.n=many", "rollout.n='many' must be an integer"),
+        ("rollout.n=0", "rollout.n=0 must be > 0"),
+        ("rollout.top_p=1.5", "rollout.top_p"),
+        ("algorithm.divergence=alpha", "divergence_alpha"),
+        ("train.mini_batch_size=5", "must divide"),
+        ("logging.progress=maybe", "must be true or false"),
+        ("train.total_steps", "must look like section.key=value"),
+    ],
+)
+def test_bad_overrides_name_the_key(override, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(None, [override])
+
+
+def test_overrides_parse_types():
+    cfg = load_config(
+        None, ["optim.lr=3e-4", "rollout.stop=</a>", "algorithm.dual_clip=3", "data.limit=null"]
+    )
+    assert cfg.optim.lr == pytest.approx(3e-4)
+    assert cfg.rollout.stop == ["</a>"]
+    assert cfg.algorithm.dual_clip == 3.0
+    assert cfg.data.limit is None
+
+
+def test_divergence_needs_reference_samples():
+    with pytest.raises(ConfigError, match=re.escape("reference.per_step")):
+        config_from_dict({"algorithm": {"divergence": "js", "divergence_coef": 0.2}})
+
+
+def test_extends_merges_and_overrides(tmp_path):
+    (tmp_path / "base.yaml").write_text("rollout:\n  n: 4\n  temperature: 0.7\n")
+    (tmp_path / "child.yaml").write_text("extends: base.yaml\nrollout:\n  n: 2\n")
+    cfg = load_config(tmp_path / "child.yaml", ["rollout.temperature=0.5"])
+    assert (cfg.rollout.n, cfg.rollout.temperature) == (2, 0.5)
+
+
+def test_unknown_key_in_file_fails(tmp_path):
+    (tmp_path / "bad.yaml").write_text("train:\n  total_step: 3\n")
+    with pytest.raises(ConfigError, match=re.escape("train.total_steps")):
+        load_config(tmp_path / "bad.yaml")
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_presets_load_and_toy_presets_change_only_scale(name):
+    full = load_config(CONFIGS / f"{name}.yaml")
+    toy = load_config(CONFIGS / "toy" / f"{name}.yaml")
+    assert isinstance(full, Config)
+    changed = {
+        (section, key)
+        for section, values in toy.to_dict().items()
+        for key, value in values.items()
+        if full.to_dict()[section][key] != value
+    }
+    assert changed <= SCALE_KEYS, changed - SCALE_KEYS
+    # every value line of a preset carries a comment with its source or reason
+    text = (CONFIGS / f"{name}.yaml").read_text()
+    assert "Sources:" in text
+    raw = yaml.safe_load(text)
+    assert raw, name
+
+
+def test_preset_methods():
+    def cfg(name):
+        return load_config(CONFIGS / f"{name}.yaml")
+
+    assert cfg("dapo").algorithm.clip_high == 0.28 and cfg("dapo").algorithm.dynamic_sampling
+    assert cfg("grpo_rkl").algorithm.kl_coef == 0.01
+    assert cfg("grpo_rkl").algorithm.kl_estimator == "k3"
+    assert cfg("dph_js").algorithm.divergence == "js"
+    assert cfg("dph_js").algorithm.divergence_coef == 0.2
+    assert cfg("dph_js").algorithm.kl_coef == 0.0
+    assert cfg("dph_alpha").algorithm.divergence_alpha == 0.5
+    lp = cfg("lp_reg").algorithm
+    assert (lp.policy_loss, lp.clip_low, lp.clip_high, lp.lp_reg_kappa) == (
+        "lp_reg",
+        1.0,
+        9.0,
+        0.02,
+    )
+    assert cfg("lp_reg").train.on_policy and not cfg("lp_reg_offpolicy").train.on_policy
+    both = cfg("dph_js_lp_reg").algorithm
+    assert (both.policy_loss, both.divergence) == ("lp_reg", "js")
