@@ -92,6 +92,25 @@ def _normalize(ans: str) -> str:
     return ans
 
 
+_FRAC = re.compile(r"-?\\d?frac\{(-?\d+)\}\{(\d+)\}")
+_SLASH = re.compile(r"(-?\d+)/(\d+)")
+_DECIMAL = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def _as_rational(ans: str) -> Fraction | None:
+    """A plain integer, decimal, ``a/b`` or ``\\frac{a}{b}`` as an exact fraction."""
+    if len(ans) > _MAX_QUICK_LEN:
+        return None
+    s = ans.replace(",", "") if re.fullmatch(r"-?\d{1,3}(,\d{3})+(\.\d+)?", ans) else ans
+    if _DECIMAL.fullmatch(s):
+        return Fraction(s)
+    m = _SLASH.fullmatch(s) or _FRAC.fullmatch(s)
+    if m and int(m.group(2)) != 0:
+        sign = -1 if s.startswith("-") and not m.group(1).startswith("-") else 1
+        return sign * Fraction(int(m.group(1)), int(m.group(2)))
+    return None
+
+
 def _as_int(ans: str) -> int | None:
     s = ans.replace(",", "") if re.fullmatch(r"-?\d{1,3}(,\d{3})+", ans) else ans
     if len(s) <= _MAX_QUICK_LEN and _INT.fullmatch(s):
@@ -151,10 +170,13 @@ class MathVerifier(Verifier):
         p, g = _as_int(pred), _as_int(gold)
         if p is not None and g is not None:
             return ScoreResult(float(p == g), extracted, "correct" if p == g else "wrong")
-        if g is not None and len(pred) <= _MAX_QUICK_LEN and _NUMBER.fullmatch(pred):
-            # a decimal such as "85.0" against an integer gold: exact rational comparison
-            ok = Fraction(pred.replace(",", "")) == g
-            return ScoreResult(float(ok), extracted, "correct" if ok else "wrong")
+        p, g = _as_rational(pred), _as_rational(gold)
+        if p is not None and g is not None:
+            if p == g:
+                return ScoreResult(1.0, extracted, "correct")
+            if p.denominator == 1 and g.denominator == 1:
+                return ScoreResult(0.0, extracted, "wrong")
+        # unequal decimals go to math-verify, which tolerates rounding (0.333333 vs 1/3)
         return None
 
     def verify(self, solution_str, ground_truth, extra_info, deadline):

@@ -64,12 +64,20 @@ def test_answer_tag_and_pattern_and_last_number():
         ("70+15=85", "85", 1.0),
         ("\\boxed{1,000}", "1000", 1.0),
         ("\\boxed{85.0}", "85", 1.0),
-        ("\\boxed{85.5}", "85", 0.0),
+        ("\\boxed{0.5}", "\\frac{1}{2}", 1.0),
+        ("\\boxed{-\\frac{6}{8}}", "-3/4", 1.0),
     ],
 )
-def test_quick_path_decides_integers_in_process(solution, gold, score):
+def test_quick_path_decides_simple_numbers_in_process(solution, gold, score):
     result = MathVerifier().quick(solution, gold, {})
     assert result is not None and result.score == score
+
+
+def test_unequal_decimals_go_to_math_verify():
+    # math-verify tolerates rounding, so only it may call these wrong (or right)
+    assert MathVerifier().quick("\\boxed{85.5}", "85", {}) is None
+    assert compute_score("math", "\\boxed{85.5}", "85") == 0.0
+    assert compute_score("math", "\\boxed{0.3333333}", "\\frac{1}{3}") == 1.0
 
 
 @pytest.mark.parametrize(
