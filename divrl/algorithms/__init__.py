@@ -22,7 +22,7 @@ from divrl.algorithms.entropy_control import (
     kl_cov_loss,
 )
 from divrl.algorithms.kl import KL_ESTIMATORS, kl_estimate
-from divrl.algorithms.logits import entropy_from_logits, token_log_probs
+from divrl.algorithms.logits import LogitStats, entropy_from_logits, logit_stats, token_log_probs
 from divrl.algorithms.lp_reg import (
     FILTERED_LOG_PROB,
     lp_reg_loss,
@@ -39,6 +39,7 @@ __all__ = [
     "FILTERED_LOG_PROB",
     "KL_ESTIMATORS",
     "POLICY_LOSSES",
+    "LogitStats",
     "aggregate",
     "clip_cov_loss",
     "divergence_generator",
@@ -51,6 +52,7 @@ __all__ = [
     "high_entropy_policy_loss",
     "kl_cov_loss",
     "kl_estimate",
+    "logit_stats",
     "lp_reg_loss",
     "minp_log_normalizer",
     "policy_loss",

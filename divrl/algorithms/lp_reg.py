@@ -22,13 +22,9 @@ from divrl.algorithms._utils import (
     to_float,
 )
 from divrl.algorithms.aggregation import aggregate
-from divrl.algorithms.logits import _validate, map_rows
+from divrl.algorithms.logits import FILTERED_LOG_PROB, _validate, map_rows
 from divrl.algorithms.policy_loss import POLICY_LOSSES, clipped_surrogate, surrogate_metrics
 
-# The proxy log-prob of a filtered token (true value: log 0). It is below every finite
-# log-prob, so the filter ``lp < proxy`` never selects the token, and ``proxy - lp`` stays
-# finite, so no loss or gradient becomes inf/NaN even in a branch that is not taken.
-FILTERED_LOG_PROB = torch.finfo(torch.float32).min
 # The authors clamp the k3 penalty to this range (it switches off where Z < ~0.073).
 K3_VALUE_CLAMP = 10.0
 

@@ -101,3 +101,36 @@ def test_clip_cov_cuts_only_eligible_tokens_and_is_reproducible():
     a = clip_cov_loss(lp2, lp2.detach(), adv, mask, generator=torch.Generator().manual_seed(1))[0]
     b = clip_cov_loss(lp2, lp2.detach(), adv, mask, generator=torch.Generator().manual_seed(1))[0]
     assert a.item() == b.item()
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 6), st.integers(2, 30), st.integers(0, 10_000))
+def test_logit_stats_one_pass_equals_the_separate_functions(batch, length, vocab, seed):
+    from divrl.algorithms import logit_stats, minp_log_normalizer, proxy_log_prob
+
+    g = torch.Generator().manual_seed(seed)
+    logits = (3 * torch.randn(batch, length, vocab, generator=g)).requires_grad_()
+    tokens = torch.randint(0, vocab, (batch, length), generator=g)
+    for chunk in (None, 2):
+        stats = logit_stats(logits, tokens, 0.8, chunk_size=chunk, minp_kappa=0.1)
+        assert torch.allclose(stats.log_prob, token_log_probs(logits, tokens, 0.8), atol=1e-5)
+        assert torch.allclose(
+            stats.entropy, entropy_from_logits(logits, temperature=0.8), atol=1e-5
+        )
+        assert torch.allclose(
+            stats.proxy_log_prob, proxy_log_prob(logits, tokens, 0.1, 0.8), atol=1e-5
+        )
+        assert torch.allclose(
+            stats.log_normalizer, minp_log_normalizer(logits, 0.1, 0.8), atol=1e-5
+        )
+        assert not stats.proxy_log_prob.requires_grad
+    # gradients of log-prob + entropy agree with the separate functions
+    logits.grad = None
+    (
+        logit_stats(logits, tokens, chunk_size=2).log_prob.sum()
+        + logit_stats(logits, tokens, chunk_size=4).entropy.sum()
+    ).backward()
+    fused = logits.grad.clone()
+    logits.grad = None
+    (token_log_probs(logits, tokens).sum() + entropy_from_logits(logits).sum()).backward()
+    assert torch.allclose(fused, logits.grad, atol=1e-5)
