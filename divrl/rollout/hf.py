@@ -109,8 +109,7 @@ class HFEngine(RolloutEngine):
             repetition_penalty=1.0,
             max_new_tokens=params.max_new_tokens,
             num_return_sequences=params.n,
-            stop_strings=list(params.stop) or None,
-            tokenizer=self.tokenizer if params.stop else None,
+            stopping_criteria=self._stop_criteria(params.stop, plen),
             pad_token_id=self.pad_id,
             eos_token_id=sorted(self.eos_ids),
             return_dict_in_generate=True,
@@ -142,6 +141,28 @@ class HFEngine(RolloutEngine):
             out.texts.append(self._decode(tokens))
             out.truncated.append(not ended)
         return out
+
+    def _stop_criteria(self, stop: Sequence[str], prompt_len: int):
+        """Stop a row once its decoded response contains a stop string.
+
+        Decoding the text (rather than transformers' ``stop_strings``, which needs a
+        tokenizer with a byte-level vocabulary map) works with any tokenizer.
+        """
+        if not stop:
+            return None
+        from transformers import StoppingCriteria, StoppingCriteriaList
+
+        engine = self
+
+        class _StopOnStrings(StoppingCriteria):
+            def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+                done = [
+                    any(s in engine._decode(row[prompt_len:].tolist()) for s in stop)
+                    for row in input_ids
+                ]
+                return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+
+        return StoppingCriteriaList([_StopOnStrings()])
 
     def _decode(self, tokens: Sequence[int]) -> str:
         return self.tokenizer.decode(list(tokens), skip_special_tokens=True)
