@@ -46,7 +46,7 @@ def main(recv_fd: int, send_fd: int) -> None:
     send.send("ready")
     while True:
         try:
-            msg = recv.recv()
+            msg = pickle.loads(recv.recv_bytes())
         except (EOFError, OSError):
             return  # parent went away
         if msg is None:

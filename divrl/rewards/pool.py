@@ -156,7 +156,15 @@ class WorkerPool:
                     w = free.pop()
                     i = pending.popleft()
                     try:
-                        w.send_conn.send((*tasks[i], timeouts[i]))
+                        # pickling happens before any byte is written: a failure leaves
+                        # the pipe clean and the worker usable
+                        payload = pickle.dumps((*tasks[i], timeouts[i]))
+                    except Exception as e:
+                        free.append(w)
+                        on_done(i, ScoreResult(0.0, None, "error", f"cannot send item: {e}"))
+                        continue
+                    try:
+                        w.send_conn.send_bytes(payload)
                     except OSError:
                         pending.appendleft(i)
                         self._start_replacement(w, starting)

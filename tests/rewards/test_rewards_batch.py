@@ -88,9 +88,10 @@ def test_batch_rejects_bad_items_before_work(db):
 
 def test_one_hanging_item_does_not_block_the_rest():
     limit = 1.5
-    items = [ScoreRequest("math", f"\\boxed{{\\frac{{{i}}}{{2}}}}", str(i / 2)) for i in range(30)]
+    # \sqrt answers need math-verify: every item goes to a worker
+    items = [ScoreRequest("math", f"\\boxed{{\\sqrt{{{i * i}}}}}", str(i)) for i in range(30)]
     items.insert(3, ScoreRequest("math", "\\boxed{9^{9^{9^{9}}}}", "1"))
-    score_batch([ScoreRequest("math", "\\boxed{0.5}", "1/2")] * 2, max_workers=2)  # warm
+    score_batch([ScoreRequest("math", "\\boxed{\\sqrt{4}}", "2")] * 2, max_workers=2)  # warm
     start = time.monotonic()
     batch = score_batch(items, max_workers=2, timeout=limit)
     elapsed = time.monotonic() - start
@@ -102,13 +103,26 @@ def test_one_hanging_item_does_not_block_the_rest():
     assert elapsed < limit + 8.0
 
 
+def test_unpicklable_item_fails_alone():
+    items = [
+        ScoreRequest("math", "\\boxed{\\sqrt{4}}", "2"),
+        ScoreRequest("math", "\\boxed{\\sqrt{4}}", "2", {"bad": lambda: 0}),
+        ScoreRequest("math", "\\boxed{\\sqrt{9}}", "3"),
+    ]
+    batch = score_batch(items, max_workers=1)
+    assert batch.scores == [1.0, 0.0, 1.0]
+    assert batch.results[1].reason == "error" and "cannot send" in batch.results[1].detail
+
+
 def test_pool_is_reused_across_calls():
-    score_batch([ScoreRequest("math", "\\boxed{0.5}", "\\frac{1}{2}")] * 4, max_workers=2)
+    items = [ScoreRequest("math", "\\boxed{\\sqrt{4}}", "2")] * 8
+    batch = score_batch(items, max_workers=2)
+    assert batch.n_isolated == 8  # these really ran in workers
     pool = get_pool()
     started = pool.n_started
     for _ in range(20):
-        assert compute_score("math", "\\boxed{0.25}", "\\frac{1}{4}") == 1.0
-    score_batch([ScoreRequest("math", "\\boxed{0.5}", "\\frac{1}{2}")] * 8, max_workers=2)
+        assert compute_score("math", "\\boxed{\\sqrt{9}}", "3") == 1.0
+    assert score_batch(items, max_workers=2).scores == [1.0] * 8
     assert get_pool() is pool and pool.n_started == started
 
 
@@ -121,7 +135,7 @@ def test_concurrent_callers_from_threads(db):
                 scores.append(
                     compute_score("sql", "SELECT 12", "SELECT COUNT(*) FROM t", {"db_path": db})
                 )
-                scores.append(compute_score("math", f"\\boxed{{{k}/2}}", str(k / 2)))
+                scores.append(compute_score("math", f"\\boxed{{\\sqrt{{{k * k}}}}}", str(k)))
         except Exception as e:
             errors.append(e)
 
