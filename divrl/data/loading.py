@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,7 +61,7 @@ class LoadedExamples(list):
     """The list of examples returned by :func:`load_examples`, with load statistics.
 
     ``n_rows``: rows read; ``n_skipped``: invalid rows skipped (``skip_invalid=True``);
-    ``errors``: their messages (first 100).
+    ``errors``: their messages (first 100); ``duplicate_ids``: ids used by several rows.
     """
 
     def __init__(self, examples: Iterable[Example] = ()):
@@ -68,6 +69,7 @@ class LoadedExamples(list):
         self.n_rows = 0
         self.n_skipped = 0
         self.errors: list[str] = []
+        self.duplicate_ids: list[str] = []
 
 
 def load_examples(
@@ -103,6 +105,16 @@ def load_examples(
             out.n_skipped += 1
             if len(out.errors) < 100:
                 out.errors.append(str(e))
+    counts = Counter(ex.id for ex in out)
+    out.duplicate_ids = sorted(i for i, n in counts.items() if n > 1)
+    if out.duplicate_ids:
+        logger.warning(
+            "%s: %d id(s) are used by several rows (e.g. %r); completions cannot be matched "
+            "to them by id",
+            path,
+            len(out.duplicate_ids),
+            out.duplicate_ids[0],
+        )
     if out.n_skipped:
         logger.warning(
             "%s: skipped %d invalid row(s) of %d; first: %s",

@@ -158,8 +158,8 @@ class MathVerifier(Verifier):
 
     def quick(self, solution_str, ground_truth, extra_info):
         extracted = self.extract(solution_str, extra_info)
-        if extracted is None:
-            return ScoreResult(0.0, None, "no_answer")
+        if extracted is None or not extracted.strip():
+            return ScoreResult(0.0, extracted, "no_answer")
         if self.max_answer_chars is not None and len(extracted) > self.max_answer_chars:
             return ScoreResult(
                 0.0, extracted[:200], "too_long", f"{len(extracted)} characters of answer"

@@ -98,6 +98,15 @@ def test_skip_invalid_counts_and_logs(tmp_path, caplog):
     assert "skipped 2 invalid row(s) of 4" in caplog.text
 
 
+def test_duplicate_ids_are_reported(tmp_path, caplog):
+    path = write_jsonl(tmp_path / "dup.jsonl", [MATH_ROW, MATH_ROW, {"question": "q", "answer": 1}])
+    with caplog.at_level(logging.WARNING):
+        examples = load_examples(path)
+    assert [e.id for e in examples] == ["7", "7", "dup-3"]
+    assert examples.duplicate_ids == ["7"]
+    assert "used by several rows" in caplog.text
+
+
 def test_limit(tmp_path):
     path = write_jsonl(tmp_path / "many.jsonl", [MATH_ROW] * 10)
     assert len(load_examples(path, limit=3)) == 3

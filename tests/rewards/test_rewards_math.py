@@ -102,6 +102,7 @@ def test_math_verify_equivalences(solution, gold, score):
 def test_no_answer_reason():
     r = compute_score_detailed("math", "I give up.", "3")
     assert (r.score, r.reason, r.extracted) == (0.0, "no_answer", None)
+    assert compute_score_detailed("math", "\\boxed{ }", "3").reason == "no_answer"
 
 
 def test_aliases_share_the_math_verifier():
