@@ -175,6 +175,8 @@ class WorkerPool:
                 now = time.monotonic()
                 wait_for = [w.recv_conn for w, _, _ in busy.values()]
                 wait_for += [w.recv_conn for w in starting.values()]
+                if not wait_for:  # cannot happen: every lost worker is replaced
+                    raise RuntimeError("verifier pool has no workers left")
                 horizon = [d - now for _, _, d in busy.values()]
                 horizon += [w.started + _START_TIMEOUT - now for w in starting.values()]
                 ready = wait(wait_for, timeout=max(0.0, min(horizon)) if horizon else None)
