@@ -89,8 +89,17 @@ FUZZ = settings(
 )
 
 
+# boxed piece soup: extraction succeeds, so these reach math-verify in a worker
+BOXED = st.lists(st.sampled_from(MATH_PIECES), min_size=1, max_size=25).map(
+    lambda parts: "\\boxed{" + "".join(parts) + "}"
+)
+
+
 @FUZZ
-@given(solution=texts(MATH_PIECES), gold=st.sampled_from(["3", "\\frac{1}{2}", "\\{1, 2\\}", "x"]))
+@given(
+    solution=st.one_of(texts(MATH_PIECES), BOXED),
+    gold=st.sampled_from(["3", "\\frac{1}{2}", "\\{1, 2\\}", "x"]),
+)
 def test_fuzz_math(solution, gold):
     start = time.monotonic()
     r = compute_score_detailed("math", solution, gold, timeout=LIMIT)
@@ -121,3 +130,29 @@ def test_fuzz_sql(fuzz_db, solution):
     assert 0.0 <= r.score <= 1.0
     assert time.monotonic() - start < LIMIT + SLACK
     assert hashlib.sha256(Path(fuzz_db).read_bytes()).digest() == before
+
+
+N = 1_000_000
+LONG_INPUTS = {
+    "fences": "```sql\n" * (N // 7),
+    "unclosed-boxes": "\\boxed{" * (N // 7),
+    "open-braces": "\\boxed{" + "{" * N,
+    "ctes": "with x as (" * (N // 11),
+    "quoted-semicolons": "SELECT '" + ";" * N,
+    "selects": "SELECT " * (N // 7),
+    "answer-tags": "<answer>" * (N // 8),
+    "digits": "9" * N,
+}
+
+
+@pytest.mark.parametrize("name", list(LONG_INPUTS), ids=list(LONG_INPUTS))
+def test_in_process_extraction_stays_linear(name, tmp_path):
+    """The cheap path runs in the caller's process without a time limit: it must be linear."""
+    from divrl.rewards import get_verifier
+
+    text = LONG_INPUTS[name]
+    for source in ("math", "sql"):
+        _, verifier = get_verifier(source)
+        start = time.monotonic()
+        verifier.quick(text, "3", {"db_path": str(tmp_path / "unused.sqlite")})
+        assert time.monotonic() - start < 3.0, source
