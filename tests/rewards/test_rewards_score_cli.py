@@ -53,3 +53,19 @@ def test_score_command_single_completion_and_errors(tmp_path, capsys):
     comps.write_text(json.dumps({"completion": "1"}) + "\n")
     with pytest.raises(ValueError, match="line 1: field 'id'"):
         main(["score", "--data", data, "--completions", str(comps)])
+
+
+def test_score_command_skip_invalid(tmp_path, capsys):
+    from divrl.data import DataValidationError
+
+    rows = fixture_path("math.jsonl").read_text().splitlines()[:2]
+    data = tmp_path / "d.jsonl"
+    data.write_text(rows[0] + "\n" + '{"question": "no answer"}\n' + rows[1] + "\n")
+    comps = tmp_path / "c.jsonl"
+    comps.write_text(json.dumps({"id": "math-1", "completion": "\\boxed{80}"}) + "\n")
+    args = ["score", "--data", str(data), "--completions", str(comps)]
+    with pytest.raises(DataValidationError, match="row 2: field 'answer'"):
+        main(args)
+    assert main([*args, "--skip-invalid"]) == 0
+    out = capsys.readouterr().out
+    assert "(2 examples, 1 invalid rows skipped)" in out and "mean score: 1.0000" in out
