@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("divrl.commands.train", "RL training: GRPO/DAPO, DPH-RL, Lp-Reg and baselines"),
     "presample": ("divrl.commands.presample", "DPH-RL: presample the reference store"),
     "score": ("divrl.commands.score", "score a JSONL of completions against a dataset"),
+    "eval": ("divrl.commands.eval", "sample and score a model: Pass@k, maj@k, diversity"),
 }
 
 

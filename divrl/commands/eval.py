@@ -1,0 +1,167 @@
+"""``divrl eval --model PATH --data SPLIT.jsonl --out DIR``: Pass@k, maj@k, diversity.
+
+For each eval set: ``n`` samples per prompt plus one greedy response, scored; writes
+``DIR/<set>/samples.jsonl`` (the generations), ``results.jsonl`` (per prompt: scores,
+extracted answers, styles, answer clusters), ``summary.json``, and ``DIR/summary.json``
+with every set. ``--reuse`` re-scores and re-summarises the samples already in ``DIR``
+without loading the model. See docs/evaluation.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+TOY_EVAL_SPLITS = ("test", "cross_domain", "ood_math")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model",
+        help="model directory, checkpoint (step_N/) or training run directory (newest "
+        "checkpoint); 'toy' = the toy base model (not needed with --reuse)",
+    )
+    parser.add_argument(
+        "--data",
+        action="append",
+        default=[],
+        metavar="[NAME=]PATH",
+        help="eval set (JSONL/Parquet, verl schema); repeat for several; NAME defaults to the "
+        f"file stem; 'toy' = the toy world's {', '.join(TOY_EVAL_SPLITS)} splits",
+    )
+    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument(
+        "--reuse", action="store_true", help="re-score existing samples in --out, no sampling"
+    )
+    parser.add_argument("--n", type=int, default=16, help="samples per prompt (default 16)")
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus threshold (1 = off)")
+    parser.add_argument("--top-k", type=int, default=0, help="top-k (0 = off)")
+    parser.add_argument("--max-new-tokens", type=int, default=256, help="response length limit")
+    parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    parser.add_argument("--no-greedy", action="store_true", help="skip the greedy response")
+    parser.add_argument("--batch-size", type=int, default=16, help="prompts per generate call")
+    parser.add_argument("--template", default="plain", help="prompt template (divrl.data)")
+    parser.add_argument("--db-dir", help="SQLite databases of SQL eval sets")
+    parser.add_argument("--limit", type=int, help="evaluate only the first N prompts per set")
+    parser.add_argument("--seed", type=int, default=0, help="seed of sampling and bootstrap")
+    parser.add_argument("--n-boot", type=int, default=1000, help="bootstrap replicates")
+    parser.add_argument(
+        "--group-by",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="also summarise per value of this extra_info key (repeatable, e.g. hard)",
+    )
+    parser.add_argument("--toy-size", default="full", help="toy world size for 'toy' (full/tiny)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def _data_sets(specs: list[str], toy_size: str) -> list[tuple[str, str]]:
+    sets: list[tuple[str, str]] = []
+    for spec in specs:
+        if spec == "toy":
+            from divrl.toy import ensure_toy_world
+
+            world = ensure_toy_world(size=toy_size)
+            sets += [(s, str(world.splits[s])) for s in TOY_EVAL_SPLITS]
+            continue
+        name, sep, path = spec.partition("=")
+        if not sep:
+            name, path = Path(spec).stem, spec
+        sets.append((name, path))
+    names = [n for n, _ in sets]
+    if len(set(names)) != len(names):
+        raise ValueError(f"eval set names must differ, got {names}; use NAME=PATH")
+    return sets
+
+
+def print_summary_table(summaries: dict[str, dict], title: str = "evaluation") -> None:
+    """A compact table: greedy, mean accuracy, Pass@k and maj@n per eval set."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    first = next(iter(summaries.values()))
+    ks = first["ks"]
+    for col in ["set", "prompts", "greedy", "mean acc", *[f"P@{k}" for k in ks], f"maj@{ks[-1]}"]:
+        table.add_column(col, justify="right" if col != "set" else "left")
+    for name, s in summaries.items():
+        greedy = s.get("greedy_accuracy")
+        table.add_row(
+            name,
+            str(s["n_prompts"]),
+            "-" if greedy is None else f"{greedy:.3f}",
+            f"{s['mean_accuracy']:.3f}",
+            *[f"{s['pass@k'].get(str(k), float('nan')):.3f}" for k in ks],
+            f"{s['maj@k'][str(s['ks'][-1])]:.3f}",
+        )
+    Console().print(table)
+
+
+def run(args: argparse.Namespace) -> int:
+    from divrl.evaluation.runner import SAMPLES_FILE, EvalConfig, evaluate, load_model
+
+    try:
+        cfg = EvalConfig(
+            n=args.n,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            top_k=args.top_k,
+            max_new_tokens=args.max_new_tokens,
+            stop=tuple(args.stop),
+            greedy=not args.no_greedy,
+            batch_size=args.batch_size,
+            template=args.template,
+            seed=args.seed,
+            limit=args.limit,
+            n_boot=args.n_boot,
+            group_by=tuple(args.group_by),
+        )
+        out = Path(args.out)
+        if args.reuse and not args.data:
+            sets = [(p.parent.name, None) for p in sorted(out.glob(f"*/{SAMPLES_FILE}"))]
+            if not sets:
+                raise FileNotFoundError(f"--reuse: no */{SAMPLES_FILE} under {out}")
+        else:
+            sets = _data_sets(args.data, args.toy_size)
+            if not sets:
+                raise ValueError("give at least one --data set")
+        model = tokenizer = None
+        if not args.reuse:
+            if not args.model:
+                raise ValueError("--model is required (unless --reuse)")
+            model_path = args.model
+            if model_path == "toy":
+                from divrl.toy import ensure_toy_world
+
+                model_path = str(ensure_toy_world(size=args.toy_size).model_dir)
+            model, tokenizer = load_model(model_path)
+        else:
+            model_path = None
+        summaries = {}
+        for name, path in sets:
+            print(f"[divrl eval] {name}: {path or out / name}", file=sys.stderr)
+            summaries[name] = evaluate(
+                model_path,
+                path,
+                out / name,
+                cfg,
+                reuse=args.reuse,
+                db_dir=args.db_dir,
+                model=model,
+                tokenizer=tokenizer,
+                progress=not args.no_progress,
+            )
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"divrl eval: {exc}", file=sys.stderr)
+        return 2
+    combined_path = out / "summary.json"
+    combined = json.loads(combined_path.read_text()) if combined_path.is_file() else {}
+    combined.update(summaries)
+    combined_path.write_text(json.dumps(combined, indent=2) + "\n")
+    print_summary_table(summaries, title=f"divrl eval: {args.model or out}")
+    print(f"summaries in {combined_path}")
+    return 0

@@ -1,0 +1,135 @@
+"""``summary.json``: benchmark numbers from the per-prompt results of :mod:`runner`.
+
+Every mean is over prompts (each prompt weighs the same); every interval is a percentile
+bootstrap over prompts (:func:`divrl.evaluation.stats.bootstrap_ci`, seeded). Keys:
+
+- ``greedy_accuracy`` and ``mean_accuracy`` (the sampled Pass@1), ``pass@k`` (unbiased,
+  k = 1, 2, 4, ..., n), ``maj@k`` (majority vote over equivalence clusters), each with a
+  ``*_ci`` entry ``[low, high]``;
+- ``diversity``: mean distinct correct answers per prompt, mean distinct solution styles
+  among all samples and among the correct ones, the share of prompts whose samples use one
+  style / three or more, and the style histograms (sample counts);
+- ``tokens``: mean response length, mean negative log-prob per token (under the sampling
+  policy: an estimate of the per-token entropy when sampling at T = 1 without top-p/top-k
+  truncation), share of truncated responses;
+- ``reasons``: verifier outcomes (``correct``, ``wrong``, ``no_answer``, ``sql_error`` ...);
+- ``groups``: the headline numbers per value of each ``group_by`` key of ``extra_info``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from divrl.evaluation.pass_at_k import pass_at_k_array
+from divrl.evaluation.stats import bootstrap_ci, default_ks, maj_at_k_array
+
+__all__ = ["per_prompt_arrays", "summarise"]
+
+
+def per_prompt_arrays(results: Sequence[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """``[P]`` arrays: ``n`` samples, ``c`` correct, ``greedy`` (nan without one), the number
+    of distinct styles (all / correct samples) and of distinct correct answers."""
+    return {
+        "n": np.array([len(r["correct"]) for r in results], dtype=np.int64),
+        "c": np.array([sum(r["correct"]) for r in results], dtype=np.int64),
+        "greedy": np.array(
+            [float(r["greedy"]["correct"]) if r.get("greedy") else math.nan for r in results]
+        ),
+        "styles": np.array([len({s for s in r["styles"] if s}) for r in results]),
+        "correct_styles": np.array(
+            [
+                len({s for s, c in zip(r["styles"], r["correct"], strict=True) if s and c})
+                for r in results
+            ]
+        ),
+        "distinct_correct": np.array([r.get("distinct_correct_answers", 0) for r in results]),
+    }
+
+
+def _ci(values: np.ndarray, cfg) -> list[float]:
+    return list(bootstrap_ci(values, n_boot=cfg.n_boot, confidence=cfg.confidence, seed=cfg.seed))
+
+
+def _headline(results: Sequence[dict[str, Any]], cfg, ks: list[int]) -> dict[str, Any]:
+    a = per_prompt_arrays(results)
+    out: dict[str, Any] = {"n_prompts": len(results)}
+    greedy = a["greedy"][~np.isnan(a["greedy"])]
+    if greedy.size:
+        out["greedy_accuracy"] = float(greedy.mean())
+        out["greedy_accuracy_ci"] = _ci(greedy, cfg)
+    acc = a["c"] / a["n"]
+    out["mean_accuracy"] = float(acc.mean())
+    out["mean_accuracy_ci"] = _ci(acc, cfg)
+    out["pass@k"], out["pass@k_ci"] = {}, {}
+    out["maj@k"], out["maj@k_ci"] = {}, {}
+    clusters = [r["clusters"] for r in results]
+    cluster_ok = [r["cluster_correct"] for r in results]
+    for k in ks:
+        values = pass_at_k_array(a["n"], a["c"], k)
+        out["pass@k"][str(k)] = float(values.mean())
+        out["pass@k_ci"][str(k)] = _ci(values, cfg)
+        maj = maj_at_k_array(clusters, cluster_ok, k, seed=cfg.seed)
+        out["maj@k"][str(k)] = float(maj.mean())
+        out["maj@k_ci"][str(k)] = _ci(maj, cfg)
+    return out
+
+
+def summarise(results: Sequence[dict[str, Any]], cfg) -> dict[str, Any]:
+    """The summary of per-prompt ``results`` (see the module docstring); ``cfg`` is an
+    :class:`~divrl.evaluation.runner.EvalConfig`."""
+    if not results:
+        raise ValueError("no results to summarise")
+    n = min(len(r["correct"]) for r in results)
+    ks = default_ks(n)
+    summary = {
+        "n_samples_per_prompt": n,
+        "ks": ks,
+        "sampling": {
+            "temperature": cfg.temperature,
+            "top_p": cfg.top_p,
+            "top_k": cfg.top_k,
+            "max_new_tokens": cfg.max_new_tokens,
+            "seed": cfg.seed,
+        },
+        "confidence": cfg.confidence,
+        **_headline(results, cfg, ks),
+    }
+    a = per_prompt_arrays(results)
+    styled = a["styles"] > 0
+    solved = a["c"] > 0
+    style_counts = Counter(s for r in results for s in r["styles"] if s)
+    correct_style_counts = Counter(
+        s for r in results for s, c in zip(r["styles"], r["correct"], strict=True) if s and c
+    )
+    summary["diversity"] = {
+        "mean_distinct_correct_answers": float(a["distinct_correct"].mean()),
+        "mean_distinct_styles": float(a["styles"][styled].mean()) if styled.any() else None,
+        "mean_distinct_correct_styles": (
+            float(a["correct_styles"][solved & styled].mean()) if (solved & styled).any() else None
+        ),
+        "share_one_style": float((a["styles"][styled] == 1).mean()) if styled.any() else None,
+        "share_3plus_styles": float((a["styles"][styled] >= 3).mean()) if styled.any() else None,
+        "style_counts": dict(style_counts.most_common()),
+        "correct_style_counts": dict(correct_style_counts.most_common()),
+    }
+    lengths = np.array([t for r in results for t in r["n_tokens"]], dtype=np.float64)
+    nll = np.array([x for r in results for x in r["nll"] if x is not None], dtype=np.float64)
+    summary["tokens"] = {
+        "mean_response_tokens": float(lengths.mean()),
+        "mean_nll_per_token": float(nll.sum() / max(lengths.sum(), 1.0)) if nll.size else None,
+        "truncated_share": float(np.mean([t for r in results for t in r["truncated"]])),
+    }
+    summary["reasons"] = dict(Counter(x for r in results for x in r["reasons"]).most_common())
+    groups: dict[str, Any] = {}
+    for key in cfg.group_by:
+        values = sorted({str((r["extra_info"] or {}).get(key)) for r in results})
+        for value in values:
+            subset = [r for r in results if str((r["extra_info"] or {}).get(key)) == value]
+            groups[f"{key}={value}"] = _headline(subset, cfg, ks)
+    summary["groups"] = groups
+    return summary

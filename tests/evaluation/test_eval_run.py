@@ -1,0 +1,159 @@
+"""``divrl eval`` end to end on the tiny toy world, and ``--reuse`` without resampling."""
+
+import json
+
+import pytest
+
+from divrl.cli import main
+from divrl.evaluation.runner import (
+    EvalConfig,
+    evaluate,
+    read_jsonl,
+    resolve_model_path,
+    score_samples,
+    write_jsonl,
+)
+from divrl.evaluation.summary import summarise
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    from divrl.toy import ensure_toy_world
+
+    return ensure_toy_world(tmp_path_factory.mktemp("toy"), size="tiny", progress=False)
+
+
+@pytest.mark.slow
+def test_eval_command_on_tiny_world(world, tmp_path, capsys):
+    out = tmp_path / "eval"
+    argv = ["eval", "--model", str(world.model_dir), "--out", str(out), "--n", "4"]
+    argv += ["--data", f"test={world.splits['test']}", "--data", f"math={world.splits['ood_math']}"]
+    argv += ["--limit", "2", "--max-new-tokens", "24", "--no-progress", "--group-by", "hard"]
+    assert main(argv) == 0
+    assert "summaries in" in capsys.readouterr().out
+    combined = json.loads((out / "summary.json").read_text())
+    assert set(combined) == {"test", "math"}
+    s = combined["test"]
+    assert s["n_prompts"] == 2 and s["n_samples_per_prompt"] == 4 and s["ks"] == [1, 2, 4]
+    assert set(s["pass@k"]) == set(s["maj@k"]) == {"1", "2", "4"}
+    assert 0.0 <= s["pass@k"]["1"] <= s["pass@k"]["4"] <= 1.0
+    assert s["pass@k"]["1"] == pytest.approx(s["mean_accuracy"])
+    assert "greedy_accuracy" in s and len(s["pass@k_ci"]["4"]) == 2
+    assert sum(s["reasons"].values()) == 2 * 4
+    assert set(s["groups"]) <= {"hard=True", "hard=False"} and s["groups"]
+    results = read_jsonl(out / "test" / "results.jsonl")
+    assert len(results) == 2
+    for r in results:
+        assert len(r["texts"]) == len(r["correct"]) == len(r["styles"]) == len(r["clusters"]) == 4
+        assert r["greedy"] is not None and "correct" in r["greedy"]
+        assert r["extra_info"]["db_path"]
+    samples = read_jsonl(out / "test" / "samples.jsonl")
+    assert all(len(rec["samples"]) == 4 for rec in samples)
+    assert all(smp["nll"] >= 0 for rec in samples for smp in rec["samples"])
+
+
+class _ExplodingEngine:
+    def generate(self, *args, **kwargs):
+        raise AssertionError("--reuse must not sample")
+
+
+def test_reuse_rescoring_does_not_sample(tmp_path, monkeypatch):
+    from divrl.data import fixture_path, load_examples
+
+    # samples written by hand: --reuse must score exactly these texts
+    examples = load_examples(fixture_path("math.jsonl"), limit=2)
+    records = []
+    for ex in examples:
+        right, wrong = f"\\boxed{{{ex.ground_truth}}}", "\\boxed{-12345}"
+        records.append(
+            {
+                "id": ex.id,
+                "data_source": ex.data_source,
+                "prompt": "p",
+                "ground_truth": ex.ground_truth,
+                "extra_info": ex.extra_info,
+                "samples": [
+                    {"text": t, "n_tokens": 3, "nll": 1.5, "truncated": False}
+                    for t in (right, wrong, wrong, right)
+                ],
+                "greedy": {"text": right, "n_tokens": 3, "truncated": False},
+            }
+        )
+    out = tmp_path / "run"
+    out.mkdir()
+    write_jsonl(records, out / "samples.jsonl")
+    import divrl.evaluation.runner as runner
+
+    def no_model(*a, **k):
+        raise AssertionError("--reuse must not load a model")
+
+    monkeypatch.setattr(runner, "load_model", no_model)
+    monkeypatch.setattr(runner, "generate_samples", no_model)
+    summary = evaluate(None, None, out, EvalConfig(n=4), reuse=True, engine=_ExplodingEngine())
+    assert summary["mean_accuracy"] == 0.5
+    assert summary["greedy_accuracy"] == 1.0
+    assert summary["pass@k"]["4"] == 1.0
+    assert summary["pass@k"]["1"] == 0.5
+    # 2 votes each for the right and the wrong answer: a tie counts half
+    assert summary["maj@k"]["4"] == 0.5
+    assert (out / "results.jsonl").is_file()
+    # the CLI path: --reuse with no --data finds the sets under --out
+    assert main(["eval", "--reuse", "--out", str(tmp_path), "--n", "4", "--no-progress"]) == 0
+    assert json.loads((tmp_path / "summary.json").read_text())["run"]["mean_accuracy"] == 0.5
+
+
+def test_reuse_without_samples_is_a_clear_error(tmp_path, capsys):
+    assert main(["eval", "--reuse", "--out", str(tmp_path)]) == 2
+    assert "no */samples.jsonl" in capsys.readouterr().err
+
+
+def test_summary_styles_and_distinct_answers():
+    # SQL-free, hand-made results: styles per sample and correctness
+    cfg = EvalConfig(n=4, n_boot=50)
+    records = [
+        {
+            "id": str(i),
+            "data_source": "math",
+            "prompt": "p",
+            "ground_truth": "2",
+            "extra_info": {"hard": i % 2 == 0},
+            "samples": [
+                {"text": t, "n_tokens": 2, "nll": 1.0, "truncated": False}
+                for t in ("\\boxed{2}", "\\boxed{2.0}", "\\boxed{4/2}", "\\boxed{3}")
+            ],
+            "greedy": None,
+        }
+        for i in range(2)
+    ]
+    results = score_samples(records, cfg, progress=False)
+    assert results[0]["correct"] == [True, True, True, False]
+    # 2, 2.0 and 4/2 are one cluster, 3 another
+    assert len(set(results[0]["clusters"])) == 2
+    assert results[0]["distinct_correct_answers"] == 3
+    summary = summarise(results, EvalConfig(n=4, n_boot=50, group_by=("hard",)))
+    assert summary["maj@k"]["4"] == 1.0
+    assert summary["diversity"]["mean_distinct_correct_answers"] == 3.0
+    assert summary["diversity"]["mean_distinct_styles"] is None  # plain math has no styles
+    assert summary["tokens"]["mean_nll_per_token"] == pytest.approx(0.5)
+    assert set(summary["groups"]) == {"hard=True", "hard=False"}
+
+
+def test_resolve_model_path(tmp_path):
+    model = tmp_path / "run" / "checkpoints" / "step_000010" / "model"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    older = tmp_path / "run" / "checkpoints" / "step_000005" / "model"
+    older.mkdir(parents=True)
+    (older / "config.json").write_text("{}")
+    assert resolve_model_path(tmp_path / "run") == str(model)
+    assert resolve_model_path(model.parent) == str(model)
+    assert resolve_model_path(model) == str(model)
+    with pytest.raises(FileNotFoundError):
+        resolve_model_path(tmp_path)
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="temperature"):
+        EvalConfig(temperature=0)
+    with pytest.raises(ValueError, match="n=0"):
+        EvalConfig(n=0)
