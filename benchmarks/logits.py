@@ -1,0 +1,173 @@
+"""Per-token log-prob + entropy + min-p normaliser at a realistic vocabulary: chunked vs naive.
+
+Each case runs in its own process (peak RSS belongs to it alone): bf16 logits
+``[length, 152064]`` as a model's LM head would give them, forward and backward of
+``sum(log_prob) + sum(entropy)`` plus the (no-grad) Lp-Reg normaliser.
+
+- naive: ``logits.float()``, ``log_softmax``, gather, ``-(p * log p).sum``, and the min-p
+  normaliser from a full ``softmax`` (what a straightforward implementation writes);
+- chunked: :func:`divrl.algorithms.logit_stats` with ``chunk_size`` positions per chunk,
+  recomputed in backward.
+
+Goal (issue 9): chunked peak memory <= 1/4 of naive at equal or better time.
+
+    python -m benchmarks.logits [--lengths 1024 2048 4096 8192] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+VOCAB = 152_064
+
+
+def _make_logits(length: int, vocab: int):
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.empty(length, vocab, dtype=torch.bfloat16)
+    for start in range(0, length, 256):  # no full-size fp32 temporary
+        rows = logits[start : start + 256]
+        rows.copy_(3 * torch.randn(rows.shape, generator=g))
+    tokens = torch.randint(0, vocab, (length,), generator=g)
+    return logits.requires_grad_(), tokens
+
+
+def _naive(logits, tokens, kappa: float = 0.02):
+    import torch
+
+    x = logits.float()
+    logp = torch.log_softmax(x, -1)
+    lp = logp.gather(-1, tokens[:, None]).squeeze(-1)
+    entropy = -(logp.exp() * logp).sum(-1)
+    with torch.no_grad():
+        p = torch.softmax(x, -1)
+        keep = p >= kappa * p.amax(-1, keepdim=True)
+        log_z = (p * keep).sum(-1).log()
+    (lp.sum() + entropy.sum()).backward()
+    return log_z
+
+
+def _chunked(logits, tokens, chunk_size: int, kappa: float = 0.02):
+    from divrl.algorithms import logit_stats
+
+    stats = logit_stats(logits, tokens, chunk_size=chunk_size, minp_kappa=kappa)
+    (stats.log_prob.sum() + stats.entropy.sum()).backward()
+    return stats.log_normalizer
+
+
+def child(args: dict) -> dict:
+    """Runs in the child process: one (method, length) case."""
+    import torch
+
+    from benchmarks.common import peak_rss_bytes, rss_bytes, timed
+
+    torch.set_num_threads(args.get("threads", torch.get_num_threads()))
+    logits, tokens = _make_logits(args["length"], args["vocab"])
+    base = rss_bytes()
+
+    def run():
+        logits.grad = None
+        if args["method"] == "naive":
+            _naive(logits, tokens)
+        else:
+            _chunked(logits, tokens, args["chunk_size"])
+
+    times = timed(run, repeats=args["repeats"], warmup=1)
+    return {"times": times, "peak_extra_bytes": peak_rss_bytes() - base}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from benchmarks.common import markdown_table, run_child, summary, write_results
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
+    parser.add_argument("--vocab", type=int, default=VOCAB)
+    parser.add_argument("--chunk-size", type=int, default=512)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--naive-max-gb",
+        type=float,
+        default=14.0,
+        help="skip the naive case when its estimated peak (~5 fp32 copies) exceeds this",
+    )
+    opts = parser.parse_args(argv)
+    rows, cases = [], []
+    for length in opts.lengths:
+        copy_gb = length * opts.vocab * 4 / 2**30
+        result = {"length": length, "vocab": opts.vocab, "fp32_copy_gb": copy_gb}
+        for method in ("naive", "chunked"):
+            if method == "naive" and 5 * copy_gb > opts.naive_max_gb:
+                result[method] = {"skipped": f"estimated peak {5 * copy_gb:.1f} GB > budget"}
+                continue
+            out = run_child(
+                "benchmarks.logits",
+                {
+                    "method": method,
+                    "length": length,
+                    "vocab": opts.vocab,
+                    "chunk_size": opts.chunk_size,
+                    "repeats": opts.repeats,
+                },
+            )
+            result[method] = {
+                "time_s": summary(out["times"]),
+                "peak_extra_gb": out["peak_extra_bytes"] / 2**30,
+            }
+            print(f"length {length} {method}: {result[method]}", file=sys.stderr, flush=True)
+        cases.append(result)
+        naive, chunked = result["naive"], result["chunked"]
+        if "skipped" in naive:
+            rows.append(
+                [
+                    length,
+                    "skipped",
+                    f"{chunked['time_s']['median']:.2f}",
+                    "-",
+                    "skipped",
+                    f"{chunked['peak_extra_gb']:.2f}",
+                    "-",
+                    "-",
+                ]
+            )
+            continue
+        t_ratio = chunked["time_s"]["median"] / naive["time_s"]["median"]
+        m_ratio = chunked["peak_extra_gb"] / naive["peak_extra_gb"]
+        rows.append(
+            [
+                length,
+                f"{naive['time_s']['median']:.2f} [{naive['time_s']['min']:.2f}, {naive['time_s']['max']:.2f}]",
+                f"{chunked['time_s']['median']:.2f} [{chunked['time_s']['min']:.2f}, {chunked['time_s']['max']:.2f}]",
+                f"{t_ratio:.2f}x",
+                f"{naive['peak_extra_gb']:.2f}",
+                f"{chunked['peak_extra_gb']:.2f}",
+                f"{m_ratio:.3f}x",
+                "met" if (m_ratio <= 0.25 and t_ratio <= 1.0) else "not met",
+            ]
+        )
+    table = markdown_table(
+        [
+            "length",
+            "naive time s (median [min, max])",
+            "chunked time s",
+            "time ratio",
+            "naive peak GB",
+            "chunked peak GB",
+            "memory ratio",
+            "goal (mem <= 0.25x, time <= 1x)",
+        ],
+        rows,
+    )
+    path = write_results("logits", {"chunk_size": opts.chunk_size, "cases": cases}, table)
+    print(table)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    if not sys.stdin.isatty() and len(sys.argv) == 1:
+        print(json.dumps(child(json.loads(sys.stdin.read()))))
+    else:
+        sys.exit(main())
