@@ -34,6 +34,7 @@ import math
 import os
 import shutil
 import time
+import warnings
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ from divrl.algorithms import (
     get_policy_loss,
     group_advantages,
     kl_estimate,
+    minp_log_normalizer,
     proxy_log_prob,
     reference_divergence_loss,
     token_log_probs,
@@ -183,6 +185,7 @@ class RolloutBatch:
     advantages: torch.Tensor | None = None
     old_log_probs: torch.Tensor | None = None  # [N, R] off-policy only
     proxy_log_probs: torch.Tensor | None = None  # [N, R] off-policy Lp-Reg only
+    log_normalizers: torch.Tensor | None = None  # [N, R] off-policy Lp-Reg only (log Z)
     ref_log_probs: torch.Tensor | None = None  # [N, R] reverse-KL only
 
     def __len__(self) -> int:
@@ -449,7 +452,7 @@ class Trainer:
         metrics = MetricMeter()
         if not cfg.train.on_policy:
             policy = self.accelerator.unwrap_model(self.model)
-            olds, proxies = [], []
+            olds, proxies, log_zs = [], [], []
             for idx in _chunks(range(len(batch)), micro):
                 data = to_device(
                     collate(
@@ -460,18 +463,17 @@ class Trainer:
                     self.accelerator.device,
                 )
                 logits = response_logits(policy, data)
+                lengths = [len(batch.response_ids[i]) for i in idx]
                 lp = token_log_probs(logits, data["responses"], temp).cpu()
-                olds += [lp[j, : len(batch.response_ids[i])].tolist() for j, i in enumerate(idx)]
+                olds += [lp[j, :n].tolist() for j, n in enumerate(lengths)]
                 if cfg.algorithm.policy_loss == "lp_reg":
-                    # the proxy of pi_old, from the logits this pass computes anyway
-                    px = proxy_log_prob(
-                        logits, data["responses"], cfg.algorithm.lp_reg_kappa, temp
-                    ).cpu()
-                    proxies += [
-                        px[j, : len(batch.response_ids[i])].tolist() for j, i in enumerate(idx)
-                    ]
+                    # pi_old's proxy, from the logits this pass computes anyway
+                    px, log_z = self._proxy(logits, data["responses"])
+                    proxies += [px.cpu()[j, :n].tolist() for j, n in enumerate(lengths)]
+                    log_zs += [log_z.cpu()[j, :n].tolist() for j, n in enumerate(lengths)]
             batch.old_log_probs = _padded(olds)
-            batch.proxy_log_probs = _padded(proxies) if proxies else None
+            if proxies:
+                batch.proxy_log_probs, batch.log_normalizers = _padded(proxies), _padded(log_zs)
         if self.ref_model is not None:
             ref = batch_log_probs(
                 self.ref_model,
@@ -485,6 +487,17 @@ class Trainer:
         return metrics.means()
 
     # ------------------------------------------------------------------ losses
+
+    def _proxy(
+        self, logits: torch.Tensor, tokens: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Lp-Reg's proxy log-probs of ``tokens`` and ``log Z`` (for the mean-Z diagnostic)."""
+        kappa, temp = self.config.algorithm.lp_reg_kappa, self.config.rollout.temperature
+        logits = logits.detach()
+        return (
+            proxy_log_prob(logits, tokens, kappa, temp),
+            minp_log_normalizer(logits, kappa, temp),
+        )
 
     def _policy_micro(self, batch: RolloutBatch, idx: list[int]) -> tuple[torch.Tensor, dict, int]:
         cfg, algo = self.config, self.config.algorithm
@@ -508,15 +521,14 @@ class Trainer:
         def stored(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t[idx, :width].to(lp.device)
 
+        proxy = log_z = None
         if cfg.train.on_policy:
             old = lp.detach()
-            proxy = (
-                proxy_log_prob(logits.detach(), responses, algo.lp_reg_kappa, temp)
-                if algo.policy_loss == "lp_reg"
-                else None
-            )
+            if algo.policy_loss == "lp_reg":  # the current policy's proxy, from this forward
+                proxy, log_z = self._proxy(logits, responses)
         else:
-            old, proxy = stored(batch.old_log_probs), stored(batch.proxy_log_probs)
+            old = stored(batch.old_log_probs)
+            proxy, log_z = stored(batch.proxy_log_probs), stored(batch.log_normalizers)
         options = {
             "clip_low": algo.clip_low,
             "clip_high": algo.clip_high,
@@ -525,6 +537,7 @@ class Trainer:
             "rho": algo.lp_reg_rho,
             "beta": algo.lp_reg_beta,
             "proxy_log_prob": proxy,
+            "log_normalizer": log_z,
             "kl_cov_ratio": algo.kl_cov_ratio,
             "ppo_kl_coef": algo.kl_cov_coef,
             "clip_ratio": algo.clip_cov_ratio,
@@ -534,8 +547,13 @@ class Trainer:
             "top_fraction": algo.high_entropy_fraction,
         }
         adv = batch.advantages[idx].to(lp.device)
+        # keywords throughout: the registered losses agree on names, not on positions
         loss, metrics = self.policy_loss_fn(
-            lp, old, adv, mask, **{k: v for k, v in options.items() if k in self._loss_params}
+            log_prob=lp,
+            old_log_prob=old,
+            advantages=adv,
+            mask=mask,
+            **{k: v for k, v in options.items() if k in self._loss_params},
         )
         metrics = dict(metrics)
         metrics["actor/entropy"] = float((entropy.detach() * mask).sum() / mask.sum())
@@ -652,7 +670,10 @@ class Trainer:
             for _ in range(cfg.train.ppo_epochs):
                 for seqs, refs in zip(seq_parts, ref_parts, strict=True):
                     skipped += not self._optimizer_step(batch, seqs, refs, meter)
-        self.scheduler.step()
+        with warnings.catch_warnings():
+            # the schedule counts training steps, including ones without an optimiser step
+            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
+            self.scheduler.step()
         self.engine.sync_weights(self.accelerator.unwrap_model(self.model))
         self.step += 1
 

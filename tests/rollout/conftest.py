@@ -16,3 +16,6 @@ def tiny_lm(tmp_path_factory):
 
     path = _training.build_tiny_lm(tmp_path_factory.mktemp("tiny_lm"))
     return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+
+
+_one_torch_thread = _training._one_torch_thread

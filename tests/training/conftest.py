@@ -87,3 +87,18 @@ def tiny_overrides(world, out_dir, **extra) -> list[str]:
     }
     base.update(extra)
     return [f"{k}={v}" for k, v in base.items()]
+
+
+def parity_reward(items):
+    """1.0 for every response to an even-numbered prompt, 0.0 for odd ones (ground truth
+    2i+1: even i <=> (gt - 1) / 2 even): an exact, model-independent split for DPH tests."""
+    return [float(((int(it["ground_truth"]) - 1) // 2) % 2 == 0) for it in items]
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Tiny models on a shared 2-core machine run fastest (by far) on one thread."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -1,0 +1,173 @@
+import json
+import math
+
+import pytest
+import torch
+from conftest import parity_reward, sevens_reward, tiny_overrides
+
+from divrl.training import trainer as trainer_mod
+from divrl.training.config import load_config
+from divrl.training.presample import presample
+from divrl.training.reference_store import ReferenceStore
+from divrl.training.trainer import Trainer, overlong_penalty
+
+
+def _trainer(world, out_dir, reward=sevens_reward, config=None, resume=False, **overrides):
+    cfg = load_config(config, tiny_overrides(world, out_dir, **overrides))
+    return Trainer(cfg, reward_fn=reward, resume=resume)
+
+
+def _params(trainer):
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def test_overlong_penalty():
+    assert overlong_penalty(10, 20, 0, 1.0) == 0.0
+    assert overlong_penalty(15, 20, 5, 1.0) == 0.0
+    assert overlong_penalty(16, 20, 5, 1.0) == pytest.approx(-0.2)
+    assert overlong_penalty(20, 20, 5, 0.5) == pytest.approx(-0.5)
+
+
+def test_grpo_raises_a_learnable_reward(tiny_world, tmp_path):
+    tr = _trainer(tiny_world, tmp_path, **{"train.total_steps": 15, "optim.lr": 0.02})
+    history = tr.train()
+    rewards = [h["reward/score"] for h in history]
+    assert all(math.isfinite(h["loss/total"]) for h in history)
+    first, last = sum(rewards[:3]) / 3, sum(rewards[-5:]) / 5
+    assert last > first + 0.3, rewards
+    lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == list(range(1, 16))
+    for key in ("reward/pass@1", "actor/entropy", "pg/approx_kl", "time/step", "actor/lr"):
+        assert key in lines[-1]
+
+
+def test_nan_loss_step_is_skipped_and_training_continues(tiny_world, tmp_path):
+    tr = _trainer(tiny_world, tmp_path, **{"train.total_steps": 3})
+    real = tr.policy_loss_fn
+
+    def poisoned(*args, **kwargs):
+        loss, metrics = real(*args, **kwargs)
+        if tr.step == 1:  # the second step (0-based counter before the increment)
+            loss = loss * float("nan")
+        return loss, metrics
+
+    tr.policy_loss_fn = poisoned
+    before = {}
+
+    def snapshot(step, record):
+        before[step] = _params(tr)
+
+    history = tr.train(on_step=snapshot)
+    assert [h["actor/skipped_steps"] for h in history] == [0.0, 1.0, 0.0]
+    for k, v in before[1].items():  # step 2 changed nothing
+        assert torch.equal(v, before[2][k]), k
+    assert any(not torch.equal(v, before[3][k]) for k, v in before[2].items())
+    assert all(torch.isfinite(v).all() for v in before[3].values())
+
+
+def test_dynamic_sampling_drops_constant_groups_and_refills(tiny_world, tmp_path):
+    tr = _trainer(
+        tiny_world,
+        tmp_path,
+        reward=parity_reward,
+        **{
+            "algorithm.dynamic_sampling": True,
+            "algorithm.max_refill_rounds": 0,
+            "train.total_steps": 1,
+        },
+    )
+    (h,) = tr.train()
+    # parity reward: every group is constant, so every group is dropped and nothing trains
+    assert h["dapo/dropped_groups"] == 4 and h["dapo/kept_groups"] == 0
+    tr = _trainer(
+        tiny_world,
+        tmp_path / "b",
+        **{
+            "algorithm.dynamic_sampling": True,
+            "algorithm.max_refill_rounds": 8,
+            "train.total_steps": 2,
+        },
+    )
+    history = tr.train()
+    for h in history:
+        assert h["dapo/kept_groups"] == 4  # refilled to prompts_per_step
+        assert h["dapo/rounds"] >= 1
+
+
+def test_reverse_kl_loads_a_frozen_reference_and_logs_kl(tiny_world, tmp_path):
+    tr = _trainer(tiny_world, tmp_path, **{"algorithm.kl_coef": 0.1, "train.total_steps": 2})
+    assert tr.ref_model is not None
+    assert not any(p.requires_grad for p in tr.ref_model.parameters())
+    history = tr.train()
+    assert history[0]["actor/ref_kl"] == pytest.approx(0.0, abs=1e-6)  # same weights at step 1
+    assert history[1]["actor/ref_kl"] > 0
+
+
+def test_presample_split_and_dph_training_without_a_reference_model(
+    tiny_world, tmp_path, monkeypatch
+):
+    store = tmp_path / "store"
+    overrides = tiny_overrides(
+        tiny_world,
+        tmp_path,
+        **{
+            "reference.store": store,
+            "reference.k": 4,
+            "reference.per_step": 4,
+            "algorithm.divergence": "forward_kl",
+            "algorithm.divergence_coef": 0.5,
+        },
+    )
+    cfg = load_config(None, overrides)
+    manifest = presample(cfg, reward_fn=parity_reward, progress=False)
+    stats = manifest["stats"]
+    assert (stats["prompts"], stats["near_perfect"], stats["reference_samples"]) == (16, 8, 8)
+    assert manifest["sampling"]["top_p"] == 0.95 and manifest["threshold"] == 4
+    ref = ReferenceStore(store)
+    assert len(ref) == 8
+    assert ref.exploration_ids == {f"p{i}" for i in range(1, 16, 2)}
+
+    loads = []
+    real = trainer_mod.load_policy
+    monkeypatch.setattr(
+        trainer_mod, "load_policy", lambda *a, **k: loads.append(1) or real(*a, **k)
+    )
+    tr = Trainer(cfg, reward_fn=sevens_reward)  # a reward that moves the policy
+    assert len(loads) == 1 and tr.ref_model is None  # the policy only: no reference model
+    assert {p.id for p in tr.prompts} == ref.exploration_ids
+    history = tr.train()
+    # stored log-probs are the initial policy's: u = 1 and the forward KL is 0 at step 1
+    assert history[0]["dph/u_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert history[0]["dph/divergence"] == pytest.approx(0.0, abs=1e-6)
+    assert history[-1]["dph/divergence"] > 0
+
+
+def test_lp_reg_proxy_needs_no_extra_forward(tiny_world, tmp_path, monkeypatch):
+    calls = []
+    real = trainer_mod.response_logits
+    monkeypatch.setattr(
+        trainer_mod, "response_logits", lambda *a, **k: calls.append(1) or real(*a, **k)
+    )
+    counts = {}
+    for name, extra in [
+        ("vanilla_on", {}),
+        ("lp_reg_on", {"algorithm.policy_loss": "lp_reg", "algorithm.lp_reg_rho": 0.5}),
+        ("vanilla_off", {"train.mini_batch_size": 2}),
+        (
+            "lp_reg_off",
+            {
+                "algorithm.policy_loss": "lp_reg",
+                "algorithm.lp_reg_rho": 0.5,
+                "train.mini_batch_size": 2,
+            },
+        ),
+    ]:
+        tr = _trainer(tiny_world, tmp_path / name, **{"train.total_steps": 2, **extra})
+        calls.clear()
+        history = tr.train()
+        counts[name] = len(calls)
+        if name.startswith("lp_reg"):
+            assert any(k.startswith("lp_reg/") for k in history[-1]), sorted(history[-1])
+    assert counts["lp_reg_on"] == counts["vanilla_on"]
+    assert counts["lp_reg_off"] == counts["vanilla_off"]
