@@ -102,3 +102,18 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def reference_store(tiny_world, tmp_path_factory):
+    """A DPH reference store of the tiny model (near-perfect = the even prompts)."""
+    from divrl.training.config import load_config
+    from divrl.training.presample import presample
+
+    root = tmp_path_factory.mktemp("reference")
+    overrides = tiny_overrides(
+        tiny_world, root, **{"reference.store": root / "store", "reference.k": 4}
+    )
+    torch.set_num_threads(1)
+    presample(load_config(None, overrides), reward_fn=parity_reward, progress=False)
+    return root / "store"

@@ -1,0 +1,66 @@
+"""Every preset in configs/toy runs a few steps on the tiny model, with its method active."""
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import sevens_reward, tiny_overrides
+
+from divrl.training.config import load_config
+from divrl.training.trainer import Trainer
+
+TOY = Path(__file__).resolve().parents[2] / "configs" / "toy"
+
+# preset -> a metric only that method produces
+SIGNATURE = {
+    "grpo": "pg/clip_frac",
+    "dapo": "dapo/kept_groups",
+    "grpo_rkl": "actor/ref_kl",
+    "dph_f": "dph/divergence",
+    "dph_js": "dph/divergence",
+    "dph_alpha": "dph/divergence",
+    "lp_reg": "lp_reg/num_selected",
+    "lp_reg_offpolicy": "lp_reg/num_selected",
+    "entropy_bonus": "actor/entropy",
+    "high_entropy_8020": "entropy/kept_tokens",
+    "kl_cov": "kl_cov/num_penalized",
+    "clip_cov": "clip_cov/num_cut",
+    "dph_js_lp_reg": "lp_reg/num_selected",
+}
+
+
+def test_every_toy_preset_is_covered():
+    assert {p.stem for p in TOY.glob("*.yaml")} == set(SIGNATURE)
+
+
+@pytest.mark.parametrize("name", sorted(SIGNATURE))
+def test_preset_runs(name, tiny_world, reference_store, tmp_path):
+    base = load_config(TOY / f"{name}.yaml")
+    extra = {"train.total_steps": 2}
+    if base.train.mini_batch_size is not None:  # keep off-policy presets off-policy
+        extra["train.mini_batch_size"] = 2
+    if base.algorithm.overlong_buffer:
+        extra["algorithm.overlong_buffer"] = 2
+    if base.uses_reference_samples:
+        extra.update({"reference.store": reference_store, "reference.per_step": 4})
+    cfg = load_config(TOY / f"{name}.yaml", tiny_overrides(tiny_world, tmp_path, **extra))
+    # the method's own settings survive the tiny overrides
+    assert cfg.algorithm.policy_loss == base.algorithm.policy_loss
+    assert cfg.algorithm.divergence == base.algorithm.divergence
+    assert cfg.train.on_policy == base.train.on_policy
+    trainer = Trainer(cfg, reward_fn=sevens_reward)
+    assert (trainer.ref_model is not None) == (cfg.algorithm.kl_coef > 0)
+    start = {
+        k: v.clone()
+        for k, v in trainer.accelerator.unwrap_model(trainer.model).state_dict().items()
+    }
+    history = trainer.train()
+    assert len(history) == 2
+    for record in history:
+        assert all(math.isfinite(v) for k, v in record.items() if not k.startswith("dapo/")), record
+    assert SIGNATURE[name] in history[-1]
+    if cfg.uses_reference_samples:
+        assert "dph/divergence" in history[-1] and trainer.ref_model is None
+    end = trainer.accelerator.unwrap_model(trainer.model).state_dict()
+    assert any(not torch.equal(start[k], end[k]) for k in start)
