@@ -1,0 +1,142 @@
+"""Diagnostics across models: retention of base-solved prompts, spark-word probabilities.
+
+**Retention** (the DPH paper's "keeps ~85%" analysis): of the prompts the base model solves
+(at least one correct sample), the share the trained model still solves.
+
+**Spark-word probability** (the Lp-Reg paper's diagnostic): how likely a model is to start
+a chosen word (``wait``, ``however``, ...) inside a response. For each response in a fixed
+set of texts and each token position ``t`` of the response, the probability that the word's
+token sequence comes next, ``P(w_1 .. w_m | text[:t])`` (the product of the m conditional
+probabilities), averaged over all positions of all responses. Measured on the same texts for
+every checkpoint, it shows whether training pushes a word's probability down. The word is
+tokenized on its own (``add_special_tokens=False``), so write it as it appears mid-text
+(``" wait"`` with its leading space for BPE tokenizers); a character-level tokenizer (the toy
+model) spells it out, which this handles the same way.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = [
+    "DEFAULT_SPARK_WORDS",
+    "checkpoint_models",
+    "retention",
+    "spark_word_curve",
+    "spark_word_probability",
+]
+
+DEFAULT_SPARK_WORDS = (" wait", " however", " perhaps", " alternatively", " but")
+
+
+def retention(
+    base_results: Sequence[dict[str, Any]], model_results: Sequence[dict[str, Any]]
+) -> dict[str, float | int]:
+    """Share of base-solved prompts the model still solves (prompts matched by ``id``).
+
+    Returns ``base_solved`` (count), ``retained`` (count) and ``retention`` (their ratio,
+    nan when the base model solves nothing). Prompts missing from ``model_results`` count as
+    not retained.
+    """
+    model_solved = {str(r["id"]): any(r["correct"]) for r in model_results}
+    base_ids = [str(r["id"]) for r in base_results if any(r["correct"])]
+    kept = sum(model_solved.get(i, False) for i in base_ids)
+    return {
+        "base_solved": len(base_ids),
+        "retained": kept,
+        "retention": kept / len(base_ids) if base_ids else math.nan,
+    }
+
+
+@torch.no_grad()
+def spark_word_probability(
+    model: torch.nn.Module,
+    tokenizer,
+    prompts: Sequence[str],
+    responses: Sequence[str],
+    words: Sequence[str],
+    *,
+    batch_size: int = 64,
+) -> dict[str, float]:
+    """Mean probability of starting each word at a response position (module docstring).
+
+    Args:
+        prompts, responses: ``[R]`` texts; positions range over the response tokens.
+        words: the words; each is tokenized on its own.
+
+    Returns:
+        ``{word: mean probability}`` over all response positions.
+    """
+    if len(prompts) != len(responses):
+        raise ValueError("need one prompt per response")
+    device = next(model.parameters()).device
+    max_len = getattr(model.config, "max_position_embeddings", None)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    out: dict[str, float] = {}
+    for word in words:
+        w = tokenizer(word, add_special_tokens=False)["input_ids"]
+        if not w:
+            raise ValueError(f"spark word {word!r} tokenizes to nothing")
+        seqs, starts = [], []
+        for prompt, response in zip(prompts, responses, strict=True):
+            p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+            r = tokenizer(response, add_special_tokens=False)["input_ids"]
+            for t in range(len(r) + 1):
+                seq = p + r[:t] + w
+                if max_len is not None and len(seq) > max_len:
+                    break
+                seqs.append(seq)
+                starts.append(len(p) + t)
+        if not seqs:
+            out[word] = math.nan
+            continue
+        total = 0.0
+        for b in range(0, len(seqs), batch_size):
+            chunk, chunk_starts = seqs[b : b + batch_size], starts[b : b + batch_size]
+            width = max(map(len, chunk))
+            ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+            mask = torch.zeros_like(ids)
+            for i, s in enumerate(chunk):  # right padding: positions need no shifting
+                ids[i, : len(s)] = torch.as_tensor(s)
+                mask[i, : len(s)] = 1
+            logp = torch.log_softmax(
+                model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float(), -1
+            ).cpu()
+            for i, start in enumerate(chunk_starts):
+                pos = torch.arange(start - 1, start - 1 + len(w))
+                total += float(logp[i, pos, torch.as_tensor(w)].sum().exp())
+        out[word] = total / len(seqs)
+    return out
+
+
+def checkpoint_models(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """(step, model directory) of every checkpoint of a training run, by step."""
+    found = []
+    for path in Path(run_dir).glob("checkpoints/step_*/model"):
+        m = re.fullmatch(r"step_(\d+)", path.parent.name)
+        if m and (path / "config.json").is_file():
+            found.append((int(m.group(1)), path))
+    return sorted(found)
+
+
+def spark_word_curve(
+    models: Sequence[tuple[int, str | Path]],
+    prompts: Sequence[str],
+    responses: Sequence[str],
+    words: Sequence[str],
+) -> list[dict[str, Any]]:
+    """``[{"step": s, word: probability, ...}]`` for each (step, model directory)."""
+    from divrl.evaluation.runner import load_model
+
+    curve = []
+    for step, path in models:
+        model, tokenizer = load_model(path)
+        probs = spark_word_probability(model, tokenizer, prompts, responses, words)
+        curve.append({"step": step, **probs})
+    return curve

@@ -1,0 +1,466 @@
+"""``divrl report``: one comparison of training runs and the base model, Markdown + HTML.
+
+Inputs are directories written by other commands:
+
+- a **run** is a training run directory (``metrics.jsonl`` from ``divrl train``) whose
+  evaluation (``divrl eval --out RUN_DIR/eval``) sits in ``RUN_DIR/eval/``, or directly an
+  eval directory (sub-directories per eval set with ``summary.json`` and
+  ``results.jsonl``);
+- the **base** is the eval directory of the base model, on the same eval sets.
+
+Output: ``report.md``, ``report.html`` and PNGs in the report directory: the Pass@k table
+per eval set (with bootstrap intervals), Pass@k and relative Pass@k curves (the DPH
+paper's Figure 1), retention of base-solved prompts, diversity (solution styles, distinct
+answers, per-token negative log-prob), style histograms, training curves (reward,
+entropy, KL, response length) and, when asked, spark-word probabilities over checkpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from divrl.evaluation import plots
+from divrl.evaluation.diversity import checkpoint_models, retention, spark_word_curve
+from divrl.evaluation.runner import CONFIG_FILE, RESULTS_FILE, SUMMARY_FILE, read_jsonl
+from divrl.evaluation.stats import paired_ratio_ci
+from divrl.evaluation.summary import per_prompt_arrays
+
+__all__ = ["ModelEval", "build_report", "comparison_table", "load_model_eval"]
+
+TRAINING_PANELS = (
+    ("Training reward", ("reward/pass@1", "reward/score"), "Pass@1 of the rollouts"),
+    ("Token entropy", ("actor/entropy", "entropy/mean"), "entropy (nats per token)"),
+    (
+        "KL / divergence term",
+        ("actor/ref_kl", "dph/divergence", "pg/approx_kl"),
+        "estimate (nats per token)",
+    ),
+    ("Response length", ("response/length",), "mean length (tokens)"),
+)
+
+
+@dataclass
+class ModelEval:
+    """One model's evaluation: per eval set its summary and (lazily) its per-prompt results."""
+
+    name: str
+    eval_dir: Path
+    run_dir: Path | None = None
+    summaries: dict[str, dict[str, Any]] = field(default_factory=dict)
+    metrics: list[dict[str, float]] = field(default_factory=list)
+    _results: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
+
+    def results(self, split: str) -> list[dict[str, Any]] | None:
+        if split not in self._results:
+            path = self.eval_dir / split / RESULTS_FILE
+            self._results[split] = read_jsonl(path) if path.is_file() else None
+        return self._results[split]
+
+    @property
+    def model_path(self) -> str | None:
+        for split in self.summaries:
+            cfg = self.eval_dir / split / CONFIG_FILE
+            if cfg.is_file():
+                return json.loads(cfg.read_text()).get("resolved_model")
+        return None
+
+
+def load_model_eval(path: str | Path, name: str | None = None) -> ModelEval:
+    """Read a run directory (with ``eval/``) or an eval directory."""
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"not a directory: {path}")
+    eval_dir = path / "eval" if (path / "eval").is_dir() else path
+    summaries = {
+        p.parent.name: json.loads(p.read_text()) for p in sorted(eval_dir.glob(f"*/{SUMMARY_FILE}"))
+    }
+    metrics_path = path / "metrics.jsonl"
+    metrics = read_jsonl(metrics_path) if metrics_path.is_file() else []
+    if not summaries and not metrics:
+        raise FileNotFoundError(
+            f"{path}: no evaluation (*/{SUMMARY_FILE} in {eval_dir}) and no metrics.jsonl; "
+            f"run `divrl eval --out {path / 'eval'}` first"
+        )
+    return ModelEval(
+        name=name or path.name,
+        eval_dir=eval_dir,
+        run_dir=path if metrics else None,
+        summaries=summaries,
+        metrics=metrics,
+    )
+
+
+# --------------------------------------------------------------------------- numbers
+
+
+def _fmt(x: float | None, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{x:.{digits}f}"
+
+
+def _fmt_ci(value: float | None, ci: Sequence[float] | None) -> str:
+    if value is None:
+        return "-"
+    if not ci or any(c is None or math.isnan(c) for c in ci):
+        return _fmt(value)
+    return f"{value:.3f} [{ci[0]:.2f}, {ci[1]:.2f}]"
+
+
+def _paired(base: ModelEval, model: ModelEval, split: str) -> tuple[dict, dict] | None:
+    """Per-prompt arrays of base and model on their common prompts, in one order."""
+    b, m = base.results(split), model.results(split)
+    if not b or not m:
+        return None
+    m_by_id = {str(r["id"]): r for r in m}
+    pairs = [(r, m_by_id[str(r["id"])]) for r in b if str(r["id"]) in m_by_id]
+    if not pairs:
+        return None
+    return per_prompt_arrays([p[0] for p in pairs]), per_prompt_arrays([p[1] for p in pairs])
+
+
+def _relative(base: ModelEval, model: ModelEval, split: str, k: int, seed: int = 0):
+    """(Pass@k ratio, paired bootstrap CI) on the common prompts, or None."""
+    from divrl.evaluation.pass_at_k import pass_at_k_array
+
+    paired = _paired(base, model, split)
+    if paired is None:
+        return None
+    a_b, a_m = paired
+    if k > min(a_b["n"].min(), a_m["n"].min()):
+        return None
+    vb, vm = pass_at_k_array(a_b["n"], a_b["c"], k), pass_at_k_array(a_m["n"], a_m["c"], k)
+    ratio = vm.mean() / vb.mean() if vb.mean() > 0 else math.nan
+    return float(ratio), paired_ratio_ci(vm, vb, seed=seed)
+
+
+def comparison_table(models: Sequence[ModelEval], splits: Sequence[str]) -> list[list[str]]:
+    """Rows ``[model, then per split: greedy, Pass@1, Pass@n]`` (header row first)."""
+    header = ["model"]
+    for split in splits:
+        n = next((m.summaries[split]["ks"][-1] for m in models if split in m.summaries), None)
+        header += [f"{split} greedy", f"{split} P@1", f"{split} P@{n}"]
+    rows = [header]
+    for m in models:
+        row = [m.name]
+        for split in splits:
+            s = m.summaries.get(split)
+            if s is None:
+                row += ["-", "-", "-"]
+                continue
+            row += [
+                _fmt(s.get("greedy_accuracy")),
+                _fmt(s["pass@k"]["1"]),
+                _fmt(s["pass@k"][str(s["ks"][-1])]),
+            ]
+        rows.append(row)
+    return rows
+
+
+# --------------------------------------------------------------------------- document
+
+
+class _Doc:
+    """Markdown built block by block (HTML is rendered from it)."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    def h(self, level: int, text: str) -> None:
+        self.parts.append(f"{'#' * level} {text}\n")
+
+    def p(self, text: str) -> None:
+        self.parts.append(text.strip() + "\n")
+
+    def table(self, rows: Sequence[Sequence[str]], align_left: int = 1) -> None:
+        header = rows[0]
+        esc = [[str(c).replace("|", "\\|") for c in r] for r in rows]
+        lines = ["| " + " | ".join(esc[0]) + " |"]
+        lines.append(
+            "|" + "|".join(":--" if i < align_left else "--:" for i in range(len(header))) + "|"
+        )
+        lines += ["| " + " | ".join(r) + " |" for r in esc[1:]]
+        self.parts.append("\n".join(lines) + "\n")
+
+    def image(self, path: Path, root: Path, alt: str) -> None:
+        self.parts.append(f"![{alt}]({path.relative_to(root).as_posix()})\n")
+
+    def markdown(self) -> str:
+        return "\n".join(self.parts)
+
+
+def _html(markdown: str, title: str) -> str:
+    from markdown_it import MarkdownIt
+
+    body = MarkdownIt("commonmark").enable("table").render(markdown)
+    style = (
+        "body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;}"
+        "table{border-collapse:collapse;margin:1em 0;font-size:0.9em;}"
+        "th,td{border:1px solid #ccc;padding:3px 8px;}th{background:#f3f3f3;}"
+        "img{max-width:100%;}code{background:#f6f6f6;}"
+    )
+    return (
+        f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{title}</title>"
+        f"<style>{style}</style></head><body>\n{body}</body></html>\n"
+    )
+
+
+def build_report(
+    runs: Sequence[ModelEval],
+    base: ModelEval | None,
+    out_dir: str | Path,
+    *,
+    title: str = "divrl report",
+    spark_words: Sequence[str] = (),
+    spark_split: str | None = None,
+    spark_max_texts: int = 32,
+    command: str | None = None,
+) -> Path:
+    """Write ``report.md``, ``report.html`` and the PNGs into ``out_dir``; returns the .md.
+
+    ``spark_words``: also plot each word's probability over every run's checkpoints (and the
+    base model at step 0), measured on the base model's greedy responses to the first
+    ``spark_max_texts`` prompts of ``spark_split`` (default: the first eval set).
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    models = ([base] if base is not None else []) + list(runs)
+    splits = sorted({s for m in models for s in m.summaries}, key=_split_order)
+    doc = _Doc()
+    doc.h(1, title)
+    if command is None:
+        command = "divrl report " + shlex.join(sys.argv[2:])
+    doc.p(f"Produced by `{command}`.")
+    _describe_inputs(doc, models, base)
+
+    if splits:
+        doc.h(2, "Headline")
+        doc.table(comparison_table(models, splits))
+        doc.p(
+            "Greedy: accuracy of the temperature-0 response. P@k: unbiased Pass@k from n "
+            "samples per prompt, averaged over prompts."
+        )
+    for split in splits:
+        _split_section(doc, out, models, base, split)
+
+    if any(m.metrics for m in runs):
+        doc.h(2, "Training curves")
+        path = plots.plot_training_curves(
+            {m.name: m.metrics for m in runs if m.metrics},
+            TRAINING_PANELS,
+            out / "training_curves.png",
+            title="Training metrics per step",
+        )
+        doc.image(path, out, "training curves")
+        doc.p(
+            "From each run's `metrics.jsonl`. Reward: Pass@1 of the step's rollouts. Entropy: "
+            "mean full-vocabulary entropy of the policy on its rollout tokens. KL panel: the "
+            "reverse KL to the reference model (`actor/ref_kl`) when the run has one, else the "
+            "DPH divergence on reference samples (`dph/divergence`), else the approximate KL "
+            "between the rollout policy and the updated one (`pg/approx_kl`); the legend names "
+            "the key when it is not the first."
+        )
+
+    if spark_words and base is not None and splits:
+        _spark_section(doc, out, runs, base, spark_words, spark_split or splits[0], spark_max_texts)
+
+    markdown = doc.markdown()
+    md_path = out / "report.md"
+    md_path.write_text(markdown)
+    (out / "report.html").write_text(_html(markdown, title))
+    return md_path
+
+
+def _split_order(split: str) -> tuple[int, str]:
+    known = ("test", "in_domain", "cross_domain", "ood_math", "ood")
+    return (known.index(split) if split in known else len(known), split)
+
+
+def _describe_inputs(doc: _Doc, models: Sequence[ModelEval], base: ModelEval | None) -> None:
+    rows = [["model", "evaluation", "training run", "eval sets"]]
+    for m in models:
+        role = " (base)" if m is base else ""
+        rows.append(
+            [
+                m.name + role,
+                f"`{m.eval_dir}`",
+                f"`{m.run_dir}` ({len(m.metrics)} steps)" if m.run_dir else "-",
+                ", ".join(m.summaries) or "-",
+            ]
+        )
+    doc.h(2, "Inputs")
+    doc.table(rows)
+    first = next((s for m in models for s in m.summaries.values()), None)
+    if first:
+        sp = first["sampling"]
+        doc.p(
+            f"Sampling: n = {first['n_samples_per_prompt']} per prompt, temperature "
+            f"{sp['temperature']}, top-p {sp['top_p']}, top-k {sp['top_k']}, at most "
+            f"{sp['max_new_tokens']} new tokens; intervals are {int(first['confidence'] * 100)}% "
+            "percentile bootstrap intervals over prompts."
+        )
+
+
+def _split_section(
+    doc: _Doc, out: Path, models: Sequence[ModelEval], base: ModelEval | None, split: str
+) -> None:
+    present = [m for m in models if split in m.summaries]
+    s0 = present[0].summaries[split]
+    ks = s0["ks"]
+    n = ks[-1]
+    doc.h(2, f"Eval set `{split}`")
+    doc.p(f"{s0['n_prompts']} prompts, {s0['n_samples_per_prompt']} samples per prompt.")
+    header = ["model", "greedy", "P@1 [CI]", *[f"P@{k}" for k in ks[1:-1]], f"P@{n} [CI]"]
+    header += [f"maj@{n} [CI]"]
+    if base is not None:
+        header += ["P@1 / base [CI]", f"P@{n} / base [CI]", "retention"]
+    rows = [header]
+    for m in present:
+        s = m.summaries[split]
+        row = [
+            m.name,
+            _fmt_ci(s.get("greedy_accuracy"), s.get("greedy_accuracy_ci")),
+            _fmt_ci(s["pass@k"]["1"], s["pass@k_ci"]["1"]),
+            *[_fmt(s["pass@k"].get(str(k))) for k in ks[1:-1]],
+            _fmt_ci(s["pass@k"].get(str(n)), s["pass@k_ci"].get(str(n))),
+            _fmt_ci(s["maj@k"].get(str(n)), s["maj@k_ci"].get(str(n))),
+        ]
+        if base is not None:
+            for k in (1, n):
+                rel = None if m is base else _relative(base, m, split, k)
+                row.append("1" if m is base else ("-" if rel is None else _fmt_ci(*rel)))
+            b_res, m_res = base.results(split), m.results(split)
+            if m is base or not b_res or not m_res:
+                row.append("-")
+            else:
+                r = retention(b_res, m_res)
+                row.append(f"{_fmt(r['retention'], 2)} ({r['retained']}/{r['base_solved']})")
+        rows.append(row)
+    doc.table(rows)
+    if base is not None:
+        doc.p(
+            "`/ base`: Pass@k of the model divided by the base model's on the same prompts, "
+            "with a paired bootstrap interval. Retention: share of the prompts the base model "
+            "solves (at least one correct sample) that the model still solves."
+        )
+
+    curves = {
+        split: {
+            m.name: {int(k): v for k, v in m.summaries[split]["pass@k"].items()} for m in present
+        }
+    }
+    bands = {
+        split: {
+            m.name: {int(k): tuple(v) for k, v in m.summaries[split]["pass@k_ci"].items()}
+            for m in present
+        }
+    }
+    path = plots.plot_pass_at_k(
+        curves, out / f"pass_at_k_{split}.png", intervals=bands, title=f"Pass@k on {split}"
+    )
+    doc.image(path, out, f"Pass@k on {split}")
+    if base is not None and len(present) > 1:
+        path = plots.plot_pass_at_k(
+            curves,
+            out / f"relative_pass_at_k_{split}.png",
+            relative_to=base.name,
+            title=f"Pass@k relative to {base.name} on {split}",
+        )
+        doc.image(path, out, f"relative Pass@k on {split}")
+
+    doc.h(3, "Diversity")
+    rows = [
+        [
+            "model",
+            "styles / prompt",
+            "1 style",
+            ">= 3 styles",
+            "correct styles / solved prompt",
+            "distinct correct answers",
+            "NLL / token",
+            "length (tokens)",
+        ]
+    ]
+    for m in present:
+        d, t = m.summaries[split]["diversity"], m.summaries[split]["tokens"]
+        rows.append(
+            [
+                m.name,
+                _fmt(d.get("mean_distinct_styles"), 2),
+                _fmt(d.get("share_one_style"), 2),
+                _fmt(d.get("share_3plus_styles"), 2),
+                _fmt(d.get("mean_distinct_correct_styles"), 2),
+                _fmt(d.get("mean_distinct_correct_answers"), 2),
+                _fmt(t.get("mean_nll_per_token"), 3),
+                _fmt(t.get("mean_response_tokens"), 1),
+            ]
+        )
+    doc.table(rows)
+    doc.p(
+        "Styles: the solution style of each sample (SQL: the query's syntactic shape from its "
+        "sqlglot AST; toy math: the solution method; see docs/evaluation.md), counted per "
+        "prompt over its n samples; `1 style` / `>= 3 styles`: share of prompts. NLL / token: "
+        "mean negative log-probability of the sampled tokens under the model (an estimate of "
+        "its per-token entropy at temperature 1 without top-p/top-k)."
+    )
+    counts = {
+        m.name: m.summaries[split]["diversity"]["style_counts"]
+        for m in present
+        if m.summaries[split]["diversity"]["style_counts"]
+    }
+    if counts:
+        path = plots.plot_style_histogram(
+            counts, out / f"styles_{split}.png", title=f"Solution styles on {split} (all samples)"
+        )
+        doc.image(path, out, f"styles on {split}")
+
+
+def _spark_section(
+    doc: _Doc,
+    out: Path,
+    runs: Sequence[ModelEval],
+    base: ModelEval,
+    words: Sequence[str],
+    split: str,
+    max_texts: int,
+) -> None:
+    results = base.results(split) or []
+    texts = [(r["prompt"], r["greedy"]["text"]) for r in results if r.get("greedy")][:max_texts]
+    base_model = base.model_path
+    if not texts or base_model is None:
+        doc.p("Spark words: skipped (the base evaluation has no greedy responses or model path).")
+        return
+    prompts, responses = [t[0] for t in texts], [t[1] for t in texts]
+    base_point = spark_word_curve([(0, base_model)], prompts, responses, words)
+    curves: dict[str, list[dict[str, Any]]] = {}
+    for m in runs:
+        ckpts = checkpoint_models(m.run_dir) if m.run_dir else []
+        if ckpts:
+            curves[m.name] = base_point + spark_word_curve(ckpts, prompts, responses, words)
+    doc.h(2, "Spark words")
+    if not curves:
+        doc.p("Spark words: skipped (no run has checkpoints).")
+        return
+    path = plots.plot_spark_words(
+        curves, words, out / "spark_words.png", title="Probability of starting a word"
+    )
+    doc.image(path, out, "spark words")
+    last = [["run", *[f"{w!r}" for w in words]]]
+    for name, points in curves.items():
+        last.append(
+            [f"{name} (step {points[-1]['step']})", *[f"{points[-1][w]:.2e}" for w in words]]
+        )
+    last.append([f"{base.name} (step 0)", *[f"{base_point[0][w]:.2e}" for w in words]])
+    doc.table(last)
+    doc.p(
+        f"Mean probability that the word's token sequence starts at a response position, over "
+        f"every position of the base model's greedy responses to {len(texts)} `{split}` "
+        "prompts, for every saved checkpoint (step 0 = the base model)."
+    )

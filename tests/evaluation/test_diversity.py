@@ -1,0 +1,89 @@
+import math
+
+import pytest
+import torch
+
+from divrl.evaluation.diversity import checkpoint_models, retention, spark_word_probability
+
+
+def test_retention_counts_base_solved_prompts():
+    base = [
+        {"id": "a", "correct": [True, False]},
+        {"id": "b", "correct": [False, True]},
+        {"id": "c", "correct": [False, False]},
+        {"id": "d", "correct": [True, True]},
+    ]
+    model = [
+        {"id": "a", "correct": [True, True]},
+        {"id": "b", "correct": [False, False]},
+        {"id": "c", "correct": [True, True]},  # newly solved: not part of retention
+    ]  # "d" missing: not retained
+    assert retention(base, model) == {"base_solved": 3, "retained": 1, "retention": 1 / 3}
+    assert math.isnan(retention([{"id": "x", "correct": [False]}], model)["retention"])
+
+
+CHARS = list("0123456789+=;:QA ")
+
+
+@pytest.fixture(scope="module")
+def tiny_lm():
+    """A random 2-layer Llama over single characters."""
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "</s>": 1, **{c: i + 2 for i, c in enumerate(CHARS)}}
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None))
+    backend.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="</s>")
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        eos_token_id=1,
+    )
+    return LlamaForCausalLM(cfg).eval(), tok
+
+
+@torch.no_grad()
+def brute_force(model, tok, prompt, response, word):
+    """Per position, the word's probability token by token with one forward pass each."""
+    p = tok(prompt, add_special_tokens=False)["input_ids"]
+    r = tok(response, add_special_tokens=False)["input_ids"]
+    w = tok(word, add_special_tokens=False)["input_ids"]
+    probs = []
+    for t in range(len(r) + 1):
+        ctx, prob = p + r[:t], 1.0
+        for tok_id in w:
+            logits = model(input_ids=torch.tensor([ctx])).logits[0, -1]
+            prob *= torch.softmax(logits.float(), -1)[tok_id].item()
+            ctx = [*ctx, tok_id]
+        probs.append(prob)
+    return sum(probs) / len(probs)
+
+
+def test_spark_word_probability_matches_token_by_token(tiny_lm):
+    model, tok = tiny_lm
+    prompts, responses = ["Q:1+2="], ["3;4"]
+    got = spark_word_probability(model, tok, prompts, responses, ["12", "7"], batch_size=3)
+    assert got["12"] == pytest.approx(brute_force(model, tok, "Q:1+2=", "3;4", "12"), rel=1e-4)
+    assert got["7"] == pytest.approx(brute_force(model, tok, "Q:1+2=", "3;4", "7"), rel=1e-4)
+    # a single-token word: probabilities of all single characters sum to <= 1 per position
+    singles = spark_word_probability(model, tok, prompts, responses, list("0123456789+=;:QA "))
+    assert 0.5 < sum(singles.values()) <= 1.0 + 1e-5
+    with pytest.raises(ValueError, match="one prompt per response"):
+        spark_word_probability(model, tok, prompts, [], ["7"])
+
+
+def test_checkpoint_models_sorted(tmp_path):
+    for step in (20, 5, 100):
+        d = tmp_path / "checkpoints" / f"step_{step:06d}" / "model"
+        d.mkdir(parents=True)
+        (d / "config.json").write_text("{}")
+    (tmp_path / "checkpoints" / ".tmp_step_000200" / "model").mkdir(parents=True)
+    assert [s for s, _ in checkpoint_models(tmp_path)] == [5, 20, 100]
