@@ -1,8 +1,17 @@
-"""Entry point of a verifier worker process (see :mod:`divrl.rewards.pool`).
+"""Entry points of the verifier processes (see :mod:`divrl.rewards.pool`).
 
-Protocol over two inherited pipe file descriptors: the worker sends ``"ready"`` once its
-imports are done, then answers each ``(verifier_bytes, solution, ground_truth,
-extra_info, timeout)`` with a :class:`ScoreResult`; ``None`` asks it to exit.
+``python -m divrl.rewards._worker --spawner FD``: the *spawner* imports the verifiers
+once, then forks a ready worker each time the pool asks (a byte ``F`` on the control
+socket), and hands the worker's socket back with its pid (SCM_RIGHTS). Forking from a
+single-threaded process that has already imported math-verify makes a replacement
+worker cost milliseconds instead of an interpreter start.
+
+``python -m divrl.rewards._worker RECV_FD SEND_FD``: a stand-alone worker on two pipes
+(the fallback when no spawner can run).
+
+Worker protocol: it sends ``"ready"``, then answers each pickled ``(verifier_bytes,
+solution, ground_truth, extra_info, timeout)`` with a :class:`ScoreResult`; ``None`` asks
+it to exit; end of file (the pool's process died) makes it exit too.
 """
 
 from __future__ import annotations
@@ -13,6 +22,20 @@ import pickle
 import sys
 import time
 from multiprocessing.connection import Connection
+
+
+def _setup() -> None:
+    # math-verify warns once per process that its own (signal) timeouts are off: they are
+    # off on purpose, the pool kills the worker at the time limit instead.
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    import math_verify  # noqa: F401  (preload: the first item should not pay the import)
+
+    import divrl.rewards  # noqa: F401  (registers the built-in verifiers)
+    from divrl.rewards.math_reward import _math_verify
+
+    # math-verify builds its parsers on first use (~0.3 s): do it once here, so that
+    # workers forked from the spawner start warm
+    _math_verify("\\frac{\\sqrt{2}}{2}", "\\frac{1}{\\sqrt{2}}")
 
 
 def _limit_memory() -> None:
@@ -30,15 +53,8 @@ def _limit_memory() -> None:
         pass  # not on this platform: the time limit still applies
 
 
-def main(recv_fd: int, send_fd: int) -> None:
-    recv = Connection(recv_fd, writable=False)
-    send = Connection(send_fd, readable=False)
-    # math-verify warns once per process that its own (signal) timeouts are off: they are
-    # off on purpose, the parent kills this process at the time limit instead.
-    logging.getLogger("math_verify").setLevel(logging.ERROR)
-    import math_verify  # noqa: F401  (preload: the first item should not pay the import)
-
-    import divrl.rewards  # noqa: F401  (registers the built-in verifiers)
+def serve(recv: Connection, send: Connection) -> None:
+    """The worker loop."""
     from divrl.rewards.types import ScoreResult
 
     _limit_memory()
@@ -48,7 +64,7 @@ def main(recv_fd: int, send_fd: int) -> None:
         try:
             msg = pickle.loads(recv.recv_bytes())
         except (EOFError, OSError):
-            return  # parent went away
+            return  # the pool's process went away
         if msg is None:
             return
         vbytes, solution, ground_truth, extra_info, timeout = msg
@@ -57,7 +73,7 @@ def main(recv_fd: int, send_fd: int) -> None:
             verifier = verifiers.get(vbytes)
             if verifier is None:
                 verifier = verifiers[vbytes] = pickle.loads(vbytes)
-            # leave a margin so cooperative limits (SQLite) answer before the parent kills
+            # leave a margin so cooperative limits (SQLite) answer before the pool kills
             deadline = start + max(0.05, timeout - max(0.05, 0.1 * timeout))
             result = verifier.verify(solution, ground_truth, extra_info, deadline)
             if not isinstance(result, ScoreResult):
@@ -74,5 +90,53 @@ def main(recv_fd: int, send_fd: int) -> None:
             return
 
 
+def spawner(ctl_fd: int) -> None:
+    """Fork ready workers on request; exits when the pool's end of ``ctl_fd`` closes."""
+    import signal
+    import socket
+    import struct
+
+    ctl = socket.socket(fileno=ctl_fd)
+    _setup()
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps exited workers
+    ctl.sendall(b"R")
+    while True:
+        try:
+            request = ctl.recv(1)
+        except OSError:
+            return
+        if not request:
+            return
+        ours, theirs = socket.socketpair()
+        pid = os.fork()
+        if pid == 0:  # the worker
+            code = 0
+            try:
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                ctl.close()
+                ours.close()
+                conn = Connection(theirs.detach())
+                serve(conn, conn)
+            except BaseException:
+                code = 1
+            finally:
+                os._exit(code)
+        theirs.close()
+        try:
+            socket.send_fds(ctl, [struct.pack("q", pid)], [ours.fileno()])
+        except OSError:
+            return
+        finally:
+            ours.close()
+
+
+def main(argv: list[str]) -> None:
+    if argv[0] == "--spawner":
+        spawner(int(argv[1]))
+    else:
+        _setup()
+        serve(Connection(int(argv[0]), writable=False), Connection(int(argv[1]), readable=False))
+
+
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]))
+    main(sys.argv[1:])

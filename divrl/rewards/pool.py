@@ -5,21 +5,26 @@ the interpreter) would hold its worker forever. Here each worker serves one item
 time over its own pipe; when an item overruns its limit the worker is killed and a fresh
 one is started in the background, and the other items carry on.
 
-Workers are plain ``python -m divrl.rewards._worker`` subprocesses, not
-``multiprocessing`` children: that works from daemonic processes (e.g. a
-``multiprocessing.Pool`` reward worker), never re-imports the caller's ``__main__``, and
-never forks a process that holds CUDA or threads. A worker imports the verifiers once, so
-starting one costs about an interpreter start plus the math-verify import; the pool is
-created lazily, reused across calls, grows to the largest ``max_workers`` asked for and
-is shut down at exit.
+Processes are started with ``subprocess`` (``python -m divrl.rewards._worker``), not
+``multiprocessing``: that works from daemonic processes (e.g. a ``multiprocessing.Pool``
+reward worker), never re-imports the caller's ``__main__``, and never forks the caller
+(which may hold CUDA or threads). One *spawner* process imports the verifiers once and
+forks workers on request, so a replacement worker is ready in milliseconds; where that is
+not possible, stand-alone worker subprocesses are used (each an interpreter start plus
+the math-verify import). The pool is created lazily, reused across calls, grows to the
+largest ``max_workers`` asked for and is shut down at exit.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import logging
 import os
 import pickle
+import signal
+import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -31,6 +36,8 @@ from typing import Any
 
 from divrl.rewards.types import ScoreResult
 
+logger = logging.getLogger(__name__)
+
 # Worker address-space limit: a runaway expression fails with MemoryError instead of
 # taking the machine's memory. Override with DIVRL_REWARD_WORKER_MEMORY_MB (0 = none).
 DEFAULT_WORKER_MEMORY_MB = 4096
@@ -41,33 +48,90 @@ def default_workers() -> int:
     return max(1, min(8, os.cpu_count() or 1))
 
 
-class _Worker:
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+class _Spawner:
+    """A process that has imported the verifiers and forks ready workers on request."""
+
     def __init__(self) -> None:
+        ours, theirs = socket.socketpair()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "divrl.rewards._worker", "--spawner", str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+            env=_child_env(),
+            close_fds=True,
+        )
+        theirs.close()
+        self.sock = ours
+        self.ready = False
+        self.lock = threading.Lock()
+
+    def fork(self) -> tuple[int, int]:
+        """(pid, socket fd) of a new worker; raises ``OSError`` if the spawner is gone."""
+        with self.lock:
+            if not self.ready:
+                self.sock.settimeout(_START_TIMEOUT)
+                if self.sock.recv(1) != b"R":
+                    raise OSError("the verifier spawner did not start")
+                self.ready = True
+            self.sock.sendall(b"F")
+            msg, fds, _, _ = socket.recv_fds(self.sock, 8, 1)
+            if len(msg) != 8 or len(fds) != 1:
+                raise OSError("the verifier spawner did not return a worker")
+            return struct.unpack("q", msg)[0], fds[0]
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()  # the spawner exits on end of file
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=2)
+        with contextlib.suppress(OSError):
+            self.proc.kill()
+
+
+class _Worker:
+    """One verifier process: forked by the spawner, or a stand-alone subprocess."""
+
+    def __init__(self, spawner: _Spawner | None) -> None:
+        self.started = time.monotonic()
+        self.ready = False
+        self.proc: subprocess.Popen | None = None
+        if spawner is not None:
+            self.pid, fd = spawner.fork()
+            self.send_conn = self.recv_conn = Connection(fd)
+            return
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-        env.setdefault("OMP_NUM_THREADS", "1")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "divrl.rewards._worker", str(to_child_r), str(from_child_w)],
             pass_fds=(to_child_r, from_child_w),
             stdin=subprocess.DEVNULL,
-            env=env,
+            env=_child_env(),
             close_fds=True,
         )
+        self.pid = self.proc.pid
         os.close(to_child_r)
         os.close(from_child_w)
         self.send_conn = Connection(to_child_w, readable=False)
         self.recv_conn = Connection(from_child_r, writable=False)
-        self.started = time.monotonic()
-        self.ready = False
 
     def kill(self) -> None:
+        # No wait: tearing down a process that holds gigabytes takes a while and the caller
+        # should not pay for it (the spawner's children are reaped by the kernel; a
+        # stand-alone worker by subprocess on a later poll).
         with contextlib.suppress(OSError):
-            self.proc.kill()
+            if self.proc is not None:
+                self.proc.kill()
+                self.proc.poll()
+            else:
+                os.kill(self.pid, signal.SIGKILL)
         self.close()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=5)
 
     def close(self) -> None:
         for conn in (self.send_conn, self.recv_conn):
@@ -86,6 +150,8 @@ class WorkerPool:
         self.pid = os.getpid()
         self.n_killed = 0
         self.n_started = 0
+        self._spawner: _Spawner | None = None
+        self._use_spawner = hasattr(socket, "send_fds") and hasattr(os, "fork")
 
     # -- checkout -------------------------------------------------------------------------
     def _checkout(self, n: int) -> list[_Worker]:
@@ -113,9 +179,24 @@ class WorkerPool:
             self._cond.notify_all()
 
     def _new_worker(self) -> _Worker:
+        worker = None
+        if self._use_spawner:
+            try:
+                if self._spawner is None:
+                    self._spawner = _Spawner()
+                worker = _Worker(self._spawner)
+            except OSError as e:
+                # e.g. the spawner was killed: start stand-alone workers from now on
+                logger.warning("verifier spawner unavailable (%s); starting workers directly", e)
+                self._use_spawner = False
+                if self._spawner is not None:
+                    self._spawner.close()
+                    self._spawner = None
+        if worker is None:
+            worker = _Worker(None)
         self._n_total += 1
         self.n_started += 1
-        return _Worker()
+        return worker
 
     def _replace(self, worker: _Worker) -> _Worker:
         worker.kill()
@@ -238,9 +319,13 @@ class WorkerPool:
                 w.send_conn.send(None)
         deadline = time.monotonic() + 2.0
         for w in workers:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                w.proc.wait(timeout=max(0.01, deadline - time.monotonic()))
+            if w.proc is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    w.proc.wait(timeout=max(0.01, deadline - time.monotonic()))
             w.kill()
+        if self._spawner is not None:
+            self._spawner.close()
+            self._spawner = None
 
 
 _POOL: WorkerPool | None = None
