@@ -372,6 +372,22 @@ class Trainer:
 
     # ------------------------------------------------------------------ rollouts
 
+    def _shard_positions(self) -> list[int]:
+        """Positions in the global prompt batch that this process rolls out.
+
+        Each mini-batch (a contiguous block of the global batch) is split evenly over the
+        processes, so a process's k-th mini-batch is its piece of the global k-th one and
+        every optimiser step sees the same prompts whatever the number of processes.
+        """
+        t = self.config.train
+        mini = t.mini_batch_size or t.prompts_per_step
+        piece = mini // self.world
+        return [
+            k * mini + self.rank * piece + j
+            for k in range(t.num_mini_batches)
+            for j in range(piece)
+        ]
+
     def collect(self) -> tuple[RolloutBatch, dict[str, float]]:
         """Roll out, score and (DAPO) filter this process's share of one step's prompts."""
         cfg, algo = self.config, self.config.algorithm
@@ -381,11 +397,9 @@ class Trainer:
         round_ = 0
         while True:
             global_idx = self.sampler.take(cfg.train.prompts_per_step)
-            offset = self.rank * per_rank
-            mine = global_idx[offset : offset + per_rank]
-            seeds = [
-                derive_seed(cfg.train.seed, self.step, round_, offset + j) for j in range(len(mine))
-            ]
+            positions = self._shard_positions()
+            mine = [global_idx[q] for q in positions]
+            seeds = [derive_seed(cfg.train.seed, self.step, round_, q) for q in positions]
             out = self.engine.generate(
                 [self.prompts[i].prompt_ids for i in mine],
                 self.params,
@@ -422,7 +436,7 @@ class Trainer:
                     stats["dapo/dropped_groups"] += 1
                     continue
                 if len(batch) // n < per_rank:
-                    batch.add_group(out, rows, rewards, scores, gid=round_ * 10**9 + offset + p)
+                    batch.add_group(out, rows, rewards, scores, gid=round_ * 10**9 + positions[p])
             round_ += 1
             if not algo.dynamic_sampling:
                 break
