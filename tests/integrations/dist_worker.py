@@ -1,0 +1,68 @@
+"""Worker of the 2-process test: `torchrun --nproc_per_node 2 dist_worker.py OUT_DIR`.
+
+Trains 2 steps with DPH-JS and Lp-Reg on (gloo, CPU) and writes ``OUT_DIR/rank<r>.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+torch.set_num_threads(1)
+
+from conftest import make_args, prompt_dataset, tiny_model, tiny_tokenizer  # noqa: E402
+from test_trl_integration import varied_reward  # noqa: E402
+
+from divrl.integrations import trl as integration  # noqa: E402
+
+
+def main(out: Path) -> None:
+    first: list[list[int]] = []
+    next_batch = integration._ReferenceStream.next_batch
+
+    def recording(self, *args, **kwargs):
+        batch = next_batch(self, *args, **kwargs)
+        if not first:
+            first.append(batch.input_ids.tolist())
+        return batch
+
+    integration._ReferenceStream.next_batch = recording
+    args = make_args(
+        out,
+        max_steps=2,
+        per_device_train_batch_size=4,
+        dph_divergence="js",
+        dph_reference_store=os.environ["DIVRL_TEST_STORE"],
+        dph_batch_size=1,
+        lp_reg=True,
+        lp_reg_rho=0.5,
+        ddp_backend="gloo",
+    )
+    model = tiny_model(0)
+    initial = float(sum(p.detach().double().sum() for p in model.parameters()))
+    trainer = integration.DivRLGRPOTrainer(
+        model=model,
+        reward_funcs=varied_reward,
+        args=args,
+        train_dataset=prompt_dataset(),
+        processing_class=tiny_tokenizer(),
+    )
+    trainer.train()
+    acc = trainer.accelerator
+    result = {
+        "world": acc.num_processes,
+        "initial_param_sum": initial,
+        "param_sum": float(sum(p.detach().double().sum() for p in trainer.model.parameters())),
+        "first_reference": first[0] if first else None,
+        "log_history": trainer.state.log_history,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"rank{acc.process_index}.json").write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
