@@ -275,29 +275,32 @@ def _check_answer(value: Any, name: str, fail) -> str:
 
 
 def _resolve_db(extra: dict, path: Path, db_dir, fail) -> str:
+    """Absolute path of the example's database: ``db_path`` first, then ``db_id``.
+
+    A ``db_path`` that does not exist (e.g. written on another machine) is not fatal when
+    ``db_id`` and ``db_dir`` can find the database instead.
+    """
     bases = [Path(db_dir)] if db_dir is not None else []
     bases.append(path.parent if not path.is_dir() else path)
+    tried: list[Path] = []
     if extra.get("db_path"):
         p = Path(str(extra["db_path"])).expanduser()
-        candidates = [p] if p.is_absolute() else [b / p for b in bases]
-        for c in candidates:
-            if c.is_file():
-                return str(c.resolve())
-        raise fail(
-            "extra_info.db_path", f"database not found (tried {', '.join(map(str, candidates))})"
-        )
-    if extra.get("db_id"):
-        db_id = str(extra["db_id"])
+        tried += [p] if p.is_absolute() else [b / p for b in bases]
+    db_id = str(extra["db_id"]) if extra.get("db_id") else None
+    if db_id is not None and db_dir is not None:
+        tried += [
+            Path(db_dir) / sub / f"{db_id}{suf}" for sub in (db_id, "") for suf in _DB_SUFFIXES
+        ]
+    for candidate in tried:
+        if candidate.is_file():
+            return str(candidate.resolve())
+    if extra.get("db_path"):
+        raise fail("extra_info.db_path", f"database not found (tried {', '.join(map(str, tried))})")
+    if db_id is not None:
         if db_dir is None:
             raise fail(
                 "extra_info.db_id", f"db_id {db_id!r} given but no database directory (db_dir)"
             )
-        candidates = [
-            Path(db_dir) / sub / f"{db_id}{suf}" for sub in (db_id, "") for suf in _DB_SUFFIXES
-        ]
-        for c in candidates:
-            if c.is_file():
-                return str(c.resolve())
         raise fail(
             "extra_info.db_id",
             f"no database for {db_id!r} under {db_dir} (looked for <db_id>/<db_id>.sqlite, "

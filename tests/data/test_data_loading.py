@@ -137,6 +137,12 @@ def test_sql_db_resolution(tmp_path, sql_dir):
     assert load_examples(rel)[0].extra_info["db_path"] == expected
     with pytest.raises(DataValidationError, match="no database directory"):
         load_examples(path)
+    # a db_path from another machine falls back to db_id under db_dir
+    moved = {**rows[0], "extra_info": {"db_path": "/elsewhere/shop.sqlite", "db_id": "shop"}}
+    moved_file = write_jsonl(tmp_path / "moved.jsonl", [moved])
+    assert load_examples(moved_file, db_dir=sql_dir)[0].extra_info["db_path"] == expected
+    with pytest.raises(DataValidationError, match=r"db_path'.*/elsewhere/shop.sqlite"):
+        load_examples(moved_file)
     with pytest.raises(DataValidationError, match="no database for 'other'"):
         load_examples(
             write_jsonl(tmp_path / "o.jsonl", [{**rows[0], "extra_info": {"db_id": "other"}}]),
