@@ -415,3 +415,28 @@ def test_two_process_torchrun_gloo(tmp_path, store):
     steps = [h for h in results[0]["log_history"] if "loss" in h]
     assert len(steps) == 2
     assert all("divrl/dph/divergence" in h and "divrl/lp_reg/num_selected" in h for h in steps)
+
+
+def test_integrations_package_does_not_import_trl():
+    code = "import sys, divrl.integrations; sys.exit('trl' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0
+
+
+def test_reference_draws_cycle_split_by_rank_and_resume(store):
+    cpu = torch.device("cpu")
+
+    def stream():
+        return integration._ReferenceStream(str(store), 1.0, seed=5, pad_token_id=0)
+
+    n = len(ReferenceStore(store))
+    # two processes, 2 samples each per micro-batch, 4 micro-batches: 16 draws over a 6-sample store
+    ranks = [stream(), stream()]
+    batches = [[ranks[r].next_batch(2, r, 2, cpu) for r in range(2)] for _ in range(4)]
+    order = [tuple(row) for step in batches for b in step for row in b.input_ids.tolist()]
+    assert len(set(order[:n])) == n  # a pass visits every sample once, across the ranks
+    # a run resumed after 2 micro-batches draws what the uninterrupted run drew next
+    resumed = stream()
+    resumed.seek(2 * 2 * 2)
+    again = resumed.next_batch(2, 1, 2, cpu)
+    assert torch.equal(again.input_ids, batches[2][1].input_ids)
+    assert torch.equal(again.ref_log_probs, batches[2][1].ref_log_probs)
