@@ -1,0 +1,311 @@
+"""Build and cache the toy world: databases, data splits and the supervised base model.
+
+``ensure_toy_world()`` is the entry point. A world lives in
+``<cache_dir>/<size>-seed<seed>-<hash>/`` where the hash covers every generator, model and
+training setting, so changing any of them builds a new world and a second call with the
+same settings returns the cached one at once. A world is built in a temporary directory
+next to its final place and renamed into it, so an interrupted build leaves nothing that
+looks finished.
+
+Layout::
+
+    world.json          manifest: seed, size, settings, timings, final SFT loss
+    db/<db_id>.sqlite   the toy SQL databases (train and held-out schemas)
+    data/<split>.jsonl  train, test, cross_domain, ood_math (verl rows)
+    model/              the base model and its tokenizer (``from_pretrained``-loadable)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import random
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from divrl.data import Example, toy_math, toy_sql, write_examples
+from divrl.toy.model import ToyModelConfig, build_model
+from divrl.toy.sft import SFTConfig, train_sft
+from divrl.toy.tokenizer import ANSWER_MARKER, build_tokenizer
+
+#: Bump when generated data or training would change for the same settings.
+BUILD_VERSION = "1"
+SPLITS = ("train", "test", "cross_domain", "ood_math")
+
+
+@dataclass(frozen=True)
+class ToyWorldConfig:
+    """Everything that determines a toy world besides the seed."""
+
+    sql: toy_sql.ToySQLConfig = field(default_factory=toy_sql.ToySQLConfig)
+    math: toy_math.ToyMathConfig = field(default_factory=toy_math.ToyMathConfig)
+    model: ToyModelConfig = field(default_factory=ToyModelConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    n_train: int = field(default=1024, metadata={"help": "RL training prompts (SQL)"})
+    n_test: int = field(default=256, metadata={"help": "in-domain test prompts (SQL)"})
+    n_cross: int = field(default=256, metadata={"help": "cross-domain prompts (held-out dbs)"})
+    n_math: int = field(default=256, metadata={"help": "out-of-domain math prompts"})
+    sft_math_share: float = field(
+        default=0.25, metadata={"help": "share of math problems in the supervised corpus"}
+    )
+
+    def __post_init__(self) -> None:
+        if min(self.n_train, self.n_test, self.n_cross, self.n_math) < 1:
+            raise ValueError("every split needs at least one prompt")
+        if not 0.0 <= self.sft_math_share <= 1.0:
+            raise ValueError("sft_math_share must be in [0, 1]")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+SIZES: dict[str, ToyWorldConfig] = {
+    "full": ToyWorldConfig(),
+    # seconds-long: for tests that need a world that loads, generates and scores
+    "tiny": ToyWorldConfig(
+        sql=toy_sql.ToySQLConfig(n_train_dbs=4, n_cross_dbs=2, rows=12, parents=3),
+        model=ToyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64),
+        sft=SFTConfig(steps=30, batch_size=16, lr=3e-3, warmup_steps=3, threads=1),
+        n_train=64,
+        n_test=16,
+        n_cross=16,
+        n_math=16,
+    ),
+}
+
+
+@dataclass(frozen=True)
+class ToyWorld:
+    """A built toy world (paths are absolute)."""
+
+    root: Path
+    model_dir: Path
+    data_dir: Path
+    db_dir: Path
+    splits: dict[str, Path]
+    seed: int
+    size: str
+
+    @classmethod
+    def load(cls, root: str | Path) -> ToyWorld:
+        root = Path(root).resolve()
+        manifest = json.loads((root / "world.json").read_text())
+        return cls(
+            root=root,
+            model_dir=root / "model",
+            data_dir=root / "data",
+            db_dir=root / "db",
+            splits={s: root / "data" / f"{s}.jsonl" for s in SPLITS},
+            seed=manifest["seed"],
+            size=manifest["size"],
+        )
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        return json.loads((self.root / "world.json").read_text())
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("DIVRL_CACHE_DIR")
+    return Path(env) / "toy" if env else Path.home() / ".cache" / "divrl" / "toy"
+
+
+def world_key(seed: int, size: str, cfg: ToyWorldConfig) -> str:
+    blob = json.dumps(
+        {"version": BUILD_VERSION, "seed": seed, "size": size, "config": cfg.to_dict()},
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def ensure_toy_world(
+    cache_dir: str | Path | None = None,
+    *,
+    seed: int = 0,
+    size: str = "full",
+    progress: bool = True,
+) -> ToyWorld:
+    """Return the toy world for (``seed``, ``size``), building it first if it is not cached.
+
+    ``size="full"`` trains the base model of the benchmark (minutes on 2 CPU cores);
+    ``size="tiny"`` builds a seconds-long miniature for tests. The cache directory defaults
+    to ``$DIVRL_CACHE_DIR/toy`` or ``~/.cache/divrl/toy``.
+    """
+    if size not in SIZES:
+        raise ValueError(f"unknown toy world size {size!r}; choose one of {sorted(SIZES)}")
+    cfg = SIZES[size]
+    cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    final = (cache / f"{size}-seed{seed}-{world_key(seed, size, cfg)}").resolve()
+    if (final / "world.json").exists():
+        return ToyWorld.load(final)
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=cache))
+    try:
+        build_world(tmp, final, seed=seed, size=size, cfg=cfg, progress=progress)
+        try:
+            tmp.rename(final)
+        except OSError:
+            # another process finished the same world first; theirs is identical
+            if not (final / "world.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return ToyWorld.load(final)
+
+
+def build_world(
+    out: Path, final: Path, *, seed: int, size: str, cfg: ToyWorldConfig, progress: bool = True
+) -> None:
+    """Write a world into ``out``; rows point at databases under ``final`` (its home after
+    the rename)."""
+    start = time.time()
+    timings: dict[str, float] = {}
+    for sub in ("db", "data", "model"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+
+    train_schemas, cross_schemas = toy_sql.make_schemas(cfg.sql, seed)
+    train_dbs = [toy_sql.make_database(s, cfg.sql, seed) for s in train_schemas]
+    cross_dbs = [toy_sql.make_database(s, cfg.sql, seed) for s in cross_schemas]
+    for db in train_dbs + cross_dbs:
+        toy_sql.write_sqlite(db, out / "db" / f"{db.schema.db_id}.sqlite")
+
+    rng = random.Random(f"toy-world-splits-{seed}")
+    split_qs = toy_sql.sample_questions(
+        rng, train_dbs, cfg.n_train + cfg.n_test, cfg.sql, cfg.sql.hard_share
+    )
+    train_qs, test_qs = split_qs[: cfg.n_train], split_qs[cfg.n_train :]
+    cross_qs = toy_sql.sample_questions(
+        rng, cross_dbs, cfg.n_cross, cfg.sql, cfg.sql.cross_hard_share
+    )
+    math_ps = _distinct_problems(rng, cfg.n_math, exclude=set())
+    rows = {
+        "train": [_sql_row(q, i, "train", final) for i, (q, _) in enumerate(train_qs)],
+        "test": [_sql_row(q, i, "test", final) for i, (q, _) in enumerate(test_qs)],
+        "cross_domain": [
+            _sql_row(q, i, "cross_domain", final) for i, (q, _) in enumerate(cross_qs)
+        ],
+        "ood_math": [_math_row(p, i) for i, p in enumerate(math_ps)],
+    }
+    for name, examples in rows.items():
+        write_examples(examples, out / "data" / f"{name}.jsonl")
+    timings["data_seconds"] = time.time() - start
+
+    # the supervised corpus: fresh questions on the training databases (never the test
+    # prompts) and math problems (never the ood_math prompts), with sampled styles and errors
+    tokenizer = build_tokenizer(cfg.model.max_length)
+    held_out = {toy_sql.prompt_text(q) for q, _ in test_qs}
+    held_out_math = {toy_math.prompt_text(p) for p in math_ps}
+    corpus = sft_corpus(cfg, seed, train_dbs, held_out, held_out_math)
+    pairs = encode_pairs(tokenizer, corpus, cfg.model.max_length)
+
+    model = build_model(cfg.model, tokenizer, seed)
+    stats = train_sft(model, pairs, cfg.sft, tokenizer.pad_token_id, seed, progress=progress)
+    model.save_pretrained(out / "model")
+    tokenizer.save_pretrained(out / "model")
+
+    manifest = {
+        "seed": seed,
+        "size": size,
+        "key": world_key(seed, size, cfg),
+        "build_version": BUILD_VERSION,
+        "config": cfg.to_dict(),
+        "n_parameters": sum(p.numel() for p in model.parameters()),
+        "sft_examples": len(pairs),
+        "splits": {name: len(r) for name, r in rows.items()},
+        "answer_marker": ANSWER_MARKER,
+        **timings,
+        **stats,
+        "build_seconds": time.time() - start,
+    }
+    (out / "world.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def sft_corpus(
+    cfg: ToyWorldConfig,
+    seed: int,
+    dbs: list[toy_sql.Database],
+    held_out: set[str],
+    held_out_math: set[str],
+) -> list[tuple[str, str]]:
+    """(prompt, response) pairs for ``steps * batch_size`` supervised examples."""
+    rng = random.Random(f"toy-world-sft-{seed}")
+    out: list[tuple[str, str]] = []
+    n = cfg.sft.steps * cfg.sft.batch_size
+    while len(out) < n:
+        if rng.random() < cfg.sft_math_share:
+            p = toy_math.sample_problem(rng)
+            if toy_math.prompt_text(p) in held_out_math:
+                continue
+            text, _, _ = toy_math.sample_response(p, rng, cfg.math)
+            out.append((toy_math.prompt_text(p) + ANSWER_MARKER, text))
+        else:
+            db = rng.choice(dbs)
+            family = toy_sql.sample_family(rng, cfg.sql)
+            q = toy_sql.sample_question(rng, db, family, rng.random() < cfg.sql.hard_share)
+            if toy_sql.prompt_text(q) in held_out:
+                continue
+            query, _, _ = toy_sql.sample_response(q, db, rng, cfg.sql)
+            out.append((toy_sql.prompt_text(q) + ANSWER_MARKER, query))
+    return out
+
+
+def encode_pairs(
+    tokenizer, corpus: list[tuple[str, str]], max_length: int
+) -> list[tuple[list[int], list[int]]]:
+    """Token ids of (prompt, response + eos); prompt and response are encoded separately,
+    exactly as a sampler that appends a response to the encoded prompt sees them."""
+    prompts = tokenizer([p for p, _ in corpus])["input_ids"]
+    responses = tokenizer([r for _, r in corpus])["input_ids"]
+    pairs = [(p, [*r, tokenizer.eos_token_id]) for p, r in zip(prompts, responses, strict=True)]
+    longest = max(len(p) + len(r) for p, r in pairs)
+    if longest > max_length:
+        raise ValueError(f"an SFT example has {longest} tokens > max_length {max_length}")
+    return pairs
+
+
+def _distinct_problems(rng: random.Random, n: int, exclude: set[str]) -> list[toy_math.MathProblem]:
+    seen, out = set(exclude), []
+    while len(out) < n:
+        p = toy_math.sample_problem(rng)
+        if toy_math.prompt_text(p) not in seen:
+            seen.add(toy_math.prompt_text(p))
+            out.append(p)
+    return out
+
+
+def _sql_row(q: toy_sql.Question, index: int, split: str, root: Path) -> Example:
+    return Example(
+        id=f"{split}-{index}",
+        prompt=toy_sql.prompt_text(q) + ANSWER_MARKER,
+        data_source="toy_sql",
+        ground_truth=toy_sql.gold_query(q),
+        extra_info={
+            "index": index,
+            "split": split,
+            "db_id": q.db.db_id,
+            "db_path": str(root / "db" / f"{q.db.db_id}.sqlite"),
+            "family": q.family,
+            "hard": q.hard,
+        },
+    )
+
+
+def _math_row(p: toy_math.MathProblem, index: int) -> Example:
+    return Example(
+        id=f"ood_math-{index}",
+        prompt=toy_math.prompt_text(p) + ANSWER_MARKER,
+        data_source="toy_math",
+        ground_truth=str(p.answer),
+        extra_info={"index": index, "split": "ood_math", "family": p.template, "hard": False},
+    )
+
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]

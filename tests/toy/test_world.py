@@ -1,0 +1,78 @@
+import time
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from divrl.data import load_examples
+from divrl.rewards import compute_score
+from divrl.toy import ANSWER_MARKER, SPLITS, ensure_toy_world, read_rows
+from divrl.toy.measure import MeasureConfig, check_targets, measure_base_model
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("toy")
+    start = time.time()
+    world = ensure_toy_world(cache, size="tiny", progress=False)
+    return world, cache, time.time() - start
+
+
+@pytest.mark.slow
+def test_tiny_build_is_cached(tiny):
+    world, cache, build_seconds = tiny
+    start = time.time()
+    again = ensure_toy_world(cache, size="tiny", progress=False)
+    assert again.root == world.root
+    assert time.time() - start < min(1.0, build_seconds / 5)
+    assert [p.name for p in cache.iterdir() if p.name.startswith(".")] == []  # no leftovers
+    other = ensure_toy_world(cache, size="tiny", seed=1, progress=False)
+    assert other.root != world.root
+    assert read_rows(other.splits["train"]) != read_rows(world.splits["train"])
+
+
+@pytest.mark.slow
+def test_tiny_splits_are_valid_and_gold_scores_1(tiny):
+    world, _, _ = tiny
+    assert set(world.splits) == set(SPLITS)
+    prompts = {}
+    for split, path in world.splits.items():
+        examples = load_examples(path)  # validates the verl schema and the databases
+        rows = read_rows(path)
+        assert len(examples) == len(rows) == world.manifest["splits"][split] > 0
+        assert all(r["prompt"].endswith(ANSWER_MARKER) for r in rows)
+        prompts[split] = {r["prompt"] for r in rows}
+        for row in rows[:8]:
+            gold = row["reward_model"]["ground_truth"]
+            assert compute_score(row["data_source"], gold, gold, row["extra_info"]) == 1.0
+    assert prompts["train"].isdisjoint(prompts["test"])
+    train_dbs = {r["extra_info"]["db_id"] for r in read_rows(world.splits["train"])}
+    cross_dbs = {r["extra_info"]["db_id"] for r in read_rows(world.splits["cross_domain"])}
+    assert train_dbs.isdisjoint(cross_dbs)
+
+
+@pytest.mark.slow
+def test_tiny_model_reloads_and_generates(tiny):
+    world, _, _ = tiny
+    model = AutoModelForCausalLM.from_pretrained(world.model_dir)
+    tok = AutoTokenizer.from_pretrained(world.model_dir)
+    assert model.config.model_type == "llama" and model.dtype == torch.float32
+    prompt = read_rows(world.splits["test"])[0]["prompt"]
+    enc = tok([prompt], return_tensors="pt")
+    torch.manual_seed(0)
+    out = model.generate(**enc, do_sample=True, max_new_tokens=12, top_k=0)
+    text = tok.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+    assert out.shape[1] > enc["input_ids"].shape[1] and isinstance(text, str)
+
+
+@pytest.mark.slow
+def test_measure_reports_every_split(tiny):
+    world, _, _ = tiny
+    m = measure_base_model(
+        world, MeasureConfig(n_samples=4, n_train_samples=2, max_prompts=4), progress=False
+    )
+    assert set(m["splits"]) == set(SPLITS)
+    test = m["splits"]["test"]
+    assert 0.0 <= test["pass@1"] <= test["pass@2"] <= test["pass@4"] <= 1.0
+    assert len(check_targets(m)) == 5
+    assert (world.root / "measurements.json").exists()
