@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.divrl-installed
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup test lint format clean
+.PHONY: setup test lint format clean bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
+
+# Performance measurements (not tests): JSON + Markdown under benchmarks/results/.
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks.run_all
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

@@ -56,7 +56,7 @@ def run_child(module: str, args: dict[str, Any], timeout: float = 600) -> dict[s
     A fresh process per case makes the peak-RSS reading belong to that case alone.
     """
     proc = subprocess.run(
-        [sys.executable, "-m", module],
+        [sys.executable, "-m", module, "--child"],
         input=json.dumps(args),
         capture_output=True,
         text=True,

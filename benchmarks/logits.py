@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    if not sys.stdin.isatty() and len(sys.argv) == 1:
+    if sys.argv[1:] == ["--child"]:
         print(json.dumps(child(json.loads(sys.stdin.read()))))
     else:
         sys.exit(main())

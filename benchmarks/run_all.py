@@ -1,0 +1,41 @@
+"""``make bench``: every benchmark in turn, then one combined Markdown table.
+
+Each benchmark writes ``benchmarks/results/<name>.json`` and ``.md``; this script writes
+``benchmarks/results/summary.md`` from them. Sizes are chosen to finish in under 20
+minutes on 2 CPU cores; pass a benchmark's own flags by running it directly
+(``python -m benchmarks.<name> --help``).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from benchmarks import logits, rollout, step_time
+from benchmarks.common import RESULTS_DIR, machine
+
+BENCHMARKS = {
+    "step_time": (step_time.main, ["--steps", "3", "--repeats", "2"]),
+    "rollout": (rollout.main, ["--repeats", "3"]),
+    "logits": (logits.main, ["--lengths", "1024", "2048", "8192", "--repeats", "2"]),
+}
+
+
+def main() -> int:
+    parts = [f"# divrl benchmarks\n\nMachine: `{machine()}`\n"]
+    for name, (fn, args) in BENCHMARKS.items():
+        start = time.perf_counter()
+        print(f"== {name} {' '.join(args)}", flush=True)
+        fn(args)
+        elapsed = time.perf_counter() - start
+        table = (RESULTS_DIR / f"{name}.md").read_text()
+        parts.append(
+            f"## {name} (`python -m benchmarks.{name} {' '.join(args)}`, {elapsed:.0f} s)\n\n{table}"
+        )
+    (RESULTS_DIR / "summary.md").write_text("\n".join(parts))
+    print(f"wrote {RESULTS_DIR / 'summary.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

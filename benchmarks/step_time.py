@@ -1,0 +1,242 @@
+"""Trainer step time and peak memory per method, side by side on the same model and batch.
+
+Cases (each in its own process, so the peak RSS is that method's alone), all on the same
+random-init Llama, the same prompts and response lengths, and a cheap deterministic reward
+so that verifier time does not blur the comparison:
+
+- ``grpo``: the clipped surrogate only;
+- ``grpo_rkl``: GRPO + online reverse KL (k3, beta 0.01): loads a frozen reference model
+  and runs its forward every step;
+- ``dph_js``: DPH-JS (eta 0.2) on a presampled reference store, one reference sample per
+  8 rollouts; no reference model;
+- ``lp_reg``: on-policy Lp-Reg, the proxy from the training forward's own logits.
+
+Goals (issue 9): dph_js <= 0.85x grpo_rkl time with no reference model in memory; lp_reg
+<= 1.05x grpo time and memory.
+
+    python -m benchmarks.step_time [--steps 4] [--repeats 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+CASES = {
+    "grpo": [],
+    "grpo_rkl": ["algorithm.kl_coef=0.01", "algorithm.kl_estimator=k3"],
+    "dph_js": [
+        "algorithm.divergence=js",
+        "algorithm.divergence_coef=0.2",
+        "reference.per_step={ref_per_step}",
+    ],
+    "lp_reg": [
+        "algorithm.policy_loss=lp_reg",
+        "algorithm.clip_low=1.0",
+        "algorithm.clip_high=9.0",
+    ],
+}
+
+
+def reward_fn(items: list[dict]) -> list[float]:
+    """Deterministic, cheap: a quarter of the prompts always 'solved', else by text parity."""
+    out = []
+    for item in items:
+        gt = str(item["ground_truth"])
+        solved = sum(map(ord, gt)) % 4 == 0
+        out.append(1.0 if solved else float(sum(map(ord, item["solution_str"])) % 2))
+    return out
+
+
+def base_overrides(work: Path, args: argparse.Namespace) -> list[str]:
+    return [
+        f"model.path={work / 'model'}",
+        f"data.train_path={work / 'toy' / 'train.jsonl'}",
+        "data.max_prompt_length=64",
+        f"rollout.n={args.n}",
+        f"rollout.max_new_tokens={args.response_len}",
+        "rollout.seeded=false",
+        f"rollout.batch_size={args.prompts}",
+        f"train.prompts_per_step={args.prompts}",
+        f"train.micro_batch_size={args.micro}",
+        f"train.total_steps={args.steps + 1}",
+        "optim.lr=1e-5",
+        f"reference.store={work / 'reference'}",
+        "reference.k=4",
+        f"logging.output_dir={work / 'runs'}",
+        "logging.tensorboard=false",
+        "logging.progress=false",
+        "checkpoint.save_every=0",
+        "checkpoint.save_final=false",
+    ]
+
+
+def prepare(work: Path, args: argparse.Namespace) -> None:
+    """Toy data + tokenizer, a bigger random-init Llama on them, and a reference store."""
+    import shutil
+
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from divrl.toy import ensure_toy_world
+    from divrl.training.config import load_config
+    from divrl.training.presample import presample
+
+    world = ensure_toy_world(work / "toycache", size="tiny", progress=False)
+    (work / "toy").mkdir(parents=True, exist_ok=True)
+    shutil.copy(world.splits["train"], work / "toy" / "train.jsonl")
+    tokenizer = AutoTokenizer.from_pretrained(world.model_dir)
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=args.hidden,
+        intermediate_size=args.hidden * 8 // 3,
+        num_hidden_layers=args.layers,
+        num_attention_heads=max(1, args.hidden // 64),
+        max_position_embeddings=512,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = LlamaForCausalLM(config)
+    model.save_pretrained(work / "model")
+    tokenizer.save_pretrained(work / "model")
+    cfg = load_config(None, base_overrides(work, args))
+    presample(cfg, reward_fn=reward_fn, progress=False)
+
+
+def child(args: dict) -> dict:
+    import time
+
+    import torch
+
+    from benchmarks.common import peak_rss_bytes
+    from divrl.training.config import load_config
+    from divrl.training.trainer import Trainer
+
+    torch.set_num_threads(args["threads"])
+    config = load_config(None, args["overrides"])
+    trainer = Trainer(config, reward_fn=reward_fn)
+    times, rollout, update = [], [], []
+    for step in range(args["steps"] + 1):
+        t0 = time.perf_counter()
+        metrics = trainer.train_step()
+        if step > 0:  # the first step warms up allocators and caches
+            times.append(time.perf_counter() - t0)
+            rollout.append(metrics["time/rollout"])
+            update.append(metrics["time/update"])
+    params = sum(p.numel() for p in trainer.model.parameters())
+    return {
+        "step_times": times,
+        "rollout_times": rollout,
+        "update_times": update,
+        "peak_rss_bytes": peak_rss_bytes(),
+        "reference_model_loaded": trainer.ref_model is not None,
+        "params": params,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    from benchmarks.common import markdown_table, run_child, summary, write_results
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=4, help="timed steps per repeat")
+    parser.add_argument("--repeats", type=int, default=1, help="processes per case")
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--n", type=int, default=8)
+    parser.add_argument("--response-len", type=int, default=64)
+    parser.add_argument("--micro", type=int, default=16)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    opts = parser.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="divrl-bench-step-"))
+    prepare(work, opts)
+    ref_per_step = max(1, opts.prompts * opts.n // 8)
+    results: dict[str, dict] = {}
+    for repeat in range(opts.repeats):
+        for name, extra in CASES.items():
+            overrides = base_overrides(work, opts) + [
+                e.format(ref_per_step=ref_per_step) for e in extra
+            ]
+            out = run_child(
+                "benchmarks.step_time",
+                {"overrides": overrides, "steps": opts.steps, "threads": opts.threads},
+            )
+            agg = results.setdefault(name, {"step_times": [], "peak_rss_bytes": [], "raw": []})
+            agg["step_times"] += out["step_times"]
+            agg["peak_rss_bytes"].append(out["peak_rss_bytes"])
+            agg["raw"].append(out)
+            print(f"[{repeat}] {name}: {summary(out['step_times'])}", file=sys.stderr, flush=True)
+
+    def med(name: str) -> float:
+        return summary(results[name]["step_times"])["median"]
+
+    def mem(name: str) -> float:
+        return max(results[name]["peak_rss_bytes"]) / 2**20
+
+    rows = []
+    for name in CASES:
+        s = summary(results[name]["step_times"])
+        rows.append(
+            [
+                name,
+                f"{s['median']:.3f} [{s['min']:.3f}, {s['max']:.3f}]",
+                f"{mem(name):.0f}",
+                str(results[name]["raw"][0]["reference_model_loaded"]),
+            ]
+        )
+    dph_ratio = med("dph_js") / med("grpo_rkl")
+    lp_time = med("lp_reg") / med("grpo")
+    lp_mem = mem("lp_reg") / mem("grpo")
+    dph_noref = not any(r["reference_model_loaded"] for r in results["dph_js"]["raw"])
+    goals = [
+        [
+            "dph_js / grpo_rkl time",
+            f"{dph_ratio:.3f}x",
+            "<= 0.85x, no reference model",
+            "met" if dph_ratio <= 0.85 and dph_noref else "not met",
+        ],
+        [
+            "lp_reg / grpo time",
+            f"{lp_time:.3f}x",
+            "<= 1.05x",
+            "met" if lp_time <= 1.05 else "not met",
+        ],
+        [
+            "lp_reg / grpo peak memory",
+            f"{lp_mem:.3f}x",
+            "<= 1.05x",
+            "met" if lp_mem <= 1.05 else "not met",
+        ],
+    ]
+    table = markdown_table(
+        ["method", "step time s (median [min, max])", "peak RSS MiB", "reference model"], rows
+    )
+    table += "\n" + markdown_table(["ratio", "measured", "goal", "status"], goals)
+    payload = {
+        "settings": {k: v for k, v in vars(opts).items()},
+        "ref_per_step": ref_per_step,
+        "results": {k: {**v, "summary": summary(v["step_times"])} for k, v in results.items()},
+        "ratios": {
+            "dph_js_vs_grpo_rkl": dph_ratio,
+            "lp_reg_vs_grpo_time": lp_time,
+            "lp_reg_vs_grpo_memory": lp_mem,
+        },
+    }
+    path = write_results("step_time", payload, table)
+    print(table)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--child"]:
+        print(json.dumps(child(json.loads(sys.stdin.read()))))
+    else:
+        sys.exit(main())
