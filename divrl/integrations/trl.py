@@ -495,7 +495,13 @@ class DivRLGRPOTrainer(GRPOTrainer):
             text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
             scaled = [
                 name
-                for name in ("final_logit_softcapping", "logit_scale", "logits_scaling")
+                for name in (
+                    "final_logit_softcapping",
+                    "logit_scale",
+                    "output_multiplier",
+                    "lm_head_multiplier",
+                    "logits_scaling",
+                )
                 if getattr(text_config, name, None) not in (None, 1.0)
             ]
             if scaled:

@@ -1,112 +1,11 @@
-"""Tiny things for the TRL integration tests: a char-level tokenizer, a 2-layer Llama, a
-prompt set, a reward and a DPH reference store, all built in the test (CPU, fp32)."""
+"""Session fixtures of the TRL integration tests (helpers live in trl_helpers.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-import torch
-
-pytest.importorskip("trl")
-
-CHARS = list("0123456789+= ")
-PROMPTS = [f"{a}+{b}=" for a, b in [(1, 2), (3, 4), (5, 6), (7, 8), (2, 9), (4, 4)]]
-
-
-def tiny_tokenizer():
-    from tokenizers import Tokenizer, decoders, models
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{c: i + 3 for i, c in enumerate(CHARS)}}
-    backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None))
-    backend.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend, pad_token="<pad>", bos_token="<s>", eos_token="</s>"
-    )
-
-
-def tiny_model(seed: int = 0):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        vocab_size=3 + len(CHARS),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-        tie_word_embeddings=False,
-        # wider than the default 0.02, so next-token distributions are far from uniform
-        initializer_range=0.3,
-    )
-    return LlamaForCausalLM(cfg).float()
-
-
-def count_ones_reward(completions, **kwargs) -> list[float]:
-    return [float(c.count("1")) for c in completions]
-
-
-def prompt_dataset():
-    from datasets import Dataset
-
-    return Dataset.from_dict({"prompt": PROMPTS})
-
-
-def write_store(path: Path, model, tokenizer, seed: int = 0, temperature: float = 1.0) -> Path:
-    """A reference store of random responses (lengths 2 to 6) to every prompt, with their
-    log-probs under ``model``, each computed on its own unpadded sequence."""
-    from divrl.algorithms import token_log_probs
-    from divrl.training.reference_store import ReferenceSample, write_reference_store
-
-    gen = torch.Generator().manual_seed(seed)
-    samples = []
-    with torch.no_grad():
-        for i, prompt in enumerate(PROMPTS):
-            prompt_ids = tokenizer(prompt)["input_ids"]
-            length = int(torch.randint(2, 7, (1,), generator=gen))
-            response = torch.randint(3, 3 + len(CHARS), (length,), generator=gen).tolist()
-            ids = torch.tensor([prompt_ids + response])
-            logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1]
-            lp = token_log_probs(logits, torch.tensor(response), temperature)
-            samples.append(
-                ReferenceSample(
-                    f"p{i}", prompt_ids, response, lp.tolist(), tokenizer.decode(response)
-                )
-            )
-    prompts = [
-        {"prompt_id": s.prompt_id, "n_correct": 8, "split": "near_perfect", "has_reference": True}
-        for s in samples
-    ]
-    manifest = {"model": "tiny", "log_prob_temperature": temperature}
-    return write_reference_store(path, samples, prompts, manifest)
-
-
-def make_args(tmp_path: Path, **overrides):
-    from divrl.integrations.trl import DivRLGRPOConfig
-
-    kwargs = dict(
-        output_dir=str(tmp_path / "out"),
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=6,
-        max_steps=2,
-        learning_rate=1e-2,
-        logging_steps=1,
-        bf16=False,
-        use_cpu=True,
-        report_to=[],
-        save_strategy="no",
-        seed=0,
-        disable_dropout=True,
-    )
-    kwargs.update(overrides)
-    return DivRLGRPOConfig(**kwargs)
+from trl_helpers import tiny_model, tiny_tokenizer, write_store
 
 
 @pytest.fixture(scope="session")

@@ -14,8 +14,13 @@ import torch
 
 torch.set_num_threads(1)
 
-from conftest import make_args, prompt_dataset, tiny_model, tiny_tokenizer  # noqa: E402
-from test_trl_integration import varied_reward  # noqa: E402
+from trl_helpers import (  # noqa: E402
+    make_args,
+    prompt_dataset,
+    tiny_model,
+    tiny_tokenizer,
+    varied_reward,
+)
 
 from divrl.integrations import trl as integration  # noqa: E402
 

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import (
+from trl_helpers import (
     PROMPTS,
     count_ones_reward,
     make_args,
     prompt_dataset,
     tiny_model,
+    varied_reward,
 )
 
 trl = pytest.importorskip("trl")
@@ -43,11 +44,6 @@ from divrl.training.reference_store import ReferenceStore  # noqa: E402
 from divrl.training.sampling import EpochSampler  # noqa: E402
 
 torch.set_num_threads(1)
-
-
-def varied_reward(completions, **kwargs) -> list[float]:
-    """Differs between completions of one prompt, so most groups have advantages."""
-    return [float(sum(ord(ch) % 3 for ch in c)) for c in completions]
 
 
 def build(trainer_cls, args, tokenizer, model=None):
