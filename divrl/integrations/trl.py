@@ -23,8 +23,8 @@ import inspect
 import math
 import os
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -342,18 +342,22 @@ def _proxy_from_hidden(
     tokens: torch.Tensor,
     kappa: float,
     temperature: float,
+    autocast: Callable[[], AbstractContextManager] = nullcontext,
     chunk: int = PROXY_CHUNK_POSITIONS,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Proxy log-prob, ``log Z`` and plain log-prob of ``tokens`` from ``hidden`` ``[B, K, H]``.
 
-    The LM head is applied to ``chunk`` positions at a time, so the ``[B, K, vocab]``
-    logits never exist at once. Returns three ``[B, K]`` fp32 tensors.
+    The LM head runs under ``autocast()`` (the trainer passes the one TRL's forward runs
+    under, so the logits match TRL's), on ``chunk`` positions at a time, so the
+    ``[B, K, vocab]`` logits never exist at once. Returns three ``[B, K]`` fp32 tensors.
     """
     flat_h = hidden.reshape(-1, hidden.shape[-1])
     flat_t = tokens.reshape(-1)
     parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
     for start in range(0, flat_h.shape[0], chunk):
-        logits = lm_head(flat_h[start : start + chunk]).float()
+        with autocast():
+            logits = lm_head(flat_h[start : start + chunk])
+        logits = logits.float()
         toks = flat_t[start : start + chunk]
         parts.append(
             (
@@ -545,6 +549,7 @@ class DivRLGRPOTrainer(GRPOTrainer):
             tokens,
             self.args.lp_reg_kappa,
             self.temperature,
+            self.accelerator.autocast,
         )
         mask = attention_mask[:, -logits_to_keep:].float()
         gap = ((check - logps.detach().float()).abs() * mask).sum() / mask.sum().clamp(min=1)

@@ -325,6 +325,19 @@ def test_lp_reg_off_policy_proxy_comes_from_the_old_log_prob_forward(tmp_path, t
     assert torch.isfinite(loss)
 
 
+def test_lp_reg_proxy_matches_trl_log_probs_under_bf16_autocast(tmp_path, tokenizer):
+    """The proxy's LM-head projection runs under TRL's autocast: where the min-p filter keeps
+    every token (Z = 1) the proxy log-prob is TRL's own log-prob."""
+    args = make_args(tmp_path, bf16=True, lp_reg=True, lp_reg_kappa=0.0, num_iterations=2)
+    trainer = build(DivRLGRPOTrainer, args, tokenizer)
+    batch = rollout_batch(trainer)
+    valid = batch["completion_mask"].bool()
+    assert torch.all(batch[LOG_Z_KEY][valid] == 0.0)  # kappa = 0 keeps every token
+    torch.testing.assert_close(
+        batch[PROXY_KEY][valid], batch["old_per_token_logps"][valid].float(), rtol=0, atol=1e-5
+    )
+
+
 # ----------------------------------------------------------------------------- training
 
 
