@@ -268,14 +268,30 @@ def test_dph_term_is_eta_times_divergence_over_grad_accum(tmp_path, tokenizer, f
     )
 
 
-@pytest.mark.parametrize("loss_type", ["bnpo", "grpo", "dapo"])
+@pytest.mark.parametrize("loss_type", ["bnpo", "grpo", "dapo", "dr_grpo"])
 def test_lp_reg_loss_equals_divrl_lp_reg_loss(tmp_path, tokenizer, loss_type):
     """On-policy: TRL's loss with the adapter = divrl's lp_reg_loss computed from a plain
-    logits forward (proxy from the same policy, r = 1), value and gradient."""
-    agg = {"bnpo": "token-mean", "grpo": "seq-mean-token-mean", "dapo": "token-mean"}[loss_type]
+    logits forward (proxy from the same policy, r = 1) and reduced as TRL reduces
+    ``loss_type`` (with 2 gradient-accumulation steps), value and gradient."""
+    ga, horizon = 2, 6
+    # divrl aggregation and the factor that turns it into TRL's reduction of the whole batch
+    agg, factor = {
+        "bnpo": ("token-mean", 1 / ga),
+        "grpo": ("seq-mean-token-mean", 1 / ga),
+        # dapo divides by the generation batch's token count, which already spans the GA steps
+        "dapo": ("token-mean", 1.0),
+        "dr_grpo": ("seq-mean-token-sum", 1 / (ga * horizon)),
+    }[loss_type]
     lp_args = dict(lp_reg_rho=0.5, lp_reg_kappa=0.02, lp_reg_beta=1.0)
     args = make_args(
-        tmp_path, lp_reg=True, loss_type=loss_type, epsilon=1.0, epsilon_high=9.0, **lp_args
+        tmp_path,
+        lp_reg=True,
+        loss_type=loss_type,
+        epsilon=1.0,
+        epsilon_high=9.0,
+        gradient_accumulation_steps=ga,
+        max_completion_length=horizon,
+        **lp_args,
     )
     trainer = build(DivRLGRPOTrainer, args, tokenizer)
     batch = rollout_batch(trainer, seed=3)
@@ -295,6 +311,7 @@ def test_lp_reg_loss_equals_divrl_lp_reg_loss(tmp_path, tokenizer, loss_type):
         agg=agg,
         log_normalizer=log_z,
     )
+    expected = expected * factor
     assert metrics["lp_reg/num_regularized"] > 0  # the replacement really happened
     assert loss == pytest.approx(float(expected), abs=1e-6)
     trainer.model.zero_grad()
