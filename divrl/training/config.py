@@ -121,12 +121,13 @@ class RolloutConfig:
         metadata={"help": "stop strings; the response ends with the first one"},
     )
     seeded: bool = _help(
-        "hf engine: generate each prompt's n responses in their own batch from a seed derived "
-        "from (train.seed, step, prompt index), so that samples do not depend on the number "
-        "of processes or on batching (slower on a GPU; turn off there)",
-        True,
+        "generate each prompt's n responses in their own call from a seed derived from "
+        "(train.seed, step, prompt position), so that samples do not depend on the number of "
+        "processes or on batching (slow: one generate call per prompt). false: batched "
+        "generation seeded per (step, process), still reproducible and resumable",
+        False,
     )
-    batch_size: int = _help("hf engine, seeded=false: prompts per generate call", 16)
+    batch_size: int = _help("hf engine, seeded=false: prompts per generate call", 64)
     gpu_memory_utilization: float = _help("vllm engine: share of GPU memory for vLLM", 0.3)
 
     def __post_init__(self) -> None:
@@ -342,6 +343,11 @@ class Config:
             raise ConfigError(
                 "algorithm.divergence is set but reference.per_step=0: set reference.per_step "
                 "to the number of reference samples per step"
+            )
+        if algo.divergence_weighting == "concat" and algo.loss_agg != "token-mean":
+            raise ConfigError(
+                "algorithm.divergence_weighting=concat is one token-mean over both streams: "
+                "it needs algorithm.loss_agg=token-mean"
             )
         if algo.dynamic_sampling and self.rollout.n < 2:
             raise ConfigError("algorithm.dynamic_sampling needs rollout.n >= 2")

@@ -372,6 +372,9 @@ class Trainer:
 
     # ------------------------------------------------------------------ rollouts
 
+    def _cuda_devices(self) -> list[torch.device]:
+        return [self.accelerator.device] if self.accelerator.device.type == "cuda" else []
+
     def _shard_positions(self) -> list[int]:
         """Positions in the global prompt batch that this process rolls out.
 
@@ -400,11 +403,19 @@ class Trainer:
             positions = self._shard_positions()
             mine = [global_idx[q] for q in positions]
             seeds = [derive_seed(cfg.train.seed, self.step, round_, q) for q in positions]
-            out = self.engine.generate(
-                [self.prompts[i].prompt_ids for i in mine],
-                self.params,
-                seeds if cfg.rollout.seeded else None,
-            )
+            if cfg.rollout.seeded:
+                out = self.engine.generate(
+                    [self.prompts[i].prompt_ids for i in mine], self.params, seeds
+                )
+            else:
+                # batched: one seed per (step, round, process), independent of the global RNG
+                with torch.random.fork_rng(devices=self._cuda_devices()):
+                    torch.manual_seed(
+                        derive_seed(cfg.train.seed, self.step, round_, self.world, self.rank, 1)
+                    )
+                    out = self.engine.generate(
+                        [self.prompts[i].prompt_ids for i in mine], self.params
+                    )
             items = [
                 {
                     "data_source": self.prompts[mine[p]].data_source,

@@ -1,63 +1,10 @@
-"""A tiny random Llama with a character-level tokenizer and a toy prompt set, built per session."""
+"""Fixtures of the training tests (helpers live in train_helpers.py)."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 import torch
-
-CHARS = list("0123456789+=;:QA ")
-
-
-def build_tiny_lm(path: Path, seed: int = 0) -> Path:
-    from tokenizers import Tokenizer, decoders, models
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{c: i + 3 for i, c in enumerate(CHARS)}}
-    backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None))
-    backend.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=backend, pad_token="<pad>", bos_token="<s>", eos_token="</s>"
-    )
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        vocab_size=len(vocab),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=64,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-        tie_word_embeddings=False,
-    )
-    model = LlamaForCausalLM(cfg)
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
-
-
-def write_prompts(path: Path, n: int = 16) -> Path:
-    rows = [
-        {
-            "data_source": "math",
-            "prompt": f"Q:{i}+{i + 1}=",
-            "reward_model": {"style": "rule", "ground_truth": str(2 * i + 1)},
-            "extra_info": {"index": f"p{i}"},
-        }
-        for i in range(n)
-    ]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
-def sevens_reward(items):
-    """1.0 when the response contains a '7': learnable by a random tiny model."""
-    return [float("7" in it["solution_str"]) for it in items]
+from train_helpers import build_tiny_lm, parity_reward, tiny_overrides, write_prompts
 
 
 @pytest.fixture(scope="session")
@@ -67,32 +14,6 @@ def tiny_world(tmp_path_factory):
         "model": str(build_tiny_lm(root / "model")),
         "data": str(write_prompts(root / "train.jsonl")),
     }
-
-
-def tiny_overrides(world, out_dir, **extra) -> list[str]:
-    base = {
-        "model.path": world["model"],
-        "data.train_path": world["data"],
-        "logging.output_dir": str(out_dir),
-        "logging.progress": False,
-        "logging.tensorboard": False,
-        "train.total_steps": 3,
-        "train.prompts_per_step": 4,
-        "train.micro_batch_size": 8,
-        "rollout.n": 4,
-        "rollout.max_new_tokens": 6,
-        "optim.lr": 0.01,
-        "checkpoint.save_every": 0,
-        "checkpoint.save_final": False,
-    }
-    base.update(extra)
-    return [f"{k}={v}" for k, v in base.items()]
-
-
-def parity_reward(items):
-    """1.0 for every response to an even-numbered prompt, 0.0 for odd ones (ground truth
-    2i+1: even i <=> (gt - 1) / 2 even): an exact, model-independent split for DPH tests."""
-    return [float(((int(it["ground_truth"]) - 1) // 2) % 2 == 0) for it in items]
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from conftest import sevens_reward
+from train_helpers import sevens_reward
 
 from divrl.training.config import load_config
 from divrl.training.trainer import Trainer

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import sevens_reward, tiny_overrides
+from train_helpers import sevens_reward, tiny_overrides
 
 from divrl.training.config import load_config
 from divrl.training.trainer import TIME_KEYS, Trainer
@@ -26,7 +26,12 @@ def _free_port() -> int:
 
 @pytest.mark.slow
 def test_two_processes_match_one(tiny_world, tmp_path):
-    extra = {"train.total_steps": 3, "train.micro_batch_size": 4, "train.mini_batch_size": 2}
+    extra = {
+        "train.total_steps": 3,
+        "train.micro_batch_size": 4,
+        "train.mini_batch_size": 2,
+        "rollout.seeded": True,  # samples independent of the number of processes
+    }
     dist_dir = tmp_path / "dist"
     dist_dir.mkdir()
     overrides = tiny_overrides(tiny_world, dist_dir / "run", **extra)

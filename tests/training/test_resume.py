@@ -4,7 +4,7 @@ import json
 
 import pytest
 import torch
-from conftest import sevens_reward, tiny_overrides
+from train_helpers import sevens_reward, tiny_overrides
 
 from divrl.training.config import load_config
 from divrl.training.trainer import TIME_KEYS, Trainer

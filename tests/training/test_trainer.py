@@ -3,7 +3,7 @@ import math
 
 import pytest
 import torch
-from conftest import parity_reward, sevens_reward, tiny_overrides
+from train_helpers import parity_reward, sevens_reward, tiny_overrides
 
 from divrl.training import trainer as trainer_mod
 from divrl.training.config import load_config

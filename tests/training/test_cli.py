@@ -1,0 +1,51 @@
+import json
+from pathlib import Path
+
+import pytest
+from train_helpers import tiny_overrides
+
+from divrl.cli import main
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def test_train_print_config_applies_overrides(capsys):
+    assert main(["train", str(CONFIGS / "dapo.yaml"), "rollout.n=4", "--print-config"]) == 0
+    out = capsys.readouterr().out
+    assert "n: 4" in out and "clip_high: 0.28" in out
+
+
+def test_train_bad_override_exits_2_naming_the_key(capsys):
+    assert main(["train", str(CONFIGS / "grpo.yaml"), "optim.warmup=3"]) == 2
+    err = capsys.readouterr().err
+    assert "optim.warmup" in err and "did you mean 'optim.warmup_steps'" in err
+
+
+def test_presample_bad_config_exits_2(capsys):
+    assert main(["presample", "reference.k=0"]) == 2
+    assert "reference.k=0 must be > 0" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_presample_then_train_through_the_cli(tiny_world, tmp_path, capsys):
+    """The real verifier (math, \\boxed{} answers): the random model scores 0 everywhere, so
+    every prompt is an exploration prompt and the store is empty; DPH training says so."""
+    store = tmp_path / "store"
+    common = [
+        *tiny_overrides(tiny_world, tmp_path, **{"train.total_steps": 1}),
+        f"reference.store={store}",
+        "reference.k=2",
+        "reference.per_step=2",
+        "algorithm.divergence=js",
+        "algorithm.divergence_coef=0.2",
+    ]
+    assert main(["presample", *common]) == 0
+    manifest = json.loads((store / "manifest.json").read_text())
+    assert manifest["stats"]["prompts"] == 16
+    assert manifest["stats"]["near_perfect"] + manifest["stats"]["exploration"] == 16
+    with pytest.raises(ValueError, match="holds no samples"):
+        main(["train", *common])
+    grpo = [c for c in common if not c.startswith("algorithm.divergence")]
+    assert main(["train", *grpo]) == 0
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["step"] == 1 and rows[-1]["reward/score"] == 0.0
