@@ -618,10 +618,11 @@ class DivRLGRPOTrainer(GRPOTrainer):
         """
         lp = cap.log_probs
         old = inputs.get("old_per_token_logps")
-        if old is None:
-            old, proxy, log_z = lp.detach(), cap.proxy, cap.log_z
-        else:
+        old = lp.detach() if old is None else old  # on-policy: r = 1
+        if PROXY_KEY in inputs:  # from the old-log-prob forward at rollout time
             proxy, log_z = inputs[PROXY_KEY], inputs[LOG_Z_KEY]
+        else:  # from this forward
+            proxy, log_z = cap.proxy, cap.log_z
         mask = inputs["completion_mask"]
         if "tool_mask" in inputs:
             mask = mask * inputs["tool_mask"]

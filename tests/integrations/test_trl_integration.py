@@ -334,12 +334,27 @@ def test_lp_reg_off_policy_proxy_comes_from_the_old_log_prob_forward(tmp_path, t
     valid = batch["completion_mask"].bool()
     torch.testing.assert_close(batch[PROXY_KEY][valid], proxy[valid], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(batch[LOG_Z_KEY][valid], log_z[valid], rtol=1e-5, atol=1e-5)
-    # after an update the loss uses the frozen old proxy, not the current policy's
+    # after an update the loss uses the frozen old proxy and old log-probs (r != 1)
+    torch.manual_seed(1)
     with torch.no_grad():
         for p in trainer.model.parameters():
             p.add_(0.05 * torch.randn_like(p))
     loss = trainer.compute_loss(trainer.model, batch)
-    assert torch.isfinite(loss)
+    lp, current_proxy, _ = full_forward(trainer.model, batch)
+    expected, metrics = lp_reg_loss(
+        lp,
+        batch["old_per_token_logps"],
+        batch[PROXY_KEY],
+        batch["advantages"],
+        batch["completion_mask"],
+        rho=0.5,
+        clip_low=0.2,  # TRL's default epsilon, the clip range of the unselected tokens
+        clip_high=0.2,
+        agg="token-mean",  # TRL's default loss_type dapo, one process, no accumulation
+    )
+    assert metrics["lp_reg/num_regularized"] > 0
+    assert not torch.allclose(current_proxy[valid], proxy[valid])
+    assert float(loss) == pytest.approx(float(expected), abs=1e-6)
 
 
 def test_lp_reg_proxy_matches_trl_log_probs_under_bf16_autocast(tmp_path, tokenizer):
