@@ -274,6 +274,12 @@ class Trainer:
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.tokenizer.eos_token_id
         self.prompts, self.dropped_prompts = load_prompts(cfg, train_path, db_dir, self.tokenizer)
+        if self.dropped_prompts:
+            logger.warning(
+                "dropped %d prompts longer than data.max_prompt_length=%d tokens",
+                self.dropped_prompts,
+                cfg.data.max_prompt_length,
+            )
 
         # DPH-RL: roll out only exploration prompts; reference samples come from the store.
         self.reference_store: ReferenceStore | None = None

@@ -136,3 +136,15 @@ def test_preset_methods():
     assert cfg("lp_reg").train.on_policy and not cfg("lp_reg_offpolicy").train.on_policy
     both = cfg("dph_js_lp_reg").algorithm
     assert (both.policy_loss, both.divergence) == ("lp_reg", "js")
+
+
+def test_docs_list_every_config_key():
+    import dataclasses
+    import typing
+
+    docs = (CONFIGS.parent / "docs" / "training.md").read_text()
+    hints = typing.get_type_hints(Config)
+    for section in dataclasses.fields(Config):
+        assert f"### `{section.name}`" in docs
+        for f in dataclasses.fields(hints[section.name]):
+            assert f"| `{f.name}` |" in docs, f"{section.name}.{f.name} missing in docs/training.md"
