@@ -372,9 +372,16 @@ class Trainer:
         return t.tolist()
 
     def _global_mean(self, metrics: dict[str, float]) -> dict[str, float]:
-        keys = sorted(metrics)
-        sums = self._all_reduce([metrics[k] for k in keys])
-        return {k: v / self.world for k, v in zip(keys, sums, strict=True)}
+        """Mean of each metric over the processes that report it."""
+        keys = set(metrics)
+        if self.world > 1:  # a metric may exist on some processes only (e.g. a dropped group)
+            gathered: list[Any] = [None] * self.world
+            torch.distributed.all_gather_object(gathered, sorted(keys))
+            keys = set().union(*gathered)
+        keys = sorted(keys)
+        sums = self._all_reduce([metrics.get(k, 0.0) for k in keys])
+        counts = self._all_reduce([float(k in metrics) for k in keys])
+        return {k: v / c for k, v, c in zip(keys, sums, counts, strict=True)}
 
     # ------------------------------------------------------------------ rollouts
 
@@ -403,6 +410,8 @@ class Trainer:
         per_rank = cfg.train.prompts_per_step // self.world
         batch = RolloutBatch()
         stats: dict[str, float] = defaultdict(float)
+        if algo.dynamic_sampling:
+            stats["dapo/dropped_groups"] = 0.0
         round_ = 0
         while True:
             global_idx = self.sampler.take(cfg.train.prompts_per_step)
