@@ -146,5 +146,17 @@ def test_docs_list_every_config_key():
     hints = typing.get_type_hints(Config)
     for section in dataclasses.fields(Config):
         assert f"### `{section.name}`" in docs
-        for f in dataclasses.fields(hints[section.name]):
-            assert f"| `{f.name}` |" in docs, f"{section.name}.{f.name} missing in docs/training.md"
+        defaults = hints[section.name]()
+        for f in dataclasses.fields(defaults):
+            v = getattr(defaults, f.name)
+            shown = (
+                "null"
+                if v is None
+                else str(v).lower()
+                if isinstance(v, bool)
+                else repr(v)
+                if isinstance(v, str)
+                else str(v)
+            )
+            row = f"| `{f.name}` | `{shown}` |"
+            assert row in docs, f"docs/training.md lacks {section.name}: {row}"
