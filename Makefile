@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.divrl-installed
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup test lint format clean bench
+.PHONY: setup test lint format clean bench demo
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ format: $(STAMP)
 # Performance measurements (not tests): JSON + Markdown under benchmarks/results/.
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run_all
+
+# The toy world end to end (GRPO vs DPH-JS vs Lp-Reg vs the base model); see docs/evaluation.md.
+demo: $(STAMP)
+	$(BIN)/divrl demo
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

@@ -73,6 +73,8 @@ def plot_pass_at_k(
             if base is not None:
                 den = np.array([base.get(k, math.nan) for k in ks])
                 y = np.divide(y, den, out=np.full_like(y, math.nan), where=den > 0)
+            if np.isnan(y).all():
+                continue  # undefined ratio (base Pass@k = 0 at every k)
             (line,) = ax.plot(ks, y, marker="o", ms=3.5, label=name)
             band = (intervals or {}).get(split, {}).get(name)
             if band and base is None:
@@ -85,8 +87,9 @@ def plot_pass_at_k(
         else:
             ax.set_ylabel("Pass@k (share of prompts)")
             ax.set_ylim(-0.02, 1.02)
-        ax.set_xscale("log", base=2)
         all_ks = sorted({k for v in models.values() for k in v})
+        ax.set_xlim(min(all_ks) / 1.2, max(all_ks) * 1.2)
+        ax.set_xscale("log", base=2)
         ax.set_xticks(all_ks, [str(k) for k in all_ks])
         ax.set_xlabel("k (samples per prompt)")
         if len(curves) > 1:

@@ -143,6 +143,8 @@ def bootstrap_ci(
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, arr.shape[0], size=(n_boot, arr.shape[0]))
     stats = np.asarray(statistic(arr[idx]), dtype=np.float64)
+    if np.isnan(stats).all():  # e.g. a ratio whose denominator is 0 in every replicate
+        return (math.nan, math.nan)
     tail = (1.0 - confidence) / 2.0
     low, high = np.nanquantile(stats, [tail, 1.0 - tail])
     return (float(low), float(high))

@@ -157,3 +157,8 @@ def test_config_validation():
         EvalConfig(temperature=0)
     with pytest.raises(ValueError, match="n=0"):
         EvalConfig(n=0)
+
+
+def test_demo_rejects_unknown_methods(capsys):
+    assert main(["demo", "--methods", "grpo,ppo"]) == 2
+    assert "unknown ['ppo']" in capsys.readouterr().err
