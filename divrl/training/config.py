@@ -260,10 +260,18 @@ class TrainConfig:
     micro_batch_size: int = _help("sequences per forward/backward pass on each process", 8)
     ppo_epochs: int = _help("passes over each rollout batch", 1)
     seed: int = _help("seed of data order, sampling and initialisation", 0)
+    logits_chunk_size: int | None = _help(
+        "positions per chunk when log-softmax, entropy and the Lp-Reg proxy read the logits "
+        "(null = all at once; e.g. 1024 for 150k-token vocabularies, to avoid fp32 copies "
+        "of the full logits)",
+        None,
+    )
 
     def __post_init__(self) -> None:
         for name in ("total_steps", "prompts_per_step", "micro_batch_size", "ppo_epochs"):
             _positive(f"train.{name}", getattr(self, name))
+        if self.logits_chunk_size is not None:
+            _positive("train.logits_chunk_size", self.logits_chunk_size)
         if self.mini_batch_size is not None:
             _positive("train.mini_batch_size", self.mini_batch_size)
             if self.prompts_per_step % self.mini_batch_size:

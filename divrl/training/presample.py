@@ -143,6 +143,7 @@ def presample(
             pad_token_id=pad_id,
             temperature=config.rollout.temperature,
             micro_batch_size=config.train.micro_batch_size,
+            chunk_size=config.train.logits_chunk_size,
         )
         if kept_rows
         else []

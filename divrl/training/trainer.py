@@ -329,6 +329,7 @@ class Trainer:
         self.engine: RolloutEngine = make_engine(
             cfg, acc.unwrap_model(self.model), self.tokenizer, model_path
         )
+        self.chunk = cfg.train.logits_chunk_size
         self.policy_loss_fn = get_policy_loss(cfg.algorithm.policy_loss)
         self._loss_params = set(inspect.signature(self.policy_loss_fn).parameters)
         self.params = SamplingParams(
@@ -504,7 +505,7 @@ class Trainer:
                 )
                 logits = response_logits(policy, data)
                 lengths = [len(batch.response_ids[i]) for i in idx]
-                lp = token_log_probs(logits, data["responses"], temp).cpu()
+                lp = token_log_probs(logits, data["responses"], temp, self.chunk).cpu()
                 olds += [lp[j, :n].tolist() for j, n in enumerate(lengths)]
                 if cfg.algorithm.policy_loss == "lp_reg":
                     # pi_old's proxy, from the logits this pass computes anyway
@@ -522,6 +523,7 @@ class Trainer:
                 pad_token_id=self.pad_id,
                 temperature=temp,
                 micro_batch_size=micro,
+                chunk_size=self.chunk,
             )
             batch.ref_log_probs = _padded(ref)
         return metrics.means()
@@ -535,8 +537,8 @@ class Trainer:
         kappa, temp = self.config.algorithm.lp_reg_kappa, self.config.rollout.temperature
         logits = logits.detach()
         return (
-            proxy_log_prob(logits, tokens, kappa, temp),
-            minp_log_normalizer(logits, kappa, temp),
+            proxy_log_prob(logits, tokens, kappa, temp, self.chunk),
+            minp_log_normalizer(logits, kappa, temp, self.chunk),
         )
 
     def _policy_micro(self, batch: RolloutBatch, idx: list[int]) -> tuple[torch.Tensor, dict, int]:
@@ -553,9 +555,9 @@ class Trainer:
         responses, mask = data["responses"], data["response_mask"]
         width = responses.shape[1]
         logits = response_logits(self.model, data)
-        lp = token_log_probs(logits, responses, temp)
+        lp = token_log_probs(logits, responses, temp, self.chunk)
         entropy = entropy_from_logits(
-            logits if algo.entropy_coef > 0 else logits.detach(), temperature=temp
+            logits if algo.entropy_coef > 0 else logits.detach(), self.chunk, temperature=temp
         )
 
         def stored(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -617,7 +619,7 @@ class Trainer:
             self.accelerator.device,
         )
         logits = response_logits(self.model, data)
-        lp = token_log_probs(logits, data["responses"], self.config.rollout.temperature)
+        lp = token_log_probs(logits, data["responses"], self.config.rollout.temperature, self.chunk)
         ref = _padded([s.ref_log_probs for s in samples])[:, : lp.shape[1]].to(lp.device)
         loss, metrics = reference_divergence_loss(
             lp, ref, data["response_mask"], algo.divergence, algo.divergence_alpha, algo.loss_agg

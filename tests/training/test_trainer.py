@@ -171,3 +171,19 @@ def test_lp_reg_proxy_needs_no_extra_forward(tiny_world, tmp_path, monkeypatch):
             assert any(k.startswith("lp_reg/") for k in history[-1]), sorted(history[-1])
     assert counts["lp_reg_on"] == counts["vanilla_on"]
     assert counts["lp_reg_off"] == counts["vanilla_off"]
+
+
+def test_logits_chunking_does_not_change_the_run(tiny_world, tmp_path):
+    extra = {
+        "train.total_steps": 2,
+        "algorithm.policy_loss": "lp_reg",
+        "algorithm.lp_reg_rho": 0.5,
+        "algorithm.entropy_coef": 0.01,
+    }
+    plain = _trainer(tiny_world, tmp_path / "a", **extra).train()
+    chunked = _trainer(
+        tiny_world, tmp_path / "b", **extra, **{"train.logits_chunk_size": 3}
+    ).train()
+    for a, b in zip(plain, chunked, strict=True):
+        for key in ("loss/total", "actor/entropy", "lp_reg/num_regularized", "reward/score"):
+            assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), key
