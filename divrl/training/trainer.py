@@ -723,6 +723,9 @@ class Trainer:
         update.pop("actor/skipped_steps", None)
         local = {**stats, **update}
         metrics = self._global_mean(local)
+        for key in ("dapo/kept_groups", "dapo/dropped_groups"):  # counts: totals, not means
+            if key in metrics:
+                metrics[key] *= self.world
         metrics["actor/skipped_steps"] = float(skipped)
         if "loss/total" in metrics:  # already a sum over processes
             metrics["loss/total"] = local["loss/total"]
