@@ -11,11 +11,12 @@ from __future__ import annotations
 import sys
 import time
 
-from benchmarks import logits, rollout, step_time
+from benchmarks import logits, rollout, step_time, trl_compare
 from benchmarks.common import RESULTS_DIR, machine
 
 BENCHMARKS = {
     "step_time": (step_time.main, ["--steps", "3", "--repeats", "2"]),
+    "trl_compare": (trl_compare.main, ["--steps", "3", "--repeats", "2"]),
     "rollout": (rollout.main, ["--repeats", "3"]),
     "logits": (logits.main, ["--lengths", "1024", "2048", "8192", "--repeats", "2"]),
 }

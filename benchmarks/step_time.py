@@ -74,7 +74,7 @@ def base_overrides(work: Path, args: argparse.Namespace) -> list[str]:
     ]
 
 
-def prepare(work: Path, args: argparse.Namespace) -> None:
+def prepare(work: Path, args: argparse.Namespace, presample_store: bool = True) -> None:
     """Toy data + tokenizer, a bigger random-init Llama on them, and a reference store."""
     import shutil
 
@@ -104,8 +104,9 @@ def prepare(work: Path, args: argparse.Namespace) -> None:
     model = LlamaForCausalLM(config)
     model.save_pretrained(work / "model")
     tokenizer.save_pretrained(work / "model")
-    cfg = load_config(None, base_overrides(work, args))
-    presample(cfg, reward_fn=reward_fn, progress=False)
+    if presample_store:
+        cfg = load_config(None, base_overrides(work, args))
+        presample(cfg, reward_fn=reward_fn, progress=False)
 
 
 def child(args: dict) -> dict:

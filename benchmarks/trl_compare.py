@@ -1,0 +1,175 @@
+"""divrl GRPO vs TRL ``GRPOTrainer``: step time and peak memory, same model and settings.
+
+Both run on the same random-init Llama and prompts, fp32, on-policy (one optimiser step
+per rollout batch), ``--prompts`` prompts x ``--n`` completions of at most
+``--response-len`` tokens, the same cheap reward on the completion text, no KL term, each
+in its own process. Step time excludes the first (warm-up) step.
+
+Goal (issue 9): divrl at least as fast as TRL.
+
+    python -m benchmarks.trl_compare [--steps 3] [--repeats 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from benchmarks.step_time import base_overrides, prepare
+
+
+def text_reward(texts: list[str]) -> list[float]:
+    return [float(sum(map(ord, t)) % 2) for t in texts]
+
+
+def run_divrl(args: dict) -> dict:
+    import time
+
+    from divrl.training.config import load_config
+    from divrl.training.trainer import Trainer
+
+    config = load_config(None, args["overrides"])
+    trainer = Trainer(
+        config, reward_fn=lambda items: text_reward([i["solution_str"] for i in items])
+    )
+    times = []
+    for step in range(args["steps"] + 1):
+        t0 = time.perf_counter()
+        trainer.train_step()
+        if step:
+            times.append(time.perf_counter() - t0)
+    return {"step_times": times}
+
+
+def run_trl(args: dict) -> dict:
+    import time
+
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    work = Path(args["work"])
+    tokenizer = AutoTokenizer.from_pretrained(work / "model")
+    model = AutoModelForCausalLM.from_pretrained(work / "model", dtype="float32")
+    prompts = [json.loads(line)["prompt"] for line in (work / "toy" / "train.jsonl").open()]
+    per_step = args["prompts"] * args["n"]
+    config = GRPOConfig(
+        output_dir=str(work / "trl_out"),
+        per_device_train_batch_size=per_step,
+        num_generations=args["n"],
+        max_completion_length=args["response_len"],
+        max_steps=args["steps"] + 1,
+        learning_rate=1e-5,
+        beta=0.0,
+        bf16=False,
+        use_cpu=True,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=1,
+        seed=0,
+        temperature=1.0,
+        top_p=1.0,
+        num_iterations=1,
+        gradient_accumulation_steps=1,
+        disable_tqdm=True,
+    )
+
+    class Timer(TrainerCallback):
+        def __init__(self):
+            self.times, self.t0 = [], None
+
+        def on_step_begin(self, *a, **k):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, *a, **k):
+            self.times.append(time.perf_counter() - self.t0)
+
+    timer = Timer()
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=lambda completions, **kw: text_reward(completions),
+        args=config,
+        train_dataset=Dataset.from_dict({"prompt": prompts}),
+        processing_class=tokenizer,
+        callbacks=[timer],
+    )
+    trainer.train()
+    return {"step_times": timer.times[1:]}
+
+
+def child(args: dict) -> dict:
+    import torch
+
+    from benchmarks.common import peak_rss_bytes
+
+    torch.set_num_threads(args["threads"])
+    out = run_divrl(args) if args["framework"] == "divrl" else run_trl(args)
+    out["peak_rss_bytes"] = peak_rss_bytes()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    from benchmarks.common import markdown_table, run_child, summary, write_results
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--n", type=int, default=8)
+    parser.add_argument("--response-len", type=int, default=64)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    opts = parser.parse_args(argv)
+    opts.micro = opts.prompts * opts.n  # one forward per step in both frameworks
+    work = Path(tempfile.mkdtemp(prefix="divrl-bench-trl-"))
+    prepare(work, opts, presample_store=False)
+    common = {
+        "work": str(work),
+        "steps": opts.steps,
+        "prompts": opts.prompts,
+        "n": opts.n,
+        "response_len": opts.response_len,
+        "threads": opts.threads,
+        "overrides": base_overrides(work, opts),
+    }
+    results: dict[str, dict] = {}
+    for _ in range(opts.repeats):
+        for framework in ("divrl", "trl"):
+            out = run_child("benchmarks.trl_compare", {**common, "framework": framework})
+            agg = results.setdefault(framework, {"step_times": [], "peak_rss_bytes": []})
+            agg["step_times"] += out["step_times"]
+            agg["peak_rss_bytes"].append(out["peak_rss_bytes"])
+            print(f"{framework}: {summary(out['step_times'])}", file=sys.stderr, flush=True)
+    med = {k: summary(v["step_times"])["median"] for k, v in results.items()}
+    mem = {k: max(v["peak_rss_bytes"]) / 2**20 for k, v in results.items()}
+    rows = []
+    for k, v in results.items():
+        s = summary(v["step_times"])
+        rows.append([k, f"{s['median']:.3f} [{s['min']:.3f}, {s['max']:.3f}]", f"{mem[k]:.0f}"])
+    ratio = med["divrl"] / med["trl"]
+    table = markdown_table(["framework", "step time s (median [min, max])", "peak RSS MiB"], rows)
+    table += "\n" + markdown_table(
+        ["ratio", "measured", "goal", "status"],
+        [["divrl / TRL step time", f"{ratio:.3f}x", "<= 1x", "met" if ratio <= 1.0 else "not met"]],
+    )
+    path = write_results(
+        "trl_compare",
+        {"settings": vars(opts), "results": results, "ratio_divrl_vs_trl": ratio},
+        table,
+    )
+    print(table)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--child"]:
+        print(json.dumps(child(json.loads(sys.stdin.read()))))
+    else:
+        sys.exit(main())
