@@ -24,6 +24,8 @@ from typing import Any
 #: method name (configs/toy/<name>.yaml) -> label in tables
 METHODS = {"grpo": "GRPO", "dph_js": "DPH-JS", "lp_reg": "Lp-Reg"}
 EVAL_SPLITS = ("test", "cross_domain", "ood_math")
+#: openings of the toy SQL world's minority solution styles (CTE, join, IN / scalar sub-query)
+TOY_SPARKS = ("WITH s AS (", " JOIN ", " IN (", "=(SELECT ")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,6 +49,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="training seed")
     parser.add_argument("--fresh", action="store_true", help="delete --out first")
+    parser.add_argument(
+        "--spark-words",
+        default=",".join(TOY_SPARKS),
+        help="comma-separated words whose probability the report compares between the base "
+        "model and each final checkpoint ('' = skip); default: the toy SQL styles' opening "
+        "pieces, the toy analogue of Lp-Reg's 'wait' / 'however'",
+    )
     parser.add_argument(
         "--world", help="use this already built toy world directory instead of --size's"
     )
@@ -111,6 +120,9 @@ def _config(configs: Path, method: str, args: argparse.Namespace, out: Path, wor
         f"data.limit={args.train_prompts}",
         f"logging.output_dir={out / method}",
         "logging.tensorboard=false",
+        # one generate call per batch instead of one per prompt: same distribution, and on a
+        # CPU several times faster for the toy model
+        "rollout.seeded=false",
         f"reference.store={out / 'dph_reference'}",
         "checkpoint.save_every=0",
         "checkpoint.keep_last=1",
@@ -288,6 +300,8 @@ def run(args: argparse.Namespace) -> int:
         out / "report",
         title="divrl demo: GRPO vs DPH-JS vs Lp-Reg on the toy world",
         command=command,
+        spark_words=[w for w in args.spark_words.split(",") if w],
+        spark_split="test",
     )
     timings: dict[str, Any] = {"stages_seconds": clock.stages, "total_seconds": clock.total}
     (out / "demo_timings.json").write_text(json.dumps(timings, indent=2) + "\n")
