@@ -1,0 +1,662 @@
+"""Toy-scale reproduction of the DPH-RL and Lp-Reg papers' claims, side by side (issue 7).
+
+For every method (base, GRPO, DAPO, GRPO + reverse KL, DPH-F, DPH-JS, DPH-alpha, Lp-Reg,
+entropy bonus, 80/20, KL-Cov, DPH-JS + Lp-Reg) and every seed, on the toy world:
+
+1. presample the DPH-RL reference store once per seed (``divrl presample``; shared by the
+   DPH methods of that seed);
+2. train with the method's toy preset ``configs/toy/<method>.yaml``, overriding only the
+   seed, the output directory, the pinned toy world paths and (``--steps``) the number of
+   steps, so every method gets the same rollout budget (``divrl train``);
+3. evaluate the final checkpoint, and the base model, on the in-domain test, cross-domain
+   and out-of-domain math splits: ``--n`` samples at T = 1 plus one greedy response per
+   prompt (``divrl eval``);
+4. write a small per-run summary JSON (accuracy, Pass@k, styles, retention of base-solved
+   prompts, the entropy curve from ``metrics.jsonl``, wall-clock) and rebuild the
+   aggregated report (mean and spread over seeds, claims table).
+
+Every stage is a ``divrl`` CLI subprocess with its log next to its outputs, so a run is
+resumable: a finished run (its ``summary.json`` exists) is skipped, an interrupted training
+continues with ``divrl train --resume`` from its last checkpoint, an interrupted eval is
+re-scored with ``divrl eval --reuse`` when its samples were written and redone otherwise.
+
+Usage (from the repository root)::
+
+    .venv/bin/python experiments/reproduce.py                       # the full experiment
+    .venv/bin/python experiments/reproduce.py --methods grpo dph_js --seeds 1 --steps 3 \\
+        --toy-size tiny --n 4 --eval-prompts 8 --out runs/reproduce_smoke   # a smoke test
+    .venv/bin/python experiments/reproduce.py --report-only           # rebuild the report
+
+The work directory (``--out``, default ``runs/reproduce``) holds checkpoints and samples;
+the per-run summaries (``--results``/runs/*.json), the plots and the report (``--report``)
+are small and meant to be committed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import reproduce_report as rr  # (next to this script: experiments is not a package)
+
+REPO = Path(__file__).resolve().parents[1]
+TRAINED = [m for m in rr.METHODS if m != "base"]
+#: training curve points kept in a summary (metrics.jsonl is downsampled evenly)
+CURVE_POINTS = 200
+_print_lock = threading.Lock()
+
+
+def say(text: str) -> None:
+    stamp = datetime.now(UTC).strftime("%H:%M:%S")
+    with _print_lock:
+        print(f"[reproduce {stamp}] {text}", flush=True)
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="experiments/reproduce.py",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument(
+        "--methods",
+        nargs="+",
+        default=TRAINED,
+        choices=TRAINED,
+        metavar="METHOD",
+        help=f"methods to train ({', '.join(TRAINED)}); the base model is always evaluated "
+        "(retention and the claims compare with it)",
+    )
+    p.add_argument("--seeds", type=int, default=3, help="seeds 0 .. N-1 per method")
+    p.add_argument(
+        "--steps", type=int, default=None, help="override train.total_steps (preset: 300)"
+    )
+    p.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=None,
+        help="override checkpoint.save_every: how far an interrupted training falls back "
+        "(preset: 50)",
+    )
+    p.add_argument("--out", default="runs/reproduce", help="work directory (checkpoints etc.)")
+    p.add_argument(
+        "--results",
+        default="docs/results/toy_reproduction",
+        help="directory for the committed per-run summaries (runs/*.json) and plots",
+    )
+    p.add_argument(
+        "--report", default="docs/results/toy_reproduction.md", help="the Markdown report"
+    )
+    p.add_argument(
+        "--report-only", action="store_true", help="rebuild the report from --results only"
+    )
+    p.add_argument("--jobs", type=int, default=1, help="runs in parallel (one thread each)")
+    from divrl.toy import SIZES
+
+    p.add_argument(
+        "--toy-size",
+        default="full",
+        choices=sorted(SIZES),
+        help="toy world (tiny: a seconds-long miniature for testing this script; its model "
+        "solves nothing, so the DPH methods get an empty reference store and fail)",
+    )
+    p.add_argument("--world", help="an already built toy world directory (wins over --toy-size)")
+    p.add_argument("--n", type=int, default=16, help="eval samples per prompt at T = 1")
+    p.add_argument("--eval-prompts", type=int, default=None, help="first N prompts per split (all)")
+    p.add_argument("--eval-batch-size", type=int, default=32, help="prompts per generate call")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per subprocess")
+    p.add_argument("--poll", type=float, default=60.0, help="seconds between progress lines")
+    args = p.parse_args(argv)
+    if args.seeds < 1 or args.jobs < 1 or args.n < 1 or args.threads < 1:
+        p.error("--seeds, --jobs, --n and --threads must be >= 1")
+    if args.steps is not None and args.steps < 1:
+        p.error("--steps must be >= 1")
+    if args.checkpoint_every is not None and args.checkpoint_every < 1:
+        p.error("--checkpoint-every must be >= 1")
+    if args.eval_prompts is not None and args.eval_prompts < 1:
+        p.error("--eval-prompts must be >= 1")
+    args.methods = [m for m in TRAINED if m in set(args.methods)]  # report order, no repeats
+    return args
+
+
+# --------------------------------------------------------------------------- layout
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Where a (method, seed) run keeps its files under the work directory."""
+
+    out: Path
+    method: str
+    seed: int
+
+    @property
+    def root(self) -> Path:
+        return self.out / "runs" / self.method / f"seed{self.seed}"
+
+    @property
+    def train(self) -> Path:
+        return self.root / "train"
+
+    @property
+    def eval(self) -> Path:
+        return self.root / "eval"
+
+    @property
+    def timing(self) -> Path:
+        return self.root / "timing.json"
+
+    @property
+    def summary(self) -> Path:
+        return self.root / "summary.json"
+
+
+def store_dir(out: Path, seed: int) -> Path:
+    return out / "presample" / f"seed{seed}" / "store"
+
+
+def _read_json(path: Path, default: Any = None) -> Any:
+    return json.loads(path.read_text()) if path.is_file() else default
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def _add_time(path: Path, key: str, seconds: float, sub: str | None = None) -> None:
+    timing = _read_json(path, {})
+    if sub is None:
+        timing[key] = timing.get(key, 0.0) + seconds
+        timing[f"{key.removesuffix('_seconds')}_attempts"] = (
+            timing.get(f"{key.removesuffix('_seconds')}_attempts", 0) + 1
+        )
+    else:
+        timing.setdefault(key, {})[sub] = timing.get(key, {}).get(sub, 0.0) + seconds
+    _write_json(path, timing)
+
+
+# --------------------------------------------------------------------------- the experiment
+
+
+class Experiment:
+    """Runs the stages of every (method, seed) and writes the summaries and the report."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.out = Path(args.out).resolve()
+        self.results = Path(args.results).resolve()
+        self.report = Path(args.report).resolve()
+        self.configs = REPO / "configs" / "toy"
+        self.world = None
+        self.cfgs: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ setup
+
+    def setup(self) -> None:
+        from divrl.toy import ToyWorld, ensure_toy_world
+
+        if self.args.world:
+            self.world = ToyWorld.load(self.args.world)
+        else:
+            say(f"toy world ({self.args.toy_size}): loading or building ...")
+            self.world = ensure_toy_world(size=self.args.toy_size)
+        say(f"toy world: {self.world.root}")
+        from divrl.training.config import load_config
+
+        for m in self.args.methods:
+            self.cfgs[m] = load_config(self.configs / f"{m}.yaml", self.overrides(m, 0))
+        steps = {c.train.total_steps for c in self.cfgs.values()}
+        budgets = {(c.train.prompts_per_step, c.rollout.n) for c in self.cfgs.values()}
+        if len(steps) > 1 or len(budgets) > 1:
+            raise SystemExit(
+                f"the presets differ in steps {steps} or (prompts per step, samples) "
+                f"{budgets}: the rollout budget would not be the same for every method"
+            )
+        self.steps = steps.pop() if steps else self.args.steps
+        self.max_new_tokens = next(iter(self.cfgs.values())).rollout.max_new_tokens
+        self.settings = {
+            "world": self.world.root.name,
+            "toy_size": self.world.size,
+            "steps": self.steps,
+            "n": self.args.n,
+            "eval_prompts": self.args.eval_prompts,
+            "max_new_tokens": self.max_new_tokens,
+        }
+        recorded = _read_json(self.out / "settings.json")
+        if recorded is not None and recorded != self.settings:
+            raise SystemExit(
+                f"{self.out} holds runs made with other settings:\n  {recorded}\nnow:\n  "
+                f"{self.settings}\nuse another --out (or delete it) to avoid mixing them"
+            )
+        _write_json(self.out / "settings.json", self.settings)
+
+    def overrides(self, method: str, seed: int) -> list[str]:
+        paths = Paths(self.out, method, seed)
+        o = [
+            f"model.path={self.world.model_dir}",
+            f"data.train_path={self.world.splits['train']}",
+            f"data.db_dir={self.world.db_dir}",
+            f"train.seed={seed}",
+            f"logging.output_dir={paths.train}",
+            f"reference.store={store_dir(self.out, seed)}",
+            "logging.tensorboard=false",
+            "logging.progress=false",  # progress comes from metrics.jsonl (a log file is no tty)
+        ]
+        if self.args.steps is not None:
+            o.append(f"train.total_steps={self.args.steps}")
+        if self.args.checkpoint_every is not None:
+            o.append(f"checkpoint.save_every={self.args.checkpoint_every}")
+        return o
+
+    # ------------------------------------------------------------------ subprocesses
+
+    def _run(
+        self,
+        cmd: list[str],
+        log: Path,
+        what: str,
+        timing: tuple[Path, str, str | None],
+        metrics: Path | None = None,
+    ) -> float:
+        """Run a divrl CLI subprocess into ``log``; progress lines from ``metrics``.
+
+        Its wall-clock seconds are added to ``timing`` = (file, key, sub-key) whether it
+        succeeds or fails, so a run's cost includes its interrupted attempts.
+        """
+        log.parent.mkdir(parents=True, exist_ok=True)
+        env = {
+            **os.environ,
+            "OMP_NUM_THREADS": str(self.args.threads),
+            "MKL_NUM_THREADS": str(self.args.threads),
+            "PYTHONUNBUFFERED": "1",
+        }
+        t0 = time.perf_counter()
+        with log.open("a") as f:
+            f.write(f"\n$ {shlex.join(cmd)}\n")
+            f.flush()
+            proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=REPO, env=env)
+            while True:
+                try:
+                    rc = proc.wait(timeout=self.args.poll)
+                    break
+                except subprocess.TimeoutExpired:
+                    say(f"{what}: {self._progress(metrics)} ({time.perf_counter() - t0:.0f} s)")
+        seconds = time.perf_counter() - t0
+        _add_time(timing[0], timing[1], seconds, sub=timing[2])
+        if rc != 0:
+            tail = "\n".join(log.read_text().splitlines()[-15:])
+            raise RuntimeError(f"{what} failed (exit {rc}); end of {log}:\n{tail}")
+        return seconds
+
+    def _progress(self, metrics: Path | None) -> str:
+        if metrics is None or not metrics.is_file():
+            return "running"
+        lines = metrics.read_text().splitlines()
+        if not lines:
+            return "running"
+        m = json.loads(lines[-1])
+        return (
+            f"step {m['step']}/{self.steps}, pass@1 {m.get('reward/pass@1', float('nan')):.3f}, "
+            f"entropy {m.get('actor/entropy', float('nan')):.3f}, "
+            f"{m.get('time/step', float('nan')):.1f} s/step"
+        )
+
+    def _cli(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "divrl.cli", *args]
+
+    # ------------------------------------------------------------------ stages
+
+    def presample(self, seed: int) -> None:
+        store = store_dir(self.out, seed)
+        if (store / "manifest.json").is_file():
+            say(f"presample seed {seed}: done, reusing {store}")
+            return
+        shutil.rmtree(store, ignore_errors=True)  # an interrupted attempt
+        dph = next(m for m in self.args.methods if self.cfgs[m].uses_reference_samples)
+        say(f"presample seed {seed}: sampling the reference store ({dph}'s preset) ...")
+        secs = self._run(
+            self._cli("presample", str(self.configs / f"{dph}.yaml"), *self.overrides(dph, seed)),
+            store.parent / "presample.log",
+            f"presample seed {seed}",
+            (store.parent / "timing.json", "presample_seconds", None),
+        )
+        stats = _read_json(store / "manifest.json", {}).get("stats", {})
+        say(
+            f"presample seed {seed}: {secs:.0f} s, {stats.get('near_perfect')} of "
+            f"{stats.get('prompts')} prompts near-perfect, {stats.get('reference_samples')} "
+            "reference samples"
+        )
+
+    def check_store(self, seed: int, failed: bool) -> None:
+        """Refuse a DPH run whose seed has no usable reference store (with the reason)."""
+        manifest = _read_json(store_dir(self.out, seed) / "manifest.json")
+        if failed or manifest is None:
+            raise RuntimeError(f"presampling seed {seed} failed: no reference store")
+        if not manifest.get("stats", {}).get("reference_samples"):
+            raise RuntimeError(
+                f"the reference store of seed {seed} is empty: the base model solves no "
+                "training prompt reliably enough for DPH-RL (a base model this weak cannot "
+                "run the DPH methods)"
+            )
+
+    def final_checkpoint(self, paths: Paths) -> Path | None:
+        model = paths.train / "checkpoints" / f"step_{self.steps:06d}" / "model"
+        return model if (model / "config.json").is_file() else None
+
+    def train(self, paths: Paths) -> Path:
+        what = f"train {paths.method} seed {paths.seed}"
+        ckpt = self.final_checkpoint(paths)
+        if ckpt is not None:
+            say(f"{what}: done, reusing {ckpt}")
+            return ckpt
+        resume = any((paths.train / "checkpoints").glob("step_*"))
+        if not resume and paths.train.exists():  # started, no checkpoint yet: start over
+            shutil.rmtree(paths.train)
+        say(f"{what}: {'resuming' if resume else 'starting'} ({self.steps} steps)")
+        cmd = self._cli(
+            "train",
+            str(self.configs / f"{paths.method}.yaml"),
+            *self.overrides(paths.method, paths.seed),
+        )
+        secs = self._run(
+            [*cmd, "--resume"] if resume else cmd,
+            paths.root / "train.log",
+            what,
+            (paths.timing, "train_seconds", None),
+            paths.train / "metrics.jsonl",
+        )
+        ckpt = self.final_checkpoint(paths)
+        if ckpt is None:
+            raise RuntimeError(f"{what}: finished without a final checkpoint in {paths.train}")
+        say(f"{what}: {secs:.0f} s (start-up and checkpoints included)")
+        return ckpt
+
+    def evaluate(self, paths: Paths, model: Path) -> None:
+        for split in rr.SPLITS:
+            what = f"eval {paths.method} seed {paths.seed} {split}"
+            d = paths.eval / split
+            if (d / "summary.json").is_file():
+                say(f"{what}: done, reusing")
+                continue
+            reuse = (d / "samples.jsonl").is_file()
+            args = [
+                "eval",
+                "--data", f"{split}={self.world.splits[split]}",
+                "--out", str(paths.eval),
+                "--n", str(self.args.n),
+                "--max-new-tokens", str(self.max_new_tokens),
+                "--batch-size", str(self.args.eval_batch_size),
+                "--seed", str(paths.seed),
+                "--group-by", "hard",
+                "--no-progress",
+            ]  # fmt: skip
+            if self.args.eval_prompts is not None:
+                args += ["--limit", str(self.args.eval_prompts)]
+            args += ["--reuse"] if reuse else ["--model", str(model)]
+            say(f"{what}: {'re-scoring the samples (--reuse)' if reuse else 'sampling'} ...")
+            self._run(
+                self._cli(*args),
+                paths.root / "eval.log",
+                what,
+                (paths.timing, "eval_seconds", split),
+            )
+
+    def run_unit(self, method: str, seed: int) -> Path:
+        """One (method, seed): train (not the base), evaluate, summarise. Returns the summary."""
+        paths = Paths(self.out, method, seed)
+        if paths.summary.is_file():
+            say(f"{method} seed {seed}: finished earlier, skipped")
+            self._publish(paths)
+            return paths.summary
+        model = self.world.model_dir if method == "base" else self.train(paths)
+        self.evaluate(paths, model)
+        summary = self.summarise(paths)
+        _write_json(paths.summary, summary)
+        self._publish(paths)
+        say(f"{method} seed {seed}: finished")
+        return paths.summary
+
+    def _publish(self, paths: Paths) -> None:
+        dest = self.results / "runs" / f"{paths.method}_seed{paths.seed}.json"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(paths.summary, dest)
+
+    # ------------------------------------------------------------------ summaries
+
+    def summarise(self, paths: Paths) -> dict[str, Any]:
+        from divrl.evaluation.diversity import retention
+        from divrl.evaluation.runner import read_jsonl
+
+        base = Paths(self.out, "base", paths.seed)
+        evals = {}
+        for split in rr.SPLITS:
+            s = _read_json(paths.eval / split / "summary.json")
+            div = s["diversity"]
+            ev = {
+                "n_prompts": s["n_prompts"],
+                "n_samples": s["n_samples_per_prompt"],
+                "greedy": s.get("greedy_accuracy"),
+                "pass@k": s["pass@k"],
+                "maj@k": s["maj@k"],
+                "share_one_style": div["share_one_style"],
+                "share_3plus_styles": div["share_3plus_styles"],
+                "mean_distinct_styles": div["mean_distinct_styles"],
+                "style_counts": div["style_counts"],
+                "mean_nll_per_token": s["tokens"]["mean_nll_per_token"],
+                "groups": {
+                    g: {"n_prompts": v["n_prompts"], "pass@k": v["pass@k"]}
+                    for g, v in s.get("groups", {}).items()
+                },
+                "retention": None,
+            }
+            base_results = base.eval / split / "results.jsonl"
+            if paths.method != "base" and base_results.is_file():
+                ev["retention"] = retention(
+                    read_jsonl(base_results), read_jsonl(paths.eval / split / "results.jsonl")
+                )
+            evals[split] = ev
+        timing = _read_json(paths.timing, {})
+        eval_secs = timing.get("eval_seconds", {})
+        summary: dict[str, Any] = {
+            "schema": rr.SCHEMA,
+            "method": paths.method,
+            "label": rr.METHODS[paths.method],
+            "seed": paths.seed,
+            "command": command_line(),
+            "settings": self.settings,
+            "eval": evals,
+            "wall_clock": {
+                "train_seconds": timing.get("train_seconds"),
+                "train_attempts": timing.get("train_attempts"),
+                "eval_seconds": sum(eval_secs.values()) if eval_secs else None,
+                "eval_seconds_per_split": eval_secs,
+            },
+        }
+        if paths.method != "base":
+            cfg = self.cfgs[paths.method]
+            summary["config"] = {
+                "preset": f"configs/toy/{paths.method}.yaml",
+                "overrides": self.overrides(paths.method, paths.seed),
+                "prompts_per_step": cfg.train.prompts_per_step,
+                "rollout_n": cfg.rollout.n,
+            }
+            summary["training"] = self.curve(paths.train / "metrics.jsonl")
+            # from every logged step (the curve is downsampled); excludes start-up
+            step_times = [
+                json.loads(x).get("time/step")
+                for x in (paths.train / "metrics.jsonl").read_text().splitlines()
+                if x.strip()
+            ]
+            step_times = [t for t in step_times if t is not None]
+            summary["wall_clock"]["mean_step_seconds"] = (
+                sum(step_times) / len(step_times) if step_times else None
+            )
+        return summary
+
+    @staticmethod
+    def curve(metrics: Path) -> dict[str, list]:
+        rows = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
+        if len(rows) > CURVE_POINTS:  # evenly spaced, always keeping the last step
+            idx = sorted(
+                {round(i * (len(rows) - 1) / (CURVE_POINTS - 1)) for i in range(CURVE_POINTS)}
+            )
+            rows = [rows[i] for i in idx]
+        return {
+            "step": [r["step"] for r in rows],
+            "entropy": [r.get("actor/entropy") for r in rows],
+            "pass1": [r.get("reward/pass@1") for r in rows],
+            "seconds_per_step": [r.get("time/step") for r in rows],
+        }
+
+    # ------------------------------------------------------------------ driver
+
+    def run(self) -> int:
+        self.setup()
+        seeds = range(self.args.seeds)
+        needs_store = [m for m in self.args.methods if self.cfgs[m].uses_reference_samples]
+        first = [("presample", s) for s in seeds if needs_store] + [("base", s) for s in seeds]
+        second = [(m, s) for s in seeds for m in self.args.methods]
+        failures: list[str] = []
+        failed_stores: set[int] = set()
+        done = 0
+
+        def task(kind: str, seed: int) -> None:
+            if kind == "presample":
+                self.presample(seed)
+            else:
+                if kind in needs_store:
+                    self.check_store(seed, failed=seed in failed_stores)
+                self.run_unit(kind, seed)
+
+        total = len(first) + len(second)
+        with ThreadPoolExecutor(max_workers=self.args.jobs) as pool:
+            for batch in (first, second):  # presamples and base evals first: the rest need them
+                futures = {pool.submit(task, k, s): (k, s) for k, s in batch}
+                for fut in as_completed(futures):
+                    kind, seed = futures[fut]
+                    done += 1
+                    try:
+                        fut.result()
+                    except Exception as exc:
+                        failures.append(f"{kind} seed {seed}: {exc}")
+                        if kind == "presample":
+                            failed_stores.add(seed)
+                        say(f"FAILED {kind} seed {seed}: {exc}")
+                    say(f"progress: {done}/{total} tasks")
+        self.write_report()
+        if failures:
+            say(f"{len(failures)} task(s) failed (rerun to retry; finished runs are skipped):")
+            for f in failures:
+                say(f"  {f}")
+            return 1
+        return 0
+
+    def write_report(self) -> Path:
+        finished = {
+            (m, s)
+            for m in ["base", *self.args.methods]
+            for s in range(self.args.seeds)
+            if Paths(self.out, m, s).summary.is_file()
+        }
+        missing = [
+            f"{m} seed {s}"
+            for s in range(self.args.seeds)
+            for m in ["base", *self.args.methods]
+            if (m, s) not in finished
+        ]
+        return write_report(self.results, self.report, self.out, missing=missing)
+
+
+def command_line() -> str:
+    """This script's command line, as run from the repository root."""
+    return shlex.join(["python", "experiments/reproduce.py", *sys.argv[1:]])
+
+
+def write_report(
+    results: Path, report: Path, out: Path | None, missing: list[str] | None = None
+) -> Path:
+    """Rebuild the report from ``results``/runs/*.json (and presample timings in ``out``)."""
+    summaries = rr.load_summaries(results / "runs")
+    presample_file = results / "presample_seconds.json"
+    presample = _read_json(presample_file, {})
+    if out is not None:
+        for t in sorted((out / "presample").glob("seed*/timing.json")):
+            presample[t.parent.name.removeprefix("seed")] = _read_json(t)["presample_seconds"]
+        if presample:
+            _write_json(presample_file, presample)
+    groups = rr.by_method(summaries)
+    plots = {}
+    rel = os.path.relpath(results, report.parent)
+    if rr.plot_entropy(groups, results / "entropy.png"):
+        plots["entropy"] = f"{rel}/entropy.png"
+    if rr.plot_pass_at_k(groups, results / "pass_at_k.png"):
+        plots["pass_at_k"] = f"{rel}/pass_at_k.png"
+    settings = sorted({json.dumps(s["settings"], sort_keys=True) for s in summaries})
+    seeds = {m: sorted(r["seed"] for r in rs) for m, rs in groups.items()}
+    commands = sorted({s.get("command", "?") for s in summaries})
+    preamble = [
+        f"Written by `{command_line()}` on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC from "
+        f"{len(summaries)} per-run summaries in `{rel}/runs/` (every number below comes from "
+        "them). The runs were made by:",
+        "",
+        *[f"    {c}" for c in commands],
+        "",
+        "Settings: " + "; ".join(f"`{s}`" for s in settings) if settings else "",
+        "",
+        "Runs per method (seeds): "
+        + ", ".join(f"{rr.METHODS.get(m, m)} {v}" for m, v in seeds.items())
+        + ".",
+        "",
+    ]
+    if missing:
+        preamble += [
+            "**Not finished** (failed or not run yet; see the work directory's logs): "
+            + ", ".join(missing)
+            + ".",
+            "",
+        ]
+    md = rr.build_markdown(
+        summaries,
+        title="Toy-scale reproduction of the DPH-RL and Lp-Reg claims",
+        preamble=preamble,
+        presample_seconds=presample,
+        plots=plots,
+    )
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_text(md)
+    say(f"report: {report}")
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.report_only:
+        write_report(Path(args.results).resolve(), Path(args.report).resolve(), None)
+        return 0
+    import torch
+
+    torch.set_num_threads(args.threads)
+    return Experiment(args).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
