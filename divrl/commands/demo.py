@@ -60,6 +60,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--world", help="use this already built toy world directory instead of --size's"
     )
     parser.add_argument(
+        "--jobs",
+        type=int,
+        default=2,
+        help="trainings run at the same time, each in its own process on one thread (2: one "
+        "per core of a 2-core machine; 1: in this process, one after the other)",
+    )
+    parser.add_argument(
         "--threads",
         type=int,
         default=1,
@@ -108,10 +115,9 @@ def _say(text: str) -> None:
     print(f"[divrl demo] {text}", file=sys.stderr, flush=True)
 
 
-def _config(configs: Path, method: str, args: argparse.Namespace, out: Path, world):
-    from divrl.training.config import load_config
-
-    overrides = [
+def _overrides(method: str, args: argparse.Namespace, out: Path, world) -> list[str]:
+    """What the demo changes in a toy preset: paths, steps, prompts, seed, checkpoints."""
+    return [
         f"model.path={world.model_dir}",
         f"data.train_path={world.splits['train']}",
         f"data.db_dir={world.db_dir}",
@@ -127,7 +133,71 @@ def _config(configs: Path, method: str, args: argparse.Namespace, out: Path, wor
         "checkpoint.save_every=0",
         "checkpoint.keep_last=1",
     ]
-    return load_config(configs / f"{method}.yaml", overrides)
+
+
+def _config(configs: Path, method: str, args: argparse.Namespace, out: Path, world):
+    from divrl.training.config import load_config
+
+    return load_config(configs / f"{method}.yaml", _overrides(method, args, out, world))
+
+
+def _count_lines(path: Path) -> int:
+    try:
+        with path.open() as f:
+            return sum(1 for line in f if line.strip())
+    except FileNotFoundError:
+        return 0
+
+
+def _parallel(tasks: list[tuple[str, list[str], Path, int]], jobs: int, logs: Path) -> None:
+    """Run ``divrl`` subprocesses, at most ``jobs`` at a time, one progress bar each.
+
+    ``tasks``: (name, divrl arguments, file whose line count is the progress, total). Each
+    subprocess runs on one torch thread; its output goes to ``logs/<name>.log``.
+    """
+    import os
+    import subprocess
+
+    from tqdm.auto import tqdm
+
+    logs.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    pending = list(tasks)
+    bars = {
+        name: tqdm(total=total, desc=name, position=i, dynamic_ncols=True, leave=True)
+        for i, (name, _, _, total) in enumerate(tasks)
+    }
+    running: dict[str, tuple[subprocess.Popen, Path, Path]] = {}
+    failed: list[str] = []
+    try:
+        while pending or running:
+            while pending and len(running) < jobs:
+                name, argv, progress_file, _ = pending.pop(0)
+                log = logs / f"{name.replace(' ', '_')}.log"
+                with log.open("w") as f:
+                    proc = subprocess.Popen(
+                        [sys.executable, "-m", "divrl.cli", *argv],
+                        stdout=f,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                    )
+                running[name] = (proc, progress_file, log)
+            time.sleep(1.0)
+            for name, (proc, progress_file, log) in list(running.items()):
+                bars[name].n = min(_count_lines(progress_file), bars[name].total)
+                bars[name].refresh()
+                rc = proc.poll()
+                if rc is not None:
+                    del running[name]
+                    if rc != 0:
+                        failed.append(f"{name} (exit {rc}, log {log})")
+    finally:
+        for proc, _, _ in running.values():
+            proc.terminate()
+        for bar in bars.values():
+            bar.close()
+    if failed:
+        raise RuntimeError("failed: " + "; ".join(failed))
 
 
 def _final_checkpoint(run_dir: Path, steps: int) -> Path | None:
@@ -206,8 +276,8 @@ def run(args: argparse.Namespace) -> int:
         unknown = [m for m in methods if m not in METHODS]
         if unknown or not methods:
             raise ValueError(f"--methods: unknown {unknown}; choose from {list(METHODS)}")
-        if args.steps < 1 or args.train_prompts < 1 or args.eval_prompts < 1 or args.n < 1:
-            raise ValueError("--steps, --train-prompts, --eval-prompts and --n must be >= 1")
+        if min(args.steps, args.train_prompts, args.eval_prompts, args.n, args.jobs) < 1:
+            raise ValueError("--steps, --train-prompts, --eval-prompts, --n, --jobs must be >= 1")
         configs = _configs_dir(args.configs)
     except (ValueError, FileNotFoundError) as exc:
         print(f"divrl demo: {exc}", file=sys.stderr)
@@ -255,13 +325,45 @@ def run(args: argparse.Namespace) -> int:
             )
             methods = [m for m in methods if m not in dropped]
 
-    checkpoints: dict[str, Path] = {}
+    todo = []
     for m in methods:
         ckpt = _final_checkpoint(out / m, args.steps)
         if ckpt is not None:
             _say(f"train {m}: reusing {ckpt}")
         else:
-            ckpt = clock.run(f"train {m} ({args.steps} steps)", _train, cfgs[m], args.steps)
+            todo.append(m)
+    if todo and args.jobs > 1:
+        for m in todo:  # unfinished earlier attempts start over
+            shutil.rmtree(out / m, ignore_errors=True)
+        tasks = [
+            (
+                f"train {m}",
+                [
+                    "train",
+                    str(configs / f"{m}.yaml"),
+                    *_overrides(m, args, out, world),
+                    "logging.progress=false",
+                ],
+                out / m / "metrics.jsonl",
+                args.steps,
+            )
+            for m in todo
+        ]
+        clock.run(
+            f"train {', '.join(todo)} ({args.steps} steps, {args.jobs} at a time)",
+            _parallel,
+            tasks,
+            args.jobs,
+            out / "logs",
+        )
+    else:
+        for m in todo:
+            clock.run(f"train {m} ({args.steps} steps)", _train, cfgs[m], args.steps)
+    checkpoints: dict[str, Path] = {}
+    for m in methods:
+        ckpt = _final_checkpoint(out / m, args.steps)
+        if ckpt is None:
+            raise RuntimeError(f"train {m}: no final checkpoint in {out / m}")
         checkpoints[m] = ckpt
 
     clock.run(
