@@ -23,15 +23,15 @@ import sys
 VOCAB = 152_064
 
 
-def _make_logits(length: int, vocab: int):
+def _make_logits(length: int, vocab: int, device: str = "cpu"):
     import torch
 
     g = torch.Generator().manual_seed(0)
-    logits = torch.empty(length, vocab, dtype=torch.bfloat16)
+    logits = torch.empty(length, vocab, dtype=torch.bfloat16, device=device)
     for start in range(0, length, 256):  # no full-size fp32 temporary
         rows = logits[start : start + 256]
         rows.copy_(3 * torch.randn(rows.shape, generator=g))
-    tokens = torch.randint(0, vocab, (length,), generator=g)
+    tokens = torch.randint(0, vocab, (length,), generator=g).to(device)
     return logits.requires_grad_(), tokens
 
 
@@ -65,8 +65,12 @@ def child(args: dict) -> dict:
     from benchmarks.common import peak_rss_bytes, rss_bytes, timed
 
     torch.set_num_threads(args.get("threads", torch.get_num_threads()))
-    logits, tokens = _make_logits(args["length"], args["vocab"])
-    base = rss_bytes()
+    device = args.get("device", "cpu")
+    cuda = device.startswith("cuda")
+    logits, tokens = _make_logits(args["length"], args["vocab"], device)
+    base = torch.cuda.memory_allocated() if cuda else rss_bytes()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
 
     def run():
         logits.grad = None
@@ -74,9 +78,12 @@ def child(args: dict) -> dict:
             _naive(logits, tokens)
         else:
             _chunked(logits, tokens, args["chunk_size"])
+        if cuda:
+            torch.cuda.synchronize()
 
     times = timed(run, repeats=args["repeats"], warmup=1)
-    return {"times": times, "peak_extra_bytes": peak_rss_bytes() - base}
+    peak = torch.cuda.max_memory_allocated() if cuda else peak_rss_bytes()
+    return {"times": times, "peak_extra_bytes": peak - base}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         default=14.0,
         help="skip the naive case when its estimated peak (~5 fp32 copies) exceeds this",
     )
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
     opts = parser.parse_args(argv)
     rows, cases = [], []
     for length in opts.lengths:
@@ -110,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                     "vocab": opts.vocab,
                     "chunk_size": opts.chunk_size,
                     "repeats": opts.repeats,
+                    "device": opts.device,
                 },
             )
             result[method] = {

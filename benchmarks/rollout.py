@@ -64,10 +64,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--vocab", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     opts = parser.parse_args(argv)
-    model = build(opts.hidden, opts.layers, opts.vocab)
+    model = build(opts.hidden, opts.layers, opts.vocab).to(opts.device, getattr(torch, opts.dtype))
     g = torch.Generator().manual_seed(0)
     prompts = torch.randint(3, opts.vocab, (opts.prompts, opts.prompt_len), generator=g)
+    sync = torch.cuda.synchronize if opts.device.startswith("cuda") else (lambda: None)
     total_new = opts.prompts * opts.n * opts.new_tokens
     # no EOS: every response is exactly new_tokens long in every method
     model.generation_config.suppress_tokens = [2]
@@ -81,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     @torch.no_grad()
     def run_generate():
         model.generate(
-            input_ids=prompts,
-            attention_mask=torch.ones_like(prompts),
+            input_ids=prompts.to(opts.device),
+            attention_mask=torch.ones_like(prompts).to(opts.device),
             do_sample=True,
             temperature=1.0,
             top_p=1.0,
@@ -92,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             num_return_sequences=opts.n,
             pad_token_id=0,
         )
+        sync()
 
     full = torch.randint(
         3, opts.vocab, (opts.prompts * opts.n, opts.prompt_len + opts.new_tokens), generator=g
@@ -99,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
 
     @torch.no_grad()
     def run_forward():
-        model(input_ids=full, use_cache=False)
+        model(input_ids=full.to(opts.device), use_cache=False)
+        sync()
 
     results = {}
     for name, fn in (("engine", run_engine), ("generate", run_generate), ("forward", run_forward)):

@@ -71,6 +71,8 @@ def base_overrides(work: Path, args: argparse.Namespace) -> list[str]:
         "logging.progress=false",
         "checkpoint.save_every=0",
         "checkpoint.save_final=false",
+        f"model.dtype={args.dtype}",
+        f"rollout.engine={args.engine}",
     ]
 
 
@@ -135,6 +137,7 @@ def child(args: dict) -> dict:
         "rollout_times": rollout,
         "update_times": update,
         "peak_rss_bytes": peak_rss_bytes(),
+        "peak_cuda_bytes": torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None,
         "reference_model_loaded": trainer.ref_model is not None,
         "params": params,
     }
@@ -155,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--engine", default="hf", choices=["hf", "vllm"])
     opts = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="divrl-bench-step-"))
     prepare(work, opts)
@@ -169,9 +174,10 @@ def main(argv: list[str] | None = None) -> int:
                 "benchmarks.step_time",
                 {"overrides": overrides, "steps": opts.steps, "threads": opts.threads},
             )
-            agg = results.setdefault(name, {"step_times": [], "peak_rss_bytes": [], "raw": []})
+            agg = results.setdefault(name, {"step_times": [], "peak_bytes": [], "raw": []})
             agg["step_times"] += out["step_times"]
-            agg["peak_rss_bytes"].append(out["peak_rss_bytes"])
+            # on a GPU the figure that matters is CUDA memory, on a CPU the process RSS
+            agg["peak_bytes"].append(out["peak_cuda_bytes"] or out["peak_rss_bytes"])
             agg["raw"].append(out)
             print(f"[{repeat}] {name}: {summary(out['step_times'])}", file=sys.stderr, flush=True)
 
@@ -179,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         return summary(results[name]["step_times"])["median"]
 
     def mem(name: str) -> float:
-        return max(results[name]["peak_rss_bytes"]) / 2**20
+        return max(results[name]["peak_bytes"]) / 2**20
 
     rows = []
     for name in CASES:
@@ -217,7 +223,13 @@ def main(argv: list[str] | None = None) -> int:
         ],
     ]
     table = markdown_table(
-        ["method", "step time s (median [min, max])", "peak RSS MiB", "reference model"], rows
+        [
+            "method",
+            "step time s (median [min, max])",
+            "peak memory MiB (CUDA if any, else RSS)",
+            "reference model",
+        ],
+        rows,
     )
     table += "\n" + markdown_table(["ratio", "measured", "goal", "status"], goals)
     payload = {
