@@ -203,6 +203,8 @@ def plot_spark_words(
         curves: ``{run: [{"step": s, word: probability, ...}]}``.
     """
     plt = _pyplot()
+    from matplotlib.ticker import MaxNLocator
+
     rows, cols = _grid(len(words))
     fig, axes = plt.subplots(rows, cols, figsize=(4.4 * cols, 3.3 * rows), squeeze=False)
     for ax, word in zip(axes.flat, words, strict=False):
@@ -211,6 +213,7 @@ def plot_spark_words(
             ax.plot(steps, [p[word] for p in points], marker="o", ms=3.5, label=name)
         ax.set_title(f"word {word!r}")
         ax.set_xlabel("training step (checkpoint)")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("mean P(word starts here)")
         ax.set_yscale("log")
         ax.grid(alpha=0.3)
