@@ -34,6 +34,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             p.add_argument(
                 "--no-measure", action="store_true", help="build only, do not sample the model"
             )
+            p.add_argument(
+                "--ship",
+                action="store_true",
+                help="(maintainers) copy the built model into divrl/toy/pretrained so that "
+                "builds with the same settings copy it instead of training",
+            )
+            p.add_argument(
+                "--retrain",
+                action="store_true",
+                help="train even when a shipped model matches (checks that it reproduces)",
+            )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,8 +70,13 @@ def run(args: argparse.Namespace) -> int:
         f"  model: {world.model_dir} ({man['n_parameters']:,} parameters, SFT loss "
         f"{man['final_loss']:.3f}, built in {man['build_seconds']:.0f} s)"
     )
+    print(f"  model source: {man['model_source']}")
     for split, path in world.splits.items():
         print(f"  {split:<13} {path} ({man['splits'][split]} prompts)")
+    if getattr(args, "ship", False):
+        from divrl.toy.world import ship_model
+
+        print(f"  shipped the model to {ship_model(world)}")
     if args.toy_command == "build" and args.no_measure:
         return 0
     cfg = MeasureConfig(n_samples=args.samples, max_prompts=args.max_prompts)

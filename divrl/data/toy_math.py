@@ -82,13 +82,15 @@ class ToyMathConfig:
 
 
 def sample_problem(rng: random.Random) -> MathProblem:
+    """A random problem: one-digit factors (the 2..9 times table) and a one-digit ``c``,
+    so every step is in reach of a sub-million-parameter model."""
     template = rng.choice(TEMPLATES)
     noun = rng.choice(NOUNS)
     if template == "sub_add":
-        a = rng.randint(10, 60)
-        return MathProblem(template, a, rng.randint(1, a - 1), rng.randint(1, 30), noun)
-    a, b = rng.randint(2, 9), rng.randint(2, 12)
-    c = rng.randint(1, 20) if template == "mul_add" else rng.randint(1, a * b - 1)
+        a = rng.randint(10, 49)
+        return MathProblem(template, a, rng.randint(1, 9), rng.randint(1, 9), noun)
+    a, b = rng.randint(2, 9), rng.randint(2, 9)
+    c = rng.randint(1, 9) if template == "mul_add" else rng.randint(1, min(9, a * b - 1))
     return MathProblem(template, a, b, c, noun)
 
 

@@ -149,10 +149,10 @@ class ToySQLConfig:
         default=(0.3, 0.2, 0.25, 0.25), metadata={"help": "sampling weight of each family"}
     )
     hard_share: float = field(
-        default=0.25, metadata={"help": "share of hard variants in SFT, train and test"}
+        default=0.45, metadata={"help": "share of hard variants in SFT, train and test"}
     )
     cross_hard_share: float = field(
-        default=0.5, metadata={"help": "share of hard variants in the cross-domain split"}
+        default=0.6, metadata={"help": "share of hard variants in the cross-domain split"}
     )
     style_rates: tuple[float, ...] = field(
         default=(0.6, 0.25, 0.15),
@@ -162,12 +162,19 @@ class ToySQLConfig:
         },
     )
     systematic_error: float = field(
-        default=0.8,
+        default=0.9,
         metadata={"help": "probability that the majority style errs on a hard variant"},
     )
     random_errors: tuple[float, ...] = field(
-        default=(0.05, 0.25, 0.25),
+        default=(0.06, 0.3, 0.3),
         metadata={"help": "random-mistake probability of the 1st, 2nd, 3rd style"},
+    )
+    family_error_scale: tuple[float, ...] = field(
+        default=(0.3, 1.0, 1.6, 1.6),
+        metadata={
+            "help": "per family (count, argmax, join, sum): factor on every style's "
+            "random-mistake probability (longer queries slip more)"
+        },
     )
 
     def __post_init__(self) -> None:
@@ -188,18 +195,38 @@ class ToySQLConfig:
             raise ValueError("style_rates and random_errors need 3 entries (one per style rank)")
         if min(self.style_rates) <= 0 or not all(0 <= p <= 1 for p in self.random_errors):
             raise ValueError("style_rates must be > 0 and random_errors in [0, 1]")
+        if len(self.family_error_scale) != len(FAMILIES) or min(self.family_error_scale) < 0:
+            raise ValueError(f"family_error_scale needs {len(FAMILIES)} non-negative factors")
+        if max(self.random_errors) * max(self.family_error_scale) > 1:
+            raise ValueError("random_errors x family_error_scale must stay <= 1")
 
 
 # ----------------------------------------------------------------------------- databases
 
 
 def make_schemas(cfg: ToySQLConfig, seed: int) -> tuple[list[Schema], list[Schema]]:
-    """Train and cross-domain schemas; no (child, parent) pair is shared between them."""
+    """Train and cross-domain schemas.
+
+    Cross-domain schemas reuse table names seen in training but pair a child table with a
+    parent it never had in training (and get fresh columns and rows): new schemas, not new
+    words, so a cross-domain miss is about the question and not about copying an unseen name.
+    """
     rng = random.Random(f"toy_sql-schemas-{seed}")
     pairs = [(c, p) for c in CHILD_TABLES for p in PARENT_TABLES]
     rng.shuffle(pairs)
+    train_pairs = pairs[: cfg.n_train_dbs]
+    children = {c for c, _ in train_pairs}
+    parents = {p for _, p in train_pairs}
+    cross_pairs = [(c, p) for c, p in pairs[cfg.n_train_dbs :] if c in children and p in parents][
+        : cfg.n_cross_dbs
+    ]
+    if len(cross_pairs) < cfg.n_cross_dbs:
+        raise ValueError(
+            f"only {len(cross_pairs)} unseen pairings of training tables; "
+            "lower n_cross_dbs or raise n_train_dbs"
+        )
     schemas = []
-    for i, (child, parent) in enumerate(pairs[: cfg.n_train_dbs + cfg.n_cross_dbs]):
+    for i, (child, parent) in enumerate(train_pairs + cross_pairs):
         cols = tuple(rng.sample(NUMERIC_COLUMNS, 3))
         kind = "train" if i < cfg.n_train_dbs else "cross"
         schemas.append(Schema(f"{kind}_{i:02d}_{child}_{parent}", child, parent, cols))
@@ -378,7 +405,8 @@ def sample_response(
     said = q
     if rank == 0 and q.hard and rng.random() < cfg.systematic_error:
         said = systematic_mistake(q)
-    if rng.random() < cfg.random_errors[rank]:
+    scale = cfg.family_error_scale[FAMILIES.index(q.family)]
+    if rng.random() < cfg.random_errors[rank] * scale:
         said = random_mistake(said, db, rng)
     return render(said, style), style, said == q
 

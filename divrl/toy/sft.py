@@ -16,7 +16,7 @@ from transformers import LlamaForCausalLM
 class SFTConfig:
     """Optimisation of the supervised (base-model) training."""
 
-    steps: int = field(default=1000, metadata={"help": "optimizer steps"})
+    steps: int = field(default=500, metadata={"help": "optimizer steps"})
     batch_size: int = field(default=128, metadata={"help": "sequences per step"})
     lr: float = field(default=3e-3, metadata={"help": "peak AdamW learning rate"})
     warmup_steps: int = field(default=30, metadata={"help": "linear warm-up steps"})

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import random
 import shutil
@@ -35,7 +36,18 @@ from divrl.toy.sft import SFTConfig, train_sft
 from divrl.toy.tokenizer import ANSWER_MARKER, build_tokenizer
 
 #: Bump when generated data or training would change for the same settings.
-BUILD_VERSION = "1"
+BUILD_VERSION = "2"
+#: A shipped copy of a built base model (``divrl toy build --ship`` writes it); used instead
+#: of training when its recorded world key matches the requested world.
+PRETRAINED_DIR = Path(__file__).parent / "pretrained"
+_SHIPPED_FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "sft_stats.json",
+)
 SPLITS = ("train", "test", "cross_domain", "ood_math")
 
 
@@ -52,7 +64,7 @@ class ToyWorldConfig:
     n_cross: int = field(default=256, metadata={"help": "cross-domain prompts (held-out dbs)"})
     n_math: int = field(default=256, metadata={"help": "out-of-domain math prompts"})
     sft_math_share: float = field(
-        default=0.25, metadata={"help": "share of math problems in the supervised corpus"}
+        default=0.3, metadata={"help": "share of math problems in the supervised corpus"}
     )
 
     def __post_init__(self) -> None:
@@ -76,6 +88,16 @@ SIZES: dict[str, ToyWorldConfig] = {
         n_test=16,
         n_cross=16,
         n_math=16,
+    ),
+    # tens of seconds: a model that already earns some reward (for learning-signal tests)
+    "small": ToyWorldConfig(
+        sql=toy_sql.ToySQLConfig(n_train_dbs=4, n_cross_dbs=2, rows=12, parents=3),
+        model=ToyModelConfig(hidden_size=64, num_layers=2, num_heads=2, intermediate_size=128),
+        sft=SFTConfig(steps=150, batch_size=32, lr=1e-2, warmup_steps=5, threads=1),
+        n_train=128,
+        n_test=32,
+        n_cross=32,
+        n_math=32,
     ),
 }
 
@@ -130,12 +152,17 @@ def ensure_toy_world(
     seed: int = 0,
     size: str = "full",
     progress: bool = True,
+    use_shipped: bool = True,
 ) -> ToyWorld:
     """Return the toy world for (``seed``, ``size``), building it first if it is not cached.
 
     ``size="full"`` trains the base model of the benchmark (minutes on 2 CPU cores);
-    ``size="tiny"`` builds a seconds-long miniature for tests. The cache directory defaults
-    to ``$DIVRL_CACHE_DIR/toy`` or ``~/.cache/divrl/toy``.
+    ``size="tiny"`` builds a seconds-long miniature for tests (its model generates text
+    but is rarely right); ``size="small"`` (tens of seconds) one whose model is right on
+    some SQL prompts, for tests that need a learning signal. The cache directory defaults
+    to ``$DIVRL_CACHE_DIR/toy`` or ``~/.cache/divrl/toy``. With ``use_shipped`` the model
+    shipped in ``divrl/toy/pretrained`` is copied instead of trained when it was built with
+    exactly these settings (the data is always generated).
     """
     if size not in SIZES:
         raise ValueError(f"unknown toy world size {size!r}; choose one of {sorted(SIZES)}")
@@ -147,7 +174,9 @@ def ensure_toy_world(
     cache.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=cache))
     try:
-        build_world(tmp, final, seed=seed, size=size, cfg=cfg, progress=progress)
+        build_world(
+            tmp, final, seed=seed, size=size, cfg=cfg, progress=progress, use_shipped=use_shipped
+        )
         try:
             tmp.rename(final)
         except OSError:
@@ -160,7 +189,14 @@ def ensure_toy_world(
 
 
 def build_world(
-    out: Path, final: Path, *, seed: int, size: str, cfg: ToyWorldConfig, progress: bool = True
+    out: Path,
+    final: Path,
+    *,
+    seed: int,
+    size: str,
+    cfg: ToyWorldConfig,
+    progress: bool = True,
+    use_shipped: bool = True,
 ) -> None:
     """Write a world into ``out``; rows point at databases under ``final`` (its home after
     the rename)."""
@@ -179,6 +215,9 @@ def build_world(
     split_qs = toy_sql.sample_questions(
         rng, train_dbs, cfg.n_train + cfg.n_test, cfg.sql, cfg.sql.hard_share
     )
+    # drawn together (distinct texts) and then shuffled, so that families whose question
+    # space is small (argmax, join) are spread over both splits
+    rng.shuffle(split_qs)
     train_qs, test_qs = split_qs[: cfg.n_train], split_qs[cfg.n_train :]
     cross_qs = toy_sql.sample_questions(
         rng, cross_dbs, cfg.n_cross, cfg.sql, cfg.sql.cross_hard_share
@@ -204,18 +243,28 @@ def build_world(
     corpus = sft_corpus(cfg, seed, train_dbs, held_out, held_out_math)
     pairs = encode_pairs(tokenizer, corpus, cfg.model.max_length)
 
-    model = build_model(cfg.model, tokenizer, seed)
-    stats = train_sft(model, pairs, cfg.sft, tokenizer.pad_token_id, seed, progress=progress)
-    model.save_pretrained(out / "model")
-    tokenizer.save_pretrained(out / "model")
+    key = world_key(seed, size, cfg)
+    if use_shipped and shipped_key() == key:
+        for name in _SHIPPED_FILES:
+            shutil.copy2(PRETRAINED_DIR / name, out / "model" / name)
+        stats = json.loads((PRETRAINED_DIR / "sft_stats.json").read_text())
+        stats["model_source"] = str(PRETRAINED_DIR)
+    else:
+        model = build_model(cfg.model, tokenizer, seed)
+        stats = train_sft(model, pairs, cfg.sft, tokenizer.pad_token_id, seed, progress=progress)
+        stats["model_source"] = "trained"
+        model.save_pretrained(out / "model")
+        tokenizer.save_pretrained(out / "model")
+        (out / "model" / "sft_stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+    n_parameters = _count_parameters(out / "model")
 
     manifest = {
         "seed": seed,
         "size": size,
-        "key": world_key(seed, size, cfg),
+        "key": key,
         "build_version": BUILD_VERSION,
         "config": cfg.to_dict(),
-        "n_parameters": sum(p.numel() for p in model.parameters()),
+        "n_parameters": n_parameters,
         "sft_examples": len(pairs),
         "splits": {name: len(r) for name, r in rows.items()},
         "answer_marker": ANSWER_MARKER,
@@ -224,6 +273,29 @@ def build_world(
         "build_seconds": time.time() - start,
     }
     (out / "world.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def shipped_key() -> str | None:
+    """World key of the shipped model, or None when none is shipped."""
+    path = PRETRAINED_DIR / "world_key.txt"
+    return path.read_text().strip() if path.exists() else None
+
+
+def ship_model(world: ToyWorld) -> Path:
+    """Copy ``world``'s model into :data:`PRETRAINED_DIR` (for maintainers: the copy is
+    what later builds with the same settings use instead of training)."""
+    PRETRAINED_DIR.mkdir(exist_ok=True)
+    for name in _SHIPPED_FILES:
+        shutil.copy2(world.model_dir / name, PRETRAINED_DIR / name)
+    (PRETRAINED_DIR / "world_key.txt").write_text(world.manifest["key"] + "\n")
+    return PRETRAINED_DIR
+
+
+def _count_parameters(model_dir: Path) -> int:
+    from safetensors import safe_open
+
+    with safe_open(str(model_dir / "model.safetensors"), framework="pt") as f:
+        return sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())  # noqa: SIM118
 
 
 def sft_corpus(
