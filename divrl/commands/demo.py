@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import shutil
 import sys
 import time
@@ -24,14 +25,15 @@ from typing import Any
 #: method name (configs/toy/<name>.yaml) -> label in tables
 METHODS = {"grpo": "GRPO", "dph_js": "DPH-JS", "lp_reg": "Lp-Reg"}
 EVAL_SPLITS = ("test", "cross_domain", "ood_math")
-#: openings of the toy SQL world's minority solution styles (CTE, join, IN / scalar sub-query)
-TOY_SPARKS = ("WITH s AS (", " JOIN ", " IN (", "=(SELECT ")
+#: the first piece where a toy SQL style departs from the majority one: CTE, join (aliased
+#: columns), IN sub-query, scalar sub-query, COUNT(column)
+TOY_SPARKS = ("WITH s AS (", "a.nm", " IN (", "=(SELECT ", "COUNT(nm")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="runs/demo", help="output directory (runs/demo)")
     parser.add_argument(
-        "--size", default="full", choices=("full", "tiny"), help="toy world size (tiny: a test)"
+        "--size", default="full", help="toy world size: full (default), small, tiny (a test)"
     )
     parser.add_argument("--steps", type=int, default=40, help="RL steps per method (40)")
     parser.add_argument(
@@ -78,6 +80,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="directory of the toy presets (default: configs/toy of this checkout)",
     )
+
+
+def _argv(args: argparse.Namespace) -> list[str]:
+    """The demo's settings as a command line (for the report's provenance line)."""
+    argv = ["--out", args.out]
+    argv += ["--world", args.world] if args.world else ["--size", args.size]
+    for flag in ("steps", "train_prompts", "eval_prompts", "n", "methods", "seed", "jobs"):
+        argv += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+    if args.spark_words != ",".join(TOY_SPARKS):
+        argv += ["--spark-words", args.spark_words]
+    return argv
 
 
 def _configs_dir(arg: str | None) -> Path:
@@ -293,10 +306,14 @@ def run(args: argparse.Namespace) -> int:
 
     from divrl.toy import ToyWorld, ensure_toy_world
 
-    if args.world:
-        world = ToyWorld.load(args.world)
-    else:
-        world = clock.run(f"toy world ({args.size})", ensure_toy_world, size=args.size)
+    try:
+        if args.world:
+            world = ToyWorld.load(args.world)
+        else:
+            world = clock.run(f"toy world ({args.size})", ensure_toy_world, size=args.size)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"divrl demo: {exc}", file=sys.stderr)
+        return 2
     _say(f"toy world: {world.root}")
     cfgs = {m: _config(configs, m, args, out, world) for m in methods}
     max_new_tokens = next(iter(cfgs.values())).rollout.max_new_tokens
@@ -390,10 +407,7 @@ def run(args: argparse.Namespace) -> int:
 
     base = load_model_eval(out / "base", "base")
     runs = [load_model_eval(out / m, METHODS[m]) for m in methods]
-    command = f"divrl demo --out {args.out} --size {args.size} --steps {args.steps} " + (
-        f"--train-prompts {args.train_prompts} --eval-prompts {args.eval_prompts} --n {args.n} "
-        f"--methods {','.join(methods)} --seed {args.seed}"
-    )
+    command = "divrl demo " + shlex.join(_argv(args))
     report = clock.run(
         "report",
         build_report,

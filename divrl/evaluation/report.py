@@ -283,6 +283,14 @@ def _split_order(split: str) -> tuple[int, str]:
     return (known.index(split) if split in known else len(known), split)
 
 
+def _show(path: Path) -> str:
+    """A path relative to the working directory when it lies below it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def _describe_inputs(doc: _Doc, models: Sequence[ModelEval], base: ModelEval | None) -> None:
     rows = [["model", "evaluation", "training run", "eval sets"]]
     for m in models:
@@ -290,13 +298,13 @@ def _describe_inputs(doc: _Doc, models: Sequence[ModelEval], base: ModelEval | N
         rows.append(
             [
                 m.name + role,
-                f"`{m.eval_dir}`",
-                f"`{m.run_dir}` ({len(m.metrics)} steps)" if m.run_dir else "-",
+                f"`{_show(m.eval_dir)}`",
+                f"`{_show(m.run_dir)}` ({len(m.metrics)} steps)" if m.run_dir else "-",
                 ", ".join(m.summaries) or "-",
             ]
         )
     doc.h(2, "Inputs")
-    doc.table(rows)
+    doc.table(rows, align_left=len(rows[0]))
     first = next((s for m in models for s in m.summaries.values()), None)
     if first:
         sp = first["sampling"]
