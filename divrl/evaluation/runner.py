@@ -439,10 +439,16 @@ def evaluate(
             )
         records = read_jsonl(samples_path)
         meta = json.loads((out / CONFIG_FILE).read_text()) if (out / CONFIG_FILE).is_file() else {}
+        # the samples were drawn with the recorded settings, whatever this call says
+        sampled = {
+            k: v
+            for k, v in meta.get("config", {}).items()
+            if k in ("temperature", "top_p", "top_k", "max_new_tokens", "template")
+        }
         n_found = {len(r["samples"]) for r in records}
         if n_found != {cfg.n}:
             logger.warning("reusing %s: %s samples per prompt (asked %d)", out, n_found, cfg.n)
-            cfg = EvalConfig(**{**asdict(cfg), "n": min(n_found)})
+        cfg = EvalConfig(**{**asdict(cfg), **sampled, "n": min(n_found)})
     else:
         if data_path is None:
             raise ValueError("evaluate: data_path is required unless reuse=True")

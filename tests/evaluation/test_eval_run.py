@@ -50,6 +50,14 @@ def test_eval_command_on_tiny_world(world, tmp_path, capsys):
     samples = read_jsonl(out / "test" / "samples.jsonl")
     assert all(len(rec["samples"]) == 4 for rec in samples)
     assert all(smp["nll"] >= 0 for rec in samples for smp in rec["samples"])
+    # re-scoring keeps the samples and the settings they were drawn with
+    assert (
+        main(["eval", "--reuse", "--out", str(out), "--temperature", "0.5", "--no-progress"]) == 0
+    )
+    again = json.loads((out / "summary.json").read_text())["test"]
+    assert again["sampling"]["temperature"] == 1.0
+    assert again["pass@k"] == s["pass@k"] and again["maj@k"] == s["maj@k"]
+    assert read_jsonl(out / "test" / "samples.jsonl") == samples
 
 
 class _ExplodingEngine:
