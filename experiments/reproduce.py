@@ -56,6 +56,7 @@ REPO = Path(__file__).resolve().parents[1]
 TRAINED = [m for m in rr.METHODS if m != "base"]
 #: training curve points kept in a summary (metrics.jsonl is downsampled evenly)
 CURVE_POINTS = 200
+TITLE = "Toy-scale reproduction of the DPH-RL and Lp-Reg claims"
 _print_lock = threading.Lock()
 
 
@@ -107,14 +108,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--report-only", action="store_true", help="rebuild the report from --results only"
     )
     p.add_argument("--jobs", type=int, default=1, help="runs in parallel (one thread each)")
-    from divrl.toy import SIZES
-
     p.add_argument(
         "--toy-size",
         default="full",
-        choices=sorted(SIZES),
-        help="toy world (tiny: a seconds-long miniature for testing this script; its model "
-        "solves nothing, so the DPH methods get an empty reference store and fail)",
+        help="toy world size of divrl.toy.SIZES (full; small; tiny: a seconds-long miniature "
+        "for testing this script, whose model solves nothing, so the DPH methods get an "
+        "empty reference store and are refused)",
     )
     p.add_argument("--world", help="an already built toy world directory (wins over --toy-size)")
     p.add_argument("--n", type=int, default=16, help="eval samples per prompt at T = 1")
@@ -613,6 +612,12 @@ def write_report(
     settings = sorted({json.dumps(s["settings"], sort_keys=True) for s in summaries})
     seeds = {m: sorted(r["seed"] for r in rs) for m, rs in groups.items()}
     commands = sorted({s.get("command", "?") for s in summaries})
+    if not summaries:
+        md = rr.build_markdown([], title=TITLE, preamble=[f"Written by `{command_line()}`.", ""])
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(md)
+        say(f"report (no finished runs): {report}")
+        return report
     preamble = [
         f"Written by `{command_line()}` on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC from "
         f"{len(summaries)} per-run summaries in `{rel}/runs/` (every number below comes from "
@@ -636,7 +641,7 @@ def write_report(
         ]
     md = rr.build_markdown(
         summaries,
-        title="Toy-scale reproduction of the DPH-RL and Lp-Reg claims",
+        title=TITLE,
         preamble=preamble,
         presample_seconds=presample,
         plots=plots,
@@ -655,7 +660,11 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    return Experiment(args).run()
+    try:
+        return Experiment(args).run()
+    except (ValueError, FileNotFoundError) as exc:  # a bad --toy-size or --world
+        print(f"experiments/reproduce.py: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
