@@ -43,7 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             p.add_argument(
                 "--retrain",
                 action="store_true",
-                help="train even when a shipped model matches (checks that it reproduces)",
+                help="train even when a shipped model matches (to check that it reproduces; "
+                "use a fresh --cache-dir, a cached world is returned as it is)",
             )
 
 
@@ -62,7 +63,11 @@ def run(args: argparse.Namespace) -> int:
     if args.size not in SIZES:
         raise SystemExit(f"divrl toy: unknown --size {args.size!r}; choose from {sorted(SIZES)}")
     world = ensure_toy_world(
-        args.cache_dir, seed=args.seed, size=args.size, progress=not args.quiet
+        args.cache_dir,
+        seed=args.seed,
+        size=args.size,
+        progress=not args.quiet,
+        use_shipped=not getattr(args, "retrain", False),
     )
     man = world.manifest
     print(f"toy world: {world.root}")

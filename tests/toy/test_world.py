@@ -4,6 +4,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from divrl.cli import main
 from divrl.data import load_examples
 from divrl.rewards import compute_score
 from divrl.toy import ANSWER_MARKER, SPLITS, ensure_toy_world, read_rows
@@ -76,3 +77,20 @@ def test_measure_reports_every_split(tiny):
     assert 0.0 <= test["pass@1"] <= test["pass@2"] <= test["pass@4"] <= 1.0
     assert len(check_targets(m)) == 5
     assert (world.root / "measurements.json").exists()
+
+
+@pytest.mark.slow
+def test_divrl_toy_build_prints_world_and_measurements(tiny, capsys):
+    world, cache, _ = tiny
+    argv = ["toy", "build", "--size", "tiny", "--cache-dir", str(cache), "--quiet"]
+    assert main([*argv, "--no-measure"]) == 0  # cached: no rebuild, no sampling
+    out = capsys.readouterr().out
+    assert str(world.root) in out and "cross_domain" in out and "pass@1" not in out
+    assert main([*argv, "--max-prompts", "2", "--samples", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "test pass@1" in out and "ood_math" in out  # the measured table and the checks
+
+
+def test_divrl_toy_rejects_unknown_size(tmp_path):
+    with pytest.raises(SystemExit, match="unknown --size"):
+        main(["toy", "build", "--size", "huge", "--cache-dir", str(tmp_path)])
