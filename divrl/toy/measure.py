@@ -85,7 +85,17 @@ def sample_responses(
         torch.set_num_threads(threads_before)
 
 
-def _sample(model, tokenizer, prompts, n, max_new_tokens, batch_size, temperature, seed, progress):
+def _sample(
+    model,
+    tokenizer,
+    prompts: Sequence[str],
+    n: int,
+    max_new_tokens: int,
+    batch_size: int,
+    temperature: float,
+    seed: int,
+    progress: bool,
+) -> list[list[str]]:
     torch.manual_seed(seed)
     flat = [p for p in prompts for _ in range(n)]
     texts: list[str] = []
