@@ -195,6 +195,7 @@ def _parallel(tasks: list[tuple[str, list[str], Path, int]], jobs: int, logs: Pa
                         env=env,
                     )
                 running[name] = (proc, progress_file, log)
+                bars[name].reset(total=bars[name].total)  # its clock starts now, not at launch
             time.sleep(1.0)
             for name, (proc, progress_file, log) in list(running.items()):
                 bars[name].n = min(_count_lines(progress_file), bars[name].total)
