@@ -247,6 +247,17 @@ class Experiment:
                 f"{self.settings}\nuse another --out (or delete it) to avoid mixing them"
             )
         _write_json(self.out / "settings.json", self.settings)
+        other = [
+            p.name
+            for p in sorted((self.results / "runs").glob("*.json"))
+            if json.loads(p.read_text()).get("settings") != self.settings
+        ]
+        if other:
+            raise SystemExit(
+                f"{self.results / 'runs'} holds summaries made with other settings "
+                f"({', '.join(other)}): use another --results/--report to keep one report "
+                "to one set of settings"
+            )
 
     def overrides(self, method: str, seed: int) -> list[str]:
         paths = Paths(self.out, method, seed)

@@ -502,7 +502,10 @@ def _claims_section(verdicts: Sequence[Verdict], kmax: int | None) -> list[str]:
         f"'yes': the mean difference lies on the paper's side by more than {SE_MULTIPLE:g} "
         "standard errors (for '>=': it is not below by more than that); 'no: within noise': "
         "a difference smaller than that; 'no: opposite': on the other side. A rough screen "
-        "over a few seeds, not a test at a fixed level.",
+        "over a few seeds, not a test at a fixed level. What was tried: each method's toy "
+        "preset as committed (`configs/toy/<method>.yaml`), overriding only the seed, the "
+        "output directory, the toy world's paths and the settings listed at the top; nothing "
+        "was tuned per claim.",
         "",
         *_table(["paper", "claim", "paper's direction", "ours (mean ± sd)", "reproduced"], rows),
     ]
