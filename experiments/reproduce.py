@@ -28,7 +28,7 @@ Usage (from the repository root)::
     .venv/bin/python experiments/reproduce.py --report-only           # rebuild the report
 
 The work directory (``--out``, default ``runs/reproduce``) holds checkpoints and samples;
-the per-run summaries (``--results``/runs/*.json), the plots and the report (``--report``)
+the per-run summaries (``--results``/summaries/*.json), the plots and the report (``--report``)
 are small and meant to be committed.
 """
 
@@ -57,6 +57,8 @@ TRAINED = [m for m in rr.METHODS if m != "base"]
 #: training curve points kept in a summary (metrics.jsonl is downsampled evenly)
 CURVE_POINTS = 200
 TITLE = "Toy-scale reproduction of the DPH-RL and Lp-Reg claims"
+#: sub-directory of --results for the per-run summaries (not "runs": .gitignore ignores runs/)
+SUMMARIES = "summaries"
 _print_lock = threading.Lock()
 
 
@@ -99,7 +101,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--results",
         default="docs/results/toy_reproduction",
-        help="directory for the committed per-run summaries (runs/*.json) and plots",
+        help="directory for the committed per-run summaries (summaries/*.json) and plots",
     )
     p.add_argument(
         "--report", default="docs/results/toy_reproduction.md", help="the Markdown report"
@@ -249,12 +251,12 @@ class Experiment:
         _write_json(self.out / "settings.json", self.settings)
         other = [
             p.name
-            for p in sorted((self.results / "runs").glob("*.json"))
+            for p in sorted((self.results / SUMMARIES).glob("*.json"))
             if json.loads(p.read_text()).get("settings") != self.settings
         ]
         if other:
             raise SystemExit(
-                f"{self.results / 'runs'} holds summaries made with other settings "
+                f"{self.results / SUMMARIES} holds summaries made with other settings "
                 f"({', '.join(other)}): use another --results/--report to keep one report "
                 "to one set of settings"
             )
@@ -446,7 +448,7 @@ class Experiment:
         return paths.summary
 
     def _publish(self, paths: Paths) -> None:
-        dest = self.results / "runs" / f"{paths.method}_seed{paths.seed}.json"
+        dest = self.results / SUMMARIES / f"{paths.method}_seed{paths.seed}.json"
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(paths.summary, dest)
 
@@ -604,8 +606,8 @@ def command_line() -> str:
 def write_report(
     results: Path, report: Path, out: Path | None, missing: list[str] | None = None
 ) -> Path:
-    """Rebuild the report from ``results``/runs/*.json (and presample timings in ``out``)."""
-    summaries = rr.load_summaries(results / "runs")
+    """Rebuild the report from ``results``/summaries/*.json (and presample timings in ``out``)."""
+    summaries = rr.load_summaries(results / SUMMARIES)
     presample_file = results / "presample_seconds.json"
     presample = _read_json(presample_file, {})
     if out is not None:
@@ -631,8 +633,8 @@ def write_report(
         return report
     preamble = [
         f"Written by `{command_line()}` on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC from "
-        f"{len(summaries)} per-run summaries in `{rel}/runs/` (every number below comes from "
-        "them). The runs were made by:",
+        f"{len(summaries)} per-run summaries in `{rel}/{SUMMARIES}/` (every number below "
+        "comes from them). The runs were made by:",
         "",
         *[f"    {c}" for c in commands],
         "",

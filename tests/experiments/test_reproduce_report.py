@@ -181,6 +181,6 @@ def test_training_curve_downsampled_keeps_last_step(script, tmp_path):
 
 
 def test_report_only_without_runs(script, tmp_path):
-    (tmp_path / "runs").mkdir()
+    (tmp_path / script.SUMMARIES).mkdir()
     report = script.write_report(tmp_path, tmp_path / "r.md", None)
     assert "No finished runs yet." in report.read_text()
