@@ -170,3 +170,12 @@ def test_config_validation():
 def test_demo_rejects_unknown_methods(capsys):
     assert main(["demo", "--methods", "grpo,ppo"]) == 2
     assert "unknown ['ppo']" in capsys.readouterr().err
+
+
+def test_demo_parallel_runner_reports_a_failed_run(tmp_path):
+    from divrl.commands.demo import _parallel
+
+    task = ("train bad", ["train", str(tmp_path / "missing.yaml")], tmp_path / "m.jsonl", 3)
+    with pytest.raises(RuntimeError, match=r"train bad \(exit 2, log .*train_bad.log\)"):
+        _parallel([task], jobs=2, logs=tmp_path / "logs")
+    assert "config file not found" in (tmp_path / "logs" / "train_bad.log").read_text()
