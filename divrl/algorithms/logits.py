@@ -120,6 +120,9 @@ class _LogitStatsFn(torch.autograd.Function):
         lp, lse = cols[0], cols[1]
         entropy = cols[2] if with_entropy else torch.zeros_like(lp)
         ctx.save_for_backward(logits2d, tokens, lse, entropy)
+        # an unused output (e.g. a detached entropy) then gets None, not a zero tensor, and
+        # its part of the backward is skipped
+        ctx.set_materialize_grads(False)
         ctx.temperature, ctx.chunk_size, ctx.with_entropy = temperature, chunk_size, with_entropy
         extra = cols[3:] if with_entropy else cols[2:]
         ctx.mark_non_differentiable(*extra)
@@ -130,6 +133,8 @@ class _LogitStatsFn(torch.autograd.Function):
         logits2d, tokens, lse, entropy = ctx.saved_tensors
         t = ctx.temperature
         grad = torch.empty_like(logits2d)
+        if grad_lp is None and grad_entropy is None:
+            return None, None, None, None, None, None
         g_lp = torch.zeros_like(lse) if grad_lp is None else grad_lp.float()
         use_h = ctx.with_entropy and grad_entropy is not None
         g_h = grad_entropy.float() if use_h else None

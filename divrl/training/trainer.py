@@ -45,12 +45,10 @@ import torch
 
 from divrl.algorithms import (
     aggregate,
-    entropy_from_logits,
     get_policy_loss,
     group_advantages,
     kl_estimate,
-    minp_log_normalizer,
-    proxy_log_prob,
+    logit_stats,
     reference_divergence_loss,
     token_log_probs,
 )
@@ -505,13 +503,22 @@ class Trainer:
                 )
                 logits = response_logits(policy, data)
                 lengths = [len(batch.response_ids[i]) for i in idx]
-                lp = token_log_probs(logits, data["responses"], temp, self.chunk).cpu()
+                lp_reg = cfg.algorithm.policy_loss == "lp_reg"
+                # one pass over the logits: the old log-probs and pi_old's Lp-Reg proxy
+                stats = logit_stats(
+                    logits,
+                    data["responses"],
+                    temp,
+                    self.chunk,
+                    with_entropy=False,
+                    minp_kappa=cfg.algorithm.lp_reg_kappa if lp_reg else None,
+                )
+                lp = stats.log_prob.cpu()
                 olds += [lp[j, :n].tolist() for j, n in enumerate(lengths)]
-                if cfg.algorithm.policy_loss == "lp_reg":
-                    # pi_old's proxy, from the logits this pass computes anyway
-                    px, log_z = self._proxy(logits, data["responses"])
-                    proxies += [px.cpu()[j, :n].tolist() for j, n in enumerate(lengths)]
-                    log_zs += [log_z.cpu()[j, :n].tolist() for j, n in enumerate(lengths)]
+                if lp_reg:
+                    px, log_z = stats.proxy_log_prob.cpu(), stats.log_normalizer.cpu()
+                    proxies += [px[j, :n].tolist() for j, n in enumerate(lengths)]
+                    log_zs += [log_z[j, :n].tolist() for j, n in enumerate(lengths)]
             batch.old_log_probs = _padded(olds)
             if proxies:
                 batch.proxy_log_probs, batch.log_normalizers = _padded(proxies), _padded(log_zs)
@@ -530,17 +537,6 @@ class Trainer:
 
     # ------------------------------------------------------------------ losses
 
-    def _proxy(
-        self, logits: torch.Tensor, tokens: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Lp-Reg's proxy log-probs of ``tokens`` and ``log Z`` (for the mean-Z diagnostic)."""
-        kappa, temp = self.config.algorithm.lp_reg_kappa, self.config.rollout.temperature
-        logits = logits.detach()
-        return (
-            proxy_log_prob(logits, tokens, kappa, temp, self.chunk),
-            minp_log_normalizer(logits, kappa, temp, self.chunk),
-        )
-
     def _policy_micro(self, batch: RolloutBatch, idx: list[int]) -> tuple[torch.Tensor, dict, int]:
         cfg, algo = self.config, self.config.algorithm
         temp = cfg.rollout.temperature
@@ -555,10 +551,18 @@ class Trainer:
         responses, mask = data["responses"], data["response_mask"]
         width = responses.shape[1]
         logits = response_logits(self.model, data)
-        lp = token_log_probs(logits, responses, temp, self.chunk)
-        entropy = entropy_from_logits(
-            logits if algo.entropy_coef > 0 else logits.detach(), self.chunk, temperature=temp
+        proxy_here = cfg.train.on_policy and algo.policy_loss == "lp_reg"
+        # One pass over the logits: log-probs, entropy and, on-policy Lp-Reg, the current
+        # policy's proxy (detached) from this very forward.
+        stats = logit_stats(
+            logits,
+            responses,
+            temp,
+            self.chunk,
+            minp_kappa=algo.lp_reg_kappa if proxy_here else None,
         )
+        lp = stats.log_prob
+        entropy = stats.entropy if algo.entropy_coef > 0 else stats.entropy.detach()
 
         def stored(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t[idx, :width].to(lp.device)
@@ -566,8 +570,8 @@ class Trainer:
         proxy = log_z = None
         if cfg.train.on_policy:
             old = lp.detach()
-            if algo.policy_loss == "lp_reg":  # the current policy's proxy, from this forward
-                proxy, log_z = self._proxy(logits, responses)
+            if proxy_here:
+                proxy, log_z = stats.proxy_log_prob, stats.log_normalizer
         else:
             old = stored(batch.old_log_probs)
             proxy, log_z = stored(batch.proxy_log_probs), stored(batch.log_normalizers)
