@@ -15,10 +15,10 @@ from benchmarks import logits, rollout, step_time, trl_compare
 from benchmarks.common import RESULTS_DIR, machine
 
 BENCHMARKS = {
-    "step_time": (step_time.main, ["--steps", "3", "--repeats", "2"]),
+    "step_time": (step_time.main, ["--steps", "2", "--repeats", "2"]),
     "trl_compare": (trl_compare.main, ["--steps", "3", "--repeats", "2"]),
     "rollout": (rollout.main, ["--repeats", "3"]),
-    "logits": (logits.main, ["--lengths", "1024", "2048", "8192", "--repeats", "2"]),
+    "logits": (logits.main, ["--lengths", "1024", "4096", "8192", "--repeats", "2"]),
 }
 
 
