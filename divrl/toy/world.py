@@ -235,14 +235,6 @@ def build_world(
         write_examples(examples, out / "data" / f"{name}.jsonl")
     timings["data_seconds"] = time.time() - start
 
-    # the supervised corpus: fresh questions on the training databases (never the test
-    # prompts) and math problems (never the ood_math prompts), with sampled styles and errors
-    tokenizer = build_tokenizer(cfg.model.max_length)
-    held_out = {toy_sql.prompt_text(q) for q, _ in test_qs}
-    held_out_math = {toy_math.prompt_text(p) for p in math_ps}
-    corpus = sft_corpus(cfg, seed, train_dbs, held_out, held_out_math)
-    pairs = encode_pairs(tokenizer, corpus, cfg.model.max_length)
-
     key = world_key(seed, size, cfg)
     if use_shipped and shipped_key() == key:
         for name in _SHIPPED_FILES:
@@ -250,9 +242,18 @@ def build_world(
         stats = json.loads((PRETRAINED_DIR / "sft_stats.json").read_text())
         stats["model_source"] = str(PRETRAINED_DIR)
     else:
+        # the supervised corpus: fresh questions on the training databases (never the test
+        # prompts) and math problems (never the ood_math prompts), with sampled styles and
+        # errors
+        tokenizer = build_tokenizer(cfg.model.max_length)
+        held_out = {toy_sql.prompt_text(q) for q, _ in test_qs}
+        held_out_math = {toy_math.prompt_text(p) for p in math_ps}
+        corpus = sft_corpus(cfg, seed, train_dbs, held_out, held_out_math)
+        pairs = encode_pairs(tokenizer, corpus, cfg.model.max_length)
         model = build_model(cfg.model, tokenizer, seed)
         stats = train_sft(model, pairs, cfg.sft, tokenizer.pad_token_id, seed, progress=progress)
         stats["model_source"] = "trained"
+        stats["sft_examples"] = len(pairs)
         model.save_pretrained(out / "model")
         tokenizer.save_pretrained(out / "model")
         (out / "model" / "sft_stats.json").write_text(json.dumps(stats, indent=2) + "\n")
@@ -265,7 +266,6 @@ def build_world(
         "build_version": BUILD_VERSION,
         "config": cfg.to_dict(),
         "n_parameters": n_parameters,
-        "sft_examples": len(pairs),
         "splits": {name: len(r) for name, r in rows.items()},
         "answer_marker": ANSWER_MARKER,
         **timings,

@@ -28,8 +28,13 @@ def test_full_world_uses_the_shipped_model(tmp_path):
     tok = AutoTokenizer.from_pretrained(world.model_dir)
     rows = read_rows(world.splits["test"])[:32]
     enc = tok([r["prompt"] for r in rows], return_tensors="pt", padding=True)
-    with torch.no_grad():
-        out = model.generate(**enc, do_sample=False, max_new_tokens=48)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # small decode steps: a second thread only spin-waits
+    try:
+        with torch.no_grad():
+            out = model.generate(**enc, do_sample=False, max_new_tokens=48)
+    finally:
+        torch.set_num_threads(threads)
     texts = tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     scores = [
         compute_score(r["data_source"], t, r["reward_model"]["ground_truth"], r["extra_info"])
