@@ -96,3 +96,37 @@ def test_checkpoint_holds_a_loadable_model(tiny_world, tmp_path):
         (tmp_path / "checkpoints" / "step_000001" / "trainer_state.json").read_text()
     )
     assert state["step"] == 1 and state["sampler"]["position"] == 4
+
+
+def test_crash_while_checkpointing_leaves_the_previous_checkpoint(tiny_world, tmp_path):
+    def config():
+        return load_config(
+            None,
+            tiny_overrides(
+                tiny_world,
+                tmp_path,
+                **{"train.total_steps": 3, "checkpoint.save_every": 1, "checkpoint.keep_last": 3},
+            ),
+        )
+
+    tr = Trainer(config(), reward_fn=sevens_reward)
+    real = tr.accelerator.save_state
+
+    def crash_on_step_2(path, *args, **kwargs):
+        if tr.step == 2:
+            real(path, *args, **kwargs)  # a half-written checkpoint: state but no metadata
+            raise Killed
+        return real(path, *args, **kwargs)
+
+    tr.accelerator.save_state = crash_on_step_2
+    with pytest.raises(Killed):
+        tr.train()
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert names == [".tmp_step_000002", "step_000001"]
+    resumed = Trainer(config(), reward_fn=sevens_reward, resume=True)
+    assert resumed.step == 1
+    resumed.train()
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert names == ["step_000001", "step_000002", "step_000003"]
+    steps = [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3]
