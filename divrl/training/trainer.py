@@ -180,6 +180,7 @@ class RolloutBatch:
     scores: list[float] = field(default_factory=list)
     groups: list[int] = field(default_factory=list)
     truncated: list[bool] = field(default_factory=list)
+    rollout_log_probs: list[list[float]] = field(default_factory=list)  # from the engine
     advantages: torch.Tensor | None = None
     old_log_probs: torch.Tensor | None = None  # [N, R] off-policy only
     proxy_log_probs: torch.Tensor | None = None  # [N, R] off-policy Lp-Reg only
@@ -196,6 +197,7 @@ class RolloutBatch:
             self.rewards.append(rewards[r])
             self.scores.append(scores[r])
             self.truncated.append(out.truncated[r])
+            self.rollout_log_probs.append(out.log_probs[r])
             self.groups.append(gid)
 
 
@@ -473,7 +475,15 @@ class Trainer:
             # smallest process's count of kept groups.
             (least,) = self._all_reduce([len(batch) // cfg.rollout.n], op="min")
             keep = int(least) * cfg.rollout.n
-            for name in ("prompt_ids", "response_ids", "rewards", "scores", "groups", "truncated"):
+            for name in (
+                "prompt_ids",
+                "response_ids",
+                "rewards",
+                "scores",
+                "groups",
+                "truncated",
+                "rollout_log_probs",
+            ):
                 setattr(batch, name, getattr(batch, name)[:keep])
             stats["dapo/rounds"] = round_
             stats["dapo/kept_groups"] = keep // cfg.rollout.n
@@ -603,6 +613,12 @@ class Trainer:
         )
         metrics = dict(metrics)
         metrics["actor/entropy"] = float((entropy.detach() * mask).sum() / mask.sum())
+        # the engine's sampling log-probs vs the old log-probs the loss uses: ~0 for the hf
+        # engine; a large value flags a sampler/trainer mismatch (e.g. vLLM kernels, dtype)
+        engine_lp = _padded([batch.rollout_log_probs[i] for i in idx])[:, :width].to(lp.device)
+        metrics["rollout/log_prob_diff"] = float(
+            ((old - engine_lp).abs() * mask).sum() / mask.sum()
+        )
         if algo.kl_coef > 0:
             kl = aggregate(
                 kl_estimate(lp, stored(batch.ref_log_probs), algo.kl_estimator), mask, algo.loss_agg

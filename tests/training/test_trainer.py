@@ -40,6 +40,8 @@ def test_grpo_raises_a_learnable_reward(tiny_world, tmp_path):
     assert [x["step"] for x in lines] == list(range(1, 16))
     for key in ("reward/pass@1", "actor/entropy", "pg/approx_kl", "time/step", "actor/lr"):
         assert key in lines[-1]
+    # the hf engine's sampling log-probs agree with the trainer's forward pass
+    assert all(0 <= h["rollout/log_prob_diff"] < 1e-4 for h in history)
 
 
 def test_nan_loss_step_is_skipped_and_training_continues(tiny_world, tmp_path):
