@@ -32,8 +32,10 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 
 # Performance measurements (not tests): JSON + Markdown under benchmarks/results/.
+# Idle OpenMP threads spin-wait by default, which on a shared 2-core machine makes two torch
+# threads slower than one: PASSIVE lets them sleep.
 bench: $(STAMP)
-	$(BIN)/python -m benchmarks.run_all
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m benchmarks.run_all
 
 # The toy world end to end (GRPO vs DPH-JS vs Lp-Reg vs the base model); see docs/evaluation.md.
 demo: $(STAMP)

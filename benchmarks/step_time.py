@@ -56,6 +56,7 @@ def base_overrides(work: Path, args: argparse.Namespace) -> list[str]:
         f"model.path={work / 'model'}",
         f"data.train_path={work / 'toy' / 'train.jsonl'}",
         "data.max_prompt_length=64",
+        "data.limit=48",
         f"rollout.n={args.n}",
         f"rollout.max_new_tokens={args.response_len}",
         "rollout.seeded=false",
@@ -87,6 +88,7 @@ def prepare(work: Path, args: argparse.Namespace, presample_store: bool = True) 
     from divrl.training.config import load_config
     from divrl.training.presample import presample
 
+    torch.set_num_threads(args.threads)
     world = ensure_toy_world(work / "toycache", size="tiny", progress=False)
     (work / "toy").mkdir(parents=True, exist_ok=True)
     shutil.copy(world.splits["train"], work / "toy" / "train.jsonl")
@@ -144,7 +146,6 @@ def child(args: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import torch
 
     from benchmarks.common import markdown_table, run_child, summary, write_results
 
@@ -157,7 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--micro", type=int, default=16)
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads per process (1: robust on a shared machine, see docs/benchmarks.md)",
+    )
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--engine", default="hf", choices=["hf", "vllm"])
     opts = parser.parse_args(argv)

@@ -112,7 +112,6 @@ def child(args: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import torch
 
     from benchmarks.common import markdown_table, run_child, summary, write_results
 
@@ -124,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--response-len", type=int, default=64)
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per process")
     opts = parser.parse_args(argv)
     opts.micro = opts.prompts * opts.n  # one forward per step in both frameworks
     work = Path(tempfile.mkdtemp(prefix="divrl-bench-trl-"))
