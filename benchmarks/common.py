@@ -80,12 +80,26 @@ def machine() -> dict[str, Any]:
 
 
 def write_results(name: str, payload: dict[str, Any], table: str) -> Path:
+    """Write ``<name>.json`` (with the machine) and ``<name>.md``; print the table."""
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     payload = {"benchmark": name, "machine": machine(), **payload}
     path = RESULTS_DIR / f"{name}.json"
     path.write_text(json.dumps(payload, indent=2))
     (RESULTS_DIR / f"{name}.md").write_text(table)
+    print(table)
+    print(f"wrote {path}")
     return path
+
+
+def entry_point(
+    main: Callable[[], int], child: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+) -> None:
+    """``python -m benchmarks.<name>``: run ``main``; with ``--child`` (see :func:`run_child`),
+    run one case from the JSON on stdin and print its JSON result."""
+    if child is not None and sys.argv[1:] == ["--child"]:
+        print(json.dumps(child(json.loads(sys.stdin.read()))))
+        sys.exit(0)
+    sys.exit(main())
 
 
 def markdown_table(headers: list[str], rows: list[list[Any]]) -> str:

@@ -17,7 +17,6 @@ Goal (issue 9): chunked peak memory <= 1/4 of naive at equal or better time.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 VOCAB = 152_064
@@ -169,14 +168,11 @@ def main(argv: list[str] | None = None) -> int:
         ],
         rows,
     )
-    path = write_results("logits", {"chunk_size": opts.chunk_size, "cases": cases}, table)
-    print(table)
-    print(f"wrote {path}")
+    write_results("logits", {"chunk_size": opts.chunk_size, "cases": cases}, table)
     return 0
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--child"]:
-        print(json.dumps(child(json.loads(sys.stdin.read()))))
-    else:
-        sys.exit(main())
+    from benchmarks.common import entry_point
+
+    entry_point(main, child)

@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     table = markdown_table(["method", "time s (median [min, max])", "new tokens/s"], rows)
     table += "\n" + markdown_table(["ratio", "measured", "goal", "status"], ratios)
-    path = write_results(
+    write_results(
         "rollout",
         {
             "settings": vars(opts),
@@ -145,10 +145,10 @@ def main(argv: list[str] | None = None) -> int:
         },
         table,
     )
-    print(table)
-    print(f"wrote {path}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from benchmarks.common import entry_point
+
+    entry_point(main)

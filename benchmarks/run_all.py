@@ -1,4 +1,5 @@
-"""``make bench``: every benchmark in turn, then one combined Markdown table.
+"""``make bench``: every benchmark in turn (or those named: ``python -m benchmarks.run_all
+rollout logits``), then one combined Markdown table.
 
 Each benchmark writes ``benchmarks/results/<name>.json`` and ``.md``; this script writes
 ``benchmarks/results/summary.md`` from them. Sizes are chosen to finish in under 20
@@ -22,9 +23,19 @@ BENCHMARKS = {
 }
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    names = (sys.argv[1:] if argv is None else argv) or list(BENCHMARKS)
+    unknown = sorted(set(names) - set(BENCHMARKS))
+    if unknown:
+        raise SystemExit(f"unknown benchmark(s) {unknown}; valid: {', '.join(BENCHMARKS)}")
     parts = [f"# divrl benchmarks\n\nMachine: `{machine()}`\n"]
     for name, (fn, args) in BENCHMARKS.items():
+        if name not in names:  # keep the last results of the benchmarks not run now
+            if (RESULTS_DIR / f"{name}.md").is_file():
+                parts.append(
+                    f"## {name} (earlier run)\n\n{(RESULTS_DIR / f'{name}.md').read_text()}"
+                )
+            continue
         start = time.perf_counter()
         print(f"== {name} {' '.join(args)}", flush=True)
         fn(args)

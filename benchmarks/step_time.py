@@ -20,7 +20,6 @@ Goals (issue 9): dph_js <= 0.85x grpo_rkl time with no reference model in memory
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -248,14 +247,11 @@ def main(argv: list[str] | None = None) -> int:
             "lp_reg_vs_grpo_memory": lp_mem,
         },
     }
-    path = write_results("step_time", payload, table)
-    print(table)
-    print(f"wrote {path}")
+    write_results("step_time", payload, table)
     return 0
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--child"]:
-        print(json.dumps(child(json.loads(sys.stdin.read()))))
-    else:
-        sys.exit(main())
+    from benchmarks.common import entry_point
+
+    entry_point(main, child)

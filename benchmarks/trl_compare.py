@@ -126,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads per process")
     opts = parser.parse_args(argv)
     opts.micro = opts.prompts * opts.n  # one forward per step in both frameworks
+    opts.dtype, opts.engine = "float32", "hf"
     work = Path(tempfile.mkdtemp(prefix="divrl-bench-trl-"))
     prepare(work, opts, presample_store=False)
     common = {
@@ -157,18 +158,15 @@ def main(argv: list[str] | None = None) -> int:
         ["ratio", "measured", "goal", "status"],
         [["divrl / TRL step time", f"{ratio:.3f}x", "<= 1x", "met" if ratio <= 1.0 else "not met"]],
     )
-    path = write_results(
+    write_results(
         "trl_compare",
         {"settings": vars(opts), "results": results, "ratio_divrl_vs_trl": ratio},
         table,
     )
-    print(table)
-    print(f"wrote {path}")
     return 0
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--child"]:
-        print(json.dumps(child(json.loads(sys.stdin.read()))))
-    else:
-        sys.exit(main())
+    from benchmarks.common import entry_point
+
+    entry_point(main, child)
