@@ -493,6 +493,12 @@ class Trainer:
             ).float()
         return batch, dict(stats)
 
+    def _device_batch(
+        self, prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[int]]
+    ) -> dict[str, torch.Tensor]:
+        """Padded (prompt, response) tensors on this process's device (see ``collate``)."""
+        return to_device(collate(prompt_ids, response_ids, self.pad_id), self.accelerator.device)
+
     @torch.no_grad()
     def _precompute(self, batch: RolloutBatch) -> dict[str, float]:
         """Old log-probs / Lp-Reg proxy (off-policy) and reference log-probs (reverse KL)."""
@@ -503,13 +509,8 @@ class Trainer:
             policy = self.accelerator.unwrap_model(self.model)
             olds, proxies, log_zs = [], [], []
             for idx in _chunks(range(len(batch)), micro):
-                data = to_device(
-                    collate(
-                        [batch.prompt_ids[i] for i in idx],
-                        [batch.response_ids[i] for i in idx],
-                        self.pad_id,
-                    ),
-                    self.accelerator.device,
+                data = self._device_batch(
+                    [batch.prompt_ids[i] for i in idx], [batch.response_ids[i] for i in idx]
                 )
                 logits = response_logits(policy, data)
                 lengths = [len(batch.response_ids[i]) for i in idx]
@@ -550,13 +551,8 @@ class Trainer:
     def _policy_micro(self, batch: RolloutBatch, idx: list[int]) -> tuple[torch.Tensor, dict, int]:
         cfg, algo = self.config, self.config.algorithm
         temp = cfg.rollout.temperature
-        data = to_device(
-            collate(
-                [batch.prompt_ids[i] for i in idx],
-                [batch.response_ids[i] for i in idx],
-                self.pad_id,
-            ),
-            self.accelerator.device,
+        data = self._device_batch(
+            [batch.prompt_ids[i] for i in idx], [batch.response_ids[i] for i in idx]
         )
         responses, mask = data["responses"], data["response_mask"]
         width = responses.shape[1]
@@ -632,11 +628,8 @@ class Trainer:
     def _reference_micro(self, rows: list[int]) -> tuple[torch.Tensor, dict, int]:
         algo = self.config.algorithm
         samples = [self.reference_store.samples[r] for r in rows]
-        data = to_device(
-            collate(
-                [s.prompt_ids for s in samples], [s.response_ids for s in samples], self.pad_id
-            ),
-            self.accelerator.device,
+        data = self._device_batch(
+            [s.prompt_ids for s in samples], [s.response_ids for s in samples]
         )
         logits = response_logits(self.model, data)
         lp = token_log_probs(logits, data["responses"], self.config.rollout.temperature, self.chunk)
