@@ -537,6 +537,9 @@ class Experiment:
             "entropy": [r.get("actor/entropy") for r in rows],
             "pass1": [r.get("reward/pass@1") for r in rows],
             "seconds_per_step": [r.get("time/step") for r in rows],
+            # Lp-Reg only (None elsewhere): how many tokens it selected and regularised
+            "lp_reg_selected": [r.get("lp_reg/num_selected") for r in rows],
+            "lp_reg_regularized": [r.get("lp_reg/num_regularized") for r in rows],
         }
 
     # ------------------------------------------------------------------ driver

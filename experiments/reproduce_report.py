@@ -40,6 +40,7 @@ METHODS: dict[str, str] = {
     "dph_js": "DPH-JS",
     "dph_alpha": "DPH-alpha (0.5)",
     "lp_reg": "Lp-Reg (on-policy)",
+    "lp_reg_toy": "Lp-Reg (toy variant: whole-batch selection, kappa 0.002)",
     "entropy_bonus": "GRPO + entropy bonus",
     "high_entropy_8020": "80/20",
     "kl_cov": "KL-Cov",
@@ -198,8 +199,10 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("Lp-Reg", "an entropy bonus makes entropy rise (end above start)", ("entropy_bonus", "train.entropy_end"), ("entropy_bonus", "train.entropy_start"), "higher"),
     Claim("Lp-Reg", "Lp-Reg ends with more entropy than GRPO", ("lp_reg", "train.entropy_end"), ("grpo", "train.entropy_end"), "higher"),
     Claim("Lp-Reg", "Lp-Reg ends with less entropy than the entropy bonus (a moderate band)", ("lp_reg", "train.entropy_end"), ("entropy_bonus", "train.entropy_end"), "lower"),
+    Claim("Lp-Reg", "Lp-Reg (toy variant) ends with more entropy than GRPO", ("lp_reg_toy", "train.entropy_end"), ("grpo", "train.entropy_end"), "higher"),
     Claim("Lp-Reg", "KL-Cov ends with more entropy than GRPO", ("kl_cov", "train.entropy_end"), ("grpo", "train.entropy_end"), "higher"),
     Claim("Lp-Reg", "Lp-Reg has a higher in-domain Pass@1 than GRPO", ("lp_reg", "test.pass@1"), ("grpo", "test.pass@1"), "higher"),
+    Claim("Lp-Reg", "Lp-Reg (toy variant) has a higher in-domain Pass@1 than GRPO", ("lp_reg_toy", "test.pass@1"), ("grpo", "test.pass@1"), "higher"),
 )  # fmt: skip
 
 _DIRECTION_WORDS = {"higher": ">", "lower": "<", "not_lower": ">="}
