@@ -467,6 +467,51 @@ def _entropy_section(groups, plot: str | None) -> list[str]:
     return lines
 
 
+def _lp_reg_section(groups) -> list[str]:
+    """How many tokens the Lp-Reg runs selected and regularised per step (it can be none)."""
+    rows = []
+    for method, runs in groups.items():
+        curves = [r.get("training", {}) for r in runs]
+        selected = [[v for v in c.get("lp_reg_selected", []) if v is not None] for c in curves]
+        if not any(selected):
+            continue
+        regularised = [
+            [v for v in c.get("lp_reg_regularized", []) if v is not None] for c in curves
+        ]
+
+        def per_step(rows_: list[list[float]]) -> Stat:
+            return stat(sum(x) / len(x) if x else None for x in rows_)
+
+        def share(sel: list[float], reg: list[float]) -> float | None:
+            return sum(1 for v in reg if v > 0) / len(reg) if reg else None
+
+        rows.append(
+            [
+                _label(method),
+                per_step(selected).fmt(2),
+                per_step(regularised).fmt(2),
+                stat(share(a, b) for a, b in zip(selected, regularised, strict=True)).fmt(2),
+            ]
+        )
+    if not rows:
+        return []
+    return [
+        "## What Lp-Reg did",
+        "",
+        "Tokens Lp-Reg selected (the lowest-probability rho share of the negative-advantage "
+        "tokens of a micro-batch) and regularised (selected and kept by the min-p proxy) per "
+        "step, as logged in metrics.jsonl (per-micro-batch counts averaged over a step's "
+        "micro-batches; the curve kept in the summaries, mean over seeds), and the share of "
+        "steps with at least one regularised token. A run that regularised nothing trained "
+        "as on-policy GRPO with the lower clip off.",
+        "",
+        *_table(
+            ["method", "selected / step", "regularised / step", "steps with any regularised"],
+            rows,
+        ),
+    ]
+
+
 def _retention_section(groups) -> list[str]:
     splits = [sp for sp in SPLITS if any(sp in r["eval"] for rs in groups.values() for r in rs)]
     rows = []
@@ -540,6 +585,7 @@ def build_markdown(
         lines += [f"![Pass@k per split]({plots['pass_at_k']})", ""]
     lines += _style_section(groups)
     lines += _entropy_section(groups, plots.get("entropy"))
+    lines += _lp_reg_section(groups)
     lines += _retention_section(groups)
     lines += _claims_section([judge(c, groups, kmax) for c in CLAIMS], kmax)
     return "\n".join(lines).rstrip() + "\n"

@@ -184,3 +184,18 @@ def test_report_only_without_runs(script, tmp_path):
     (tmp_path / script.SUMMARIES).mkdir()
     report = script.write_report(tmp_path, tmp_path / "r.md", None)
     assert "No finished runs yet." in report.read_text()
+
+
+def test_lp_reg_section_counts_selected_and_regularised_tokens(rr):
+    runs = [run("grpo", 0, 0.7, 0.8, ent=[1.0, 0.5])]
+    for seed, regularised in enumerate(([0.0, 0.0, 4.0, 2.0], [0.0, 0.0, 0.0, 0.0])):
+        s = run("lp_reg_toy", seed, 0.7, 0.8, ent=[1.0, 0.9, 0.8, 0.7])
+        s["training"]["lp_reg_selected"] = [10.0, 12.0, 14.0, 16.0]
+        s["training"]["lp_reg_regularized"] = regularised
+        runs.append(s)
+    md = rr.build_markdown(runs, title="T")
+    label = rr.METHODS["lp_reg_toy"]
+    # selected 13 per step in both seeds; regularised 1.5 and 0 (mean 0.75, sd 1.06);
+    # steps with any: 2/4 and 0/4 (mean 0.25, sd 0.35)
+    assert f"| {label} | 13.00 ± 0.00 | 0.75 ± 1.06 | 0.25 ± 0.35 |" in md
+    assert "| GRPO | " not in md.split("## What Lp-Reg did")[1].split("##")[0]
