@@ -648,6 +648,13 @@ def write_report(
         + ".",
         "",
     ]
+    reading = report.with_name(f"{report.stem}_reading.md")
+    if reading.is_file():  # written by hand from the generated tables, kept across rebuilds
+        preamble += [
+            f"What these tables say, claim by claim, and what was tried: [{reading.name}]"
+            f"({reading.name}) (written by hand from the numbers below).",
+            "",
+        ]
     if missing:
         preamble += [
             "**Not finished** (failed or not run yet; see the work directory's logs): "
