@@ -22,6 +22,7 @@ SIGNATURE = {
     "dph_alpha": "dph/divergence",
     "lp_reg": "lp_reg/num_selected",
     "lp_reg_offpolicy": "lp_reg/num_selected",
+    "lp_reg_toy": "lp_reg/num_selected",
     "entropy_bonus": "actor/entropy",
     "high_entropy_8020": "entropy/kept_tokens",
     "kl_cov": "kl_cov/num_penalized",
