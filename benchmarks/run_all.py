@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import time
 
-from benchmarks import logits, rollout, step_time, trl_compare
+from benchmarks import bucketing, logits, rollout, step_time, trl_compare
 from benchmarks.common import RESULTS_DIR, machine
 
 BENCHMARKS = {
@@ -20,6 +20,7 @@ BENCHMARKS = {
     "trl_compare": (trl_compare.main, ["--steps", "3", "--repeats", "2"]),
     "rollout": (rollout.main, ["--repeats", "3"]),
     "logits": (logits.main, ["--lengths", "1024", "4096", "8192", "--repeats", "2"]),
+    "bucketing": (bucketing.main, ["--steps", "3", "--repeats", "2"]),
 }
 
 

@@ -5,6 +5,10 @@ per rollout batch), ``--prompts`` prompts x ``--n`` completions of at most
 ``--response-len`` tokens, the same cheap reward on the completion text, no KL term, each
 in its own process. Step time excludes the first (warm-up) step.
 
+Gradient checkpointing is set the same in both, and both settings are measured by default:
+TRL's ``GRPOConfig`` turns it on by default (less activation memory, a second forward in
+the backward), divrl's ``model.gradient_checkpointing`` defaults to off.
+
 Goal (issue 9): divrl at least as fast as TRL.
 
     python -m benchmarks.trl_compare [--steps 3] [--repeats 2]
@@ -74,6 +78,7 @@ def run_trl(args: dict) -> dict:
         top_p=1.0,
         num_iterations=1,
         gradient_accumulation_steps=1,
+        gradient_checkpointing=args["gradient_checkpointing"],
         disable_tqdm=True,
     )
 
@@ -124,6 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    parser.add_argument(
+        "--gradient-checkpointing",
+        choices=["off", "on", "both"],
+        default="both",
+        help="gradient checkpointing in both frameworks (TRL's default is on, divrl's off)",
+    )
     opts = parser.parse_args(argv)
     opts.micro = opts.prompts * opts.n  # one forward per step in both frameworks
     opts.dtype, opts.engine = "float32", "hf"
@@ -138,29 +149,56 @@ def main(argv: list[str] | None = None) -> int:
         "threads": opts.threads,
         "overrides": base_overrides(work, opts),
     }
+    settings = {"off": [False], "on": [True], "both": [False, True]}[opts.gradient_checkpointing]
     results: dict[str, dict] = {}
     for _ in range(opts.repeats):
-        for framework in ("divrl", "trl"):
-            out = run_child("benchmarks.trl_compare", {**common, "framework": framework})
-            agg = results.setdefault(framework, {"step_times": [], "peak_rss_bytes": []})
-            agg["step_times"] += out["step_times"]
-            agg["peak_rss_bytes"].append(out["peak_rss_bytes"])
-            print(f"{framework}: {summary(out['step_times'])}", file=sys.stderr, flush=True)
+        for gc in settings:
+            for framework in ("divrl", "trl"):
+                case = {
+                    **common,
+                    "framework": framework,
+                    "gradient_checkpointing": gc,
+                    "overrides": common["overrides"]
+                    + [f"model.gradient_checkpointing={str(gc).lower()}"],
+                }
+                out = run_child("benchmarks.trl_compare", case)
+                name = framework + (" + grad. checkpointing" if gc else "")
+                agg = results.setdefault(name, {"step_times": [], "peak_rss_bytes": []})
+                agg["step_times"] += out["step_times"]
+                agg["peak_rss_bytes"].append(out["peak_rss_bytes"])
+                print(f"{name}: {summary(out['step_times'])}", file=sys.stderr, flush=True)
     med = {k: summary(v["step_times"])["median"] for k, v in results.items()}
     mem = {k: max(v["peak_rss_bytes"]) / 2**20 for k, v in results.items()}
     rows = []
     for k, v in results.items():
         s = summary(v["step_times"])
         rows.append([k, f"{s['median']:.3f} [{s['min']:.3f}, {s['max']:.3f}]", f"{mem[k]:.0f}"])
-    ratio = med["divrl"] / med["trl"]
+    goals, ratios = [], {}
+    for gc in settings:
+        suffix = " + grad. checkpointing" if gc else ""
+        ratio = med["divrl" + suffix] / med["trl" + suffix]
+        ratios["gc_on" if gc else "gc_off"] = ratio
+        goals.append(
+            [
+                f"divrl / TRL step time{', both with grad. checkpointing' if gc else ''}",
+                f"{ratio:.3f}x",
+                "<= 1x",
+                "met" if ratio <= 1.0 else "not met",
+            ]
+        )
+        goals.append(
+            [
+                f"divrl / TRL peak RSS{', both with grad. checkpointing' if gc else ''}",
+                f"{mem['divrl' + suffix] / mem['trl' + suffix]:.3f}x",
+                "-",
+                "-",
+            ]
+        )
     table = markdown_table(["framework", "step time s (median [min, max])", "peak RSS MiB"], rows)
-    table += "\n" + markdown_table(
-        ["ratio", "measured", "goal", "status"],
-        [["divrl / TRL step time", f"{ratio:.3f}x", "<= 1x", "met" if ratio <= 1.0 else "not met"]],
-    )
+    table += "\n" + markdown_table(["ratio", "measured", "goal", "status"], goals)
     write_results(
         "trl_compare",
-        {"settings": vars(opts), "results": results, "ratio_divrl_vs_trl": ratio},
+        {"settings": vars(opts), "results": results, "ratio_divrl_vs_trl": ratios},
         table,
     )
     return 0

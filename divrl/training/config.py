@@ -259,6 +259,13 @@ class TrainConfig:
     )
     micro_batch_size: int = _help("sequences per forward/backward pass on each process", 8)
     ppo_epochs: int = _help("passes over each rollout batch", 1)
+    length_bucketing: bool = _help(
+        "sort each mini-batch's sequences by length before cutting it into micro-batches, so "
+        "sequences of similar length share a padded micro-batch (less padding, same loss for "
+        "token-mean aggregation; per-micro-batch selections such as Lp-Reg's lowest-rho "
+        "tokens and KL-Cov/Clip-Cov's top tokens then see length-sorted neighbours)",
+        True,
+    )
     seed: int = _help("seed of data order, sampling and initialisation", 0)
     logits_chunk_size: int | None = _help(
         "positions per chunk when log-softmax, entropy and the Lp-Reg proxy read the logits "

@@ -55,14 +55,22 @@ def batch_log_probs(
     temperature: float,
     micro_batch_size: int,
     chunk_size: int | None = None,
+    length_bucketing: bool = True,
 ) -> list[list[float]]:
-    """Per-token log-probs of each response under ``model`` (one list per response)."""
+    """Per-token log-probs of each response under ``model`` (one list per response, in the
+    input order). ``length_bucketing`` sorts the pairs by length before cutting them into
+    micro-batches (less padding; the values do not change)."""
     device = next(model.parameters()).device
-    out: list[list[float]] = []
-    for start in range(0, len(prompt_ids), micro_batch_size):
-        sl = slice(start, start + micro_batch_size)
-        batch = to_device(collate(prompt_ids[sl], response_ids[sl], pad_token_id), device)
+    order = list(range(len(prompt_ids)))
+    if length_bucketing:
+        order.sort(key=lambda i: len(prompt_ids[i]) + len(response_ids[i]))
+    out: list[list[float]] = [[] for _ in order]
+    for start in range(0, len(order), micro_batch_size):
+        idx = order[start : start + micro_batch_size]
+        prompts, responses = [prompt_ids[i] for i in idx], [response_ids[i] for i in idx]
+        batch = to_device(collate(prompts, responses, pad_token_id), device)
         logits = response_logits(model, batch)
         lp = token_log_probs(logits, batch["responses"], temperature, chunk_size).cpu()
-        out += [lp[i, : len(r)].tolist() for i, r in enumerate(response_ids[sl])]
+        for j, i in enumerate(idx):
+            out[i] = lp[j, : len(response_ids[i])].tolist()
     return out

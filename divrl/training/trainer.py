@@ -213,6 +213,14 @@ def _chunks(indices: Sequence[int], size: int) -> list[list[int]]:
     return [list(indices[i : i + size]) for i in range(0, len(indices), size)]
 
 
+def _by_length(
+    indices: Sequence[int], prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]]
+) -> list[int]:
+    """``indices`` sorted (stably) by prompt + response length, for length-bucketed
+    micro-batches: a padded micro-batch costs ``B x (longest prompt + longest response)``."""
+    return sorted(indices, key=lambda i: len(prompts[i]) + len(responses[i]))
+
+
 def _split(indices: Sequence[int], parts: int) -> list[list[int]]:
     """``parts`` contiguous pieces whose sizes differ by at most one."""
     base, extra = divmod(len(indices), parts)
@@ -507,14 +515,18 @@ class Trainer:
         metrics = MetricMeter()
         if not cfg.train.on_policy:
             policy = self.accelerator.unwrap_model(self.model)
-            olds, proxies, log_zs = [], [], []
-            for idx in _chunks(range(len(batch)), micro):
+            n = len(batch)
+            olds, proxies = [[] for _ in range(n)], [[] for _ in range(n)]
+            log_zs = [[] for _ in range(n)]
+            order = range(n)
+            if cfg.train.length_bucketing:
+                order = _by_length(order, batch.prompt_ids, batch.response_ids)
+            lp_reg = cfg.algorithm.policy_loss == "lp_reg"
+            for idx in _chunks(order, micro):
                 data = self._device_batch(
                     [batch.prompt_ids[i] for i in idx], [batch.response_ids[i] for i in idx]
                 )
                 logits = response_logits(policy, data)
-                lengths = [len(batch.response_ids[i]) for i in idx]
-                lp_reg = cfg.algorithm.policy_loss == "lp_reg"
                 # one pass over the logits: the old log-probs and pi_old's Lp-Reg proxy
                 stats = logit_stats(
                     logits,
@@ -525,13 +537,16 @@ class Trainer:
                     minp_kappa=cfg.algorithm.lp_reg_kappa if lp_reg else None,
                 )
                 lp = stats.log_prob.cpu()
-                olds += [lp[j, :n].tolist() for j, n in enumerate(lengths)]
-                if lp_reg:
-                    px, log_z = stats.proxy_log_prob.cpu(), stats.log_normalizer.cpu()
-                    proxies += [px[j, :n].tolist() for j, n in enumerate(lengths)]
-                    log_zs += [log_z[j, :n].tolist() for j, n in enumerate(lengths)]
+                px = stats.proxy_log_prob.cpu() if lp_reg else None
+                log_z = stats.log_normalizer.cpu() if lp_reg else None
+                for j, i in enumerate(idx):
+                    length = len(batch.response_ids[i])
+                    olds[i] = lp[j, :length].tolist()
+                    if lp_reg:
+                        proxies[i] = px[j, :length].tolist()
+                        log_zs[i] = log_z[j, :length].tolist()
             batch.old_log_probs = _padded(olds)
-            if proxies:
+            if lp_reg:
                 batch.proxy_log_probs, batch.log_normalizers = _padded(proxies), _padded(log_zs)
         if self.ref_model is not None:
             ref = batch_log_probs(
@@ -542,6 +557,7 @@ class Trainer:
                 temperature=temp,
                 micro_batch_size=micro,
                 chunk_size=self.chunk,
+                length_bucketing=cfg.train.length_bucketing,
             )
             batch.ref_log_probs = _padded(ref)
         return metrics.means()
@@ -608,6 +624,8 @@ class Trainer:
             **{k: v for k, v in options.items() if k in self._loss_params},
         )
         metrics = dict(metrics)
+        attention = data["attention_mask"]
+        metrics["perf/padding_frac"] = 1.0 - float(attention.sum()) / attention.numel()
         metrics["actor/entropy"] = float((entropy.detach() * mask).sum() / mask.sum())
         # the engine's sampling log-probs vs the old log-probs the loss uses: ~0 for the hf
         # engine; a large value flags a sampler/trainer mismatch (e.g. vLLM kernels, dtype)
@@ -647,6 +665,13 @@ class Trainer:
         """Accumulate one mini-batch's gradients and step; False when the step was skipped."""
         cfg, algo = self.config, self.config.algorithm
         micro = cfg.train.micro_batch_size
+        if cfg.train.length_bucketing:
+            seqs = _by_length(seqs, batch.prompt_ids, batch.response_ids)
+            if refs:
+                store = self.reference_store.samples
+                refs = sorted(
+                    refs, key=lambda r: len(store[r].prompt_ids) + len(store[r].response_ids)
+                )
         jobs = [("pg", c) for c in _chunks(seqs, micro)] + [
             ("ref", c) for c in _chunks(refs, micro)
         ]

@@ -22,34 +22,6 @@ def test_retention_counts_base_solved_prompts():
     assert math.isnan(retention([{"id": "x", "correct": [False]}], model)["retention"])
 
 
-CHARS = list("0123456789+=;:QA ")
-
-
-@pytest.fixture(scope="module")
-def tiny_lm():
-    """A random 2-layer Llama over single characters."""
-    from tokenizers import Tokenizer, decoders, models
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    vocab = {"<pad>": 0, "</s>": 1, **{c: i + 2 for i, c in enumerate(CHARS)}}
-    backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None))
-    backend.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="</s>")
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=len(vocab),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=64,
-        pad_token_id=0,
-        eos_token_id=1,
-    )
-    return LlamaForCausalLM(cfg).eval(), tok
-
-
 @torch.no_grad()
 def brute_force(model, tok, prompt, response, word):
     """Per position, the word's probability token by token with one forward pass each."""

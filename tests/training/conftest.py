@@ -16,15 +16,6 @@ def tiny_world(tmp_path_factory):
     }
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Tiny models on a shared 2-core machine run fastest (by far) on one thread."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="session")
 def reference_store(tiny_world, tmp_path_factory):
     """A DPH reference store of the tiny model (near-perfect = the even prompts)."""

@@ -1,0 +1,35 @@
+"""Fixtures of every test directory: one torch thread, and the tiny character-level Llama
+of tests/training/train_helpers.py (loaded by path: the test directories are not packages)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+_spec = importlib.util.spec_from_file_location(
+    "_divrl_train_helpers", Path(__file__).parent / "training" / "train_helpers.py"
+)
+train_helpers = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(train_helpers)
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """The models here are tiny: one intra-op thread is as fast, and on a busy 2-core machine
+    two threads measured several times slower. Restored after each test."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(tmp_path_factory):
+    """``(model, tokenizer)``: a random 2-layer Llama over single characters, in eval mode."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = train_helpers.build_tiny_lm(tmp_path_factory.mktemp("tiny_lm"))
+    return AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
