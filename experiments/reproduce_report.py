@@ -268,6 +268,16 @@ def judge(claim: Claim, groups: dict[str, list[dict[str, Any]]], kmax: int | Non
 # --------------------------------------------------------------------------- plots
 
 
+def _line_style(method: str) -> dict[str, Any]:
+    """A fixed colour per method (tab20: the 10 dark shades first, then the light ones), so
+    13 methods get 13 colours and a method keeps its colour in every plot."""
+    import matplotlib
+
+    i = list(METHODS).index(method) if method in METHODS else len(METHODS)
+    color = matplotlib.colormaps["tab20"]((2 * i) % 20 + (2 * i) // 20 % 2)
+    return {"color": color, "ls": "--" if method == "base" else "-"}
+
+
 def plot_entropy(groups: dict[str, list[dict[str, Any]]], path: Path) -> Path | None:
     """Mean policy entropy over training per method (shaded: min-max over seeds)."""
     import matplotlib
@@ -287,11 +297,12 @@ def plot_entropy(groups: dict[str, list[dict[str, Any]]], path: Path) -> Path | 
         steps = curves[0][0]
         same = [e for s, e in curves if s == steps]
         mean = [sum(col) / len(col) for col in zip(*same, strict=True)]
-        ax.plot(steps, mean, label=METHODS.get(method, method))
+        style = _line_style(method)
+        ax.plot(steps, mean, label=METHODS.get(method, method), **style)
         if len(same) > 1:
             ax.fill_between(
                 steps, [min(c) for c in zip(*same, strict=True)],
-                [max(c) for c in zip(*same, strict=True)], alpha=0.15,
+                [max(c) for c in zip(*same, strict=True)], alpha=0.12, color=style["color"],
             )  # fmt: skip
         drawn = True
     if not drawn:
@@ -327,7 +338,7 @@ def plot_pass_at_k(groups: dict[str, list[dict[str, Any]]], path: Path) -> Path 
             ks = sorted(set.intersection(*({int(k) for k in e["pass@k"]} for e in evs)))
             ys = [stat(e["pass@k"][str(k)] for e in evs).mean for k in ks]
             ax.plot(ks, ys, marker="o", ms=3, label=METHODS.get(method, method),
-                    ls="--" if method == "base" else "-")  # fmt: skip
+                    **_line_style(method))  # fmt: skip
         ax.set_xscale("log", base=2)
         ax.set_title(SPLITS[split])
         ax.set_xlabel("k")
