@@ -227,7 +227,7 @@ def test_divrl_agrees_with_the_official_rule(db, profile):
     )
     disagreements = [
         (form, pred, gold, label, r.reason, r.extracted)
-        for (gold, pred, _, form, _), label, r in zip(cases, labels, batch.results)
+        for (gold, pred, _, form, _), label, r in zip(cases, labels, batch.results, strict=True)
         if (r.score == 1.0) != label
     ]
     agreement = 1 - len(disagreements) / len(cases)
