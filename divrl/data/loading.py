@@ -293,6 +293,12 @@ def _resolve_db(extra: dict, path: Path, db_dir, fail) -> str:
         ]
     for candidate in tried:
         if candidate.is_file():
+            from divrl.rewards.sql.database import check_sqlite_file
+
+            try:
+                check_sqlite_file(candidate)
+            except ValueError as e:
+                raise fail("extra_info.db_path", str(e)) from None
             return str(candidate.resolve())
     if extra.get("db_path"):
         raise fail("extra_info.db_path", f"database not found (tried {', '.join(map(str, tried))})")
