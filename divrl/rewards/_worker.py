@@ -29,6 +29,7 @@ def _setup() -> None:
     # off on purpose, the pool kills the worker at the time limit instead.
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     import math_verify  # noqa: F401  (preload: the first item should not pay the import)
+    import sqlglot  # noqa: F401  (SQL: the gold's outer ORDER BY is decided by parsing)
 
     import divrl.rewards  # noqa: F401  (registers the built-in verifiers)
     from divrl.rewards.math_reward import _math_verify
