@@ -175,3 +175,32 @@ def test_writes_are_refused_by_the_connection_itself(db):
             Exception, match=r"not authorized|only reading|readonly|only queries run"
         ):
             run_query(db, sql, time.monotonic() + 5, max_rows=10)
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        # the forms issue 13 found broken before
+        ("<answer>SELECT a FROM t</answer>", "SELECT a FROM t"),
+        ("<solution>SELECT a FROM t;</solution> done", "SELECT a FROM t;"),
+        ("<sql>\nSELECT a FROM t\n</sql>", "SELECT a FROM t"),
+        ("SELECT a FROM t\nThis query will select the names you asked for.", "SELECT a FROM t"),
+        ("SELECT a FROM t WHERE b = ';' AND c = 1", "SELECT a FROM t WHERE b = ';' AND c = 1"),
+        ("SELECT a\nFROM t\n\nWHERE b > 1\n\nThat is all.", "SELECT a\nFROM t\n\nWHERE b > 1"),
+        ("Use `SELECT COUNT(*) FROM t` for that.", "SELECT COUNT(*) FROM t"),
+        (
+            "<think>```sql\nSELECT draft FROM t\n```</think>Final: SELECT final FROM t;",
+            "SELECT final FROM t;",
+        ),
+        ("<think>I would run SELECT a FROM t</think>", "SELECT a FROM t"),
+        ("I will select rows with SELECT a FROM t.", "SELECT a FROM t"),
+        (
+            "SELECT a FROM t -- ; not the end\nWHERE b = 1",
+            "SELECT a FROM t -- ; not the end\nWHERE b = 1",
+        ),
+        ("SELECT a FROM t; SELECT 1", "SELECT a FROM t; SELECT 1"),
+        ("Draft: SELECT 1;\n\nFinal:\nSELECT 2;", "SELECT 2;"),
+    ],
+)
+def test_extraction_forms(text, expected):
+    assert extract_sql(text) == expected

@@ -182,3 +182,37 @@ def test_large_golds_under_a_memory_cap_keep_scoring_correct_answers(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "correct"
+
+
+def test_slow_gold_is_gold_error_and_cached(db):
+    from divrl.rewards.sql_reward import SqlVerifier
+
+    v = SqlVerifier("sql", query_timeout=0.1)
+    slow = (
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 100000000) "
+        "SELECT COUNT(*) FROM c"
+    )
+    info = {"db_path": db}
+    r = v.verify("SELECT 1", slow, info, time.monotonic() + 30)
+    assert r.reason == "gold_error" and "limit" in r.detail, r
+    start = time.monotonic()
+    r = v.verify("SELECT 1", slow, info, time.monotonic() + 30)
+    assert r.reason == "gold_error" and time.monotonic() - start < 0.1  # cached, not rerun
+
+
+def test_memory_error_empties_the_cache_and_propagates(db, monkeypatch):
+    from divrl.rewards import sql_reward
+    from divrl.rewards.sql_reward import SqlVerifier
+
+    v = SqlVerifier("sql")
+    info = {"db_path": db}
+    assert v.verify("SELECT 1", "SELECT 1", info, time.monotonic() + 5).reason == "correct"
+    assert len(v.gold_cache) == 1
+
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(sql_reward, "run_query", out_of_memory)
+    with pytest.raises(MemoryError):
+        v.verify("SELECT 2", "SELECT 1", info, time.monotonic() + 5)
+    assert len(v.gold_cache) == 0 and v.gold_cache.total_bytes == 0
