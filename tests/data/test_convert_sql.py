@@ -146,3 +146,25 @@ def test_loader_refuses_a_non_sqlite_db_path(tmp_path):
     data.write_text(json.dumps(row) + "\n")
     with pytest.raises(DataValidationError, match="not an SQLite 3 database"):
         load_examples(data)
+
+
+@pytest.mark.slow
+def test_converted_spider_rows_train_two_steps(spider_tree, tmp_path):
+    """The converted file goes straight into `divrl train` (tiny model, real SQL verifier)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
+    from train_helpers import build_tiny_lm, tiny_overrides
+
+    from divrl.cli import main
+
+    examples = spider.convert(spider_tree, "dev", template="Q:{question}=", limit=None, seed=0)
+    data = tmp_path / "spider_dev.jsonl"
+    write_examples(examples, data)
+    world = {"model": str(build_tiny_lm(tmp_path / "model")), "data": str(data)}
+    overrides = tiny_overrides(
+        world, tmp_path / "run", **{"train.total_steps": 2, "train.prompts_per_step": 2}
+    )
+    assert main(["train", *overrides]) == 0
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "reward/score" in r] == [1, 2]
