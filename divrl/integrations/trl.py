@@ -44,8 +44,8 @@ from divrl.algorithms import (
     reference_divergence_loss,
     token_log_probs,
 )
-from divrl.training.reference_store import ReferenceStore
-from divrl.training.sampling import EpochSampler
+from divrl.data.reference_store import ReferenceStore
+from divrl.data.sampling import EpochSampler
 
 __all__ = [
     "TESTED_TRL_VERSIONS",
@@ -394,16 +394,7 @@ class _ReferenceStream:
     """
 
     def __init__(self, path: str, temperature: float, seed: int, pad_token_id: int) -> None:
-        store = ReferenceStore(path)
-        if len(store) == 0:
-            raise ValueError(f"the reference store {store.path} holds no samples")
-        stored_t = store.manifest.get("log_prob_temperature")
-        if stored_t is not None and abs(float(stored_t) - temperature) > 1e-9:
-            raise ValueError(
-                f"the reference store's log-probs are at temperature {stored_t} but the trainer "
-                f"uses temperature={temperature}: presample again at {temperature} or set "
-                f"temperature={stored_t}"
-            )
+        store = ReferenceStore.open(path, temperature=temperature)
         self.samples = store.samples
         self.sampler = EpochSampler(len(store), seed, shuffle=True)
         self.pad_token_id = pad_token_id

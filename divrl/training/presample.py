@@ -19,19 +19,24 @@ from typing import Any
 
 import torch
 
+from divrl.data.reference_store import ReferenceSample, write_reference_store
+from divrl.data.sampling import derive_seed
 from divrl.rollout import SamplingParams
 from divrl.training.config import Config
-from divrl.training.forward import batch_log_probs
-from divrl.training.reference_store import ReferenceSample, write_reference_store
-from divrl.training.sampling import derive_seed
-from divrl.training.trainer import (
+from divrl.training.experience import (
     RewardFn,
     default_reward_fn,
     is_correct,
+    rollout_requests,
+    score_requests,
+)
+from divrl.training.forward import batch_log_probs
+from divrl.training.loading import (
     load_policy,
     load_prompts,
     make_engine,
-    resolve_model_and_data,
+    pad_token_id,
+    require_paths,
 )
 
 __all__ = ["presample"]
@@ -43,16 +48,12 @@ _PRESAMPLE_STREAM, _EXTRA_STREAM = 7_000_001, 7_000_002
 
 
 def _score(reward_fn: RewardFn, prompts, out) -> list[float]:
-    items = [
-        {
-            "data_source": prompts[p].data_source,
-            "solution_str": text,
-            "ground_truth": prompts[p].ground_truth,
-            "extra_info": prompts[p].extra_info,
-        }
-        for p, text in zip(out.prompt_index, out.texts, strict=True)
-    ]
-    return [float(s) for s in reward_fn(items)]
+    scores, failures = score_requests(
+        reward_fn, rollout_requests(prompts, range(len(prompts)), out)
+    )
+    if failures:
+        logger.info("presample: verifier failures %s", failures)
+    return scores
 
 
 def _generate(engine, prompts, params, seed: int, stream: int, batch_size: int, progress, desc):
@@ -86,13 +87,11 @@ def presample(
     reward_fn = reward_fn or default_reward_fn
     torch.manual_seed(config.train.seed)
     start_time = time.perf_counter()
-    model_path, train_path, db_dir = resolve_model_and_data(config)
+    model_path, train_path, db_dir = require_paths(config)
     model, tokenizer = load_policy(config, model_path)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device).eval()
-    pad_id = (
-        tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    )
+    pad_id = pad_token_id(tokenizer)
     prompts, dropped = load_prompts(config, train_path, db_dir, tokenizer)
     engine = make_engine(config, model, tokenizer, model_path)
     params = SamplingParams(
