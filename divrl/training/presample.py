@@ -75,6 +75,75 @@ def _generate(engine, prompts, params, seed: int, stream: int, batch_size: int, 
     return out
 
 
+def _split_rows(prompts, n_correct, threshold, has_ref, failed_to_exploration) -> list[dict]:
+    """One row per prompt: its correct count and split (near-perfect or exploration)."""
+    rows = []
+    for i, p in enumerate(prompts):
+        split = "near_perfect" if n_correct[i] >= threshold else "exploration"
+        if split == "near_perfect" and failed_to_exploration and p.id not in has_ref:
+            split = "exploration"
+        rows.append(
+            {
+                "prompt_id": p.id,
+                "n_correct": n_correct[i],
+                "split": split,
+                "has_reference": p.id in has_ref,
+            }
+        )
+    return rows
+
+
+def _reference_samples(
+    config: Config, model, pad_id: int, near_prompts, extra, extra_scores
+) -> list[ReferenceSample]:
+    """The correct extra responses with their log-probs under the initial policy."""
+    kept_rows = [j for j, s in enumerate(extra_scores) if is_correct(s)]
+    ref_lps = (
+        batch_log_probs(
+            model,
+            [extra.prompt_ids[j] for j in kept_rows],
+            [extra.response_ids[j] for j in kept_rows],
+            pad_token_id=pad_id,
+            temperature=config.rollout.temperature,
+            micro_batch_size=config.train.micro_batch_size,
+            chunk_size=config.train.logits_chunk_size,
+        )
+        if kept_rows
+        else []
+    )
+    return [
+        ReferenceSample(
+            prompt_id=near_prompts[extra.prompt_index[j]].id,
+            prompt_ids=extra.prompt_ids[j],
+            response_ids=extra.response_ids[j],
+            ref_log_probs=lp,
+            text=extra.texts[j],
+        )
+        for j, lp in zip(kept_rows, ref_lps, strict=True)
+    ]
+
+
+def _manifest(config: Config, model_path, train_path, threshold, failed_to_exploration, stats):
+    ref = config.reference
+    return {
+        "model": model_path,
+        "train_data": train_path,
+        "template": config.data.template,
+        "sampling": {
+            "k": ref.k,
+            "temperature": ref.temperature,
+            "top_p": ref.top_p,
+            "max_new_tokens": config.rollout.max_new_tokens,
+            "stop": list(config.rollout.stop),
+            "seed": config.train.seed,
+        },
+        "threshold": threshold,
+        "failed_to_exploration": failed_to_exploration,
+        "log_prob_temperature": config.rollout.temperature,
+        "stats": stats,
+    }
+
+
 def presample(
     config: Config,
     *,
@@ -91,7 +160,6 @@ def presample(
     model, tokenizer = load_policy(config, model_path)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device).eval()
-    pad_id = pad_token_id(tokenizer)
     prompts, dropped = load_prompts(config, train_path, db_dir, tokenizer)
     engine = make_engine(config, model, tokenizer, model_path)
     params = SamplingParams(
@@ -102,16 +170,8 @@ def presample(
         max_new_tokens=config.rollout.max_new_tokens,
         stop=tuple(config.rollout.stop),
     )
-    out = _generate(
-        engine,
-        prompts,
-        params,
-        config.train.seed,
-        _PRESAMPLE_STREAM,
-        ref.batch_size,
-        progress,
-        "presample",
-    )
+    seed, chunk = config.train.seed, ref.batch_size
+    out = _generate(engine, prompts, params, seed, _PRESAMPLE_STREAM, chunk, progress, "presample")
     scores = _score(reward_fn, prompts, out)
     n_correct = [0] * len(prompts)
     for p, s in zip(out.prompt_index, scores, strict=True):
@@ -123,83 +183,27 @@ def presample(
     extra_params = SamplingParams(**{**params.__dict__, "n": 1})
     near_prompts = [prompts[i] for i in near]
     extra = _generate(
-        engine,
-        near_prompts,
-        extra_params,
-        config.train.seed,
-        _EXTRA_STREAM,
-        ref.batch_size,
-        progress,
-        "reference",
+        engine, near_prompts, extra_params, seed, _EXTRA_STREAM, chunk, progress, "reference"
     )
     extra_scores = _score(reward_fn, near_prompts, extra) if near_prompts else []
-    kept_rows = [j for j, s in enumerate(extra_scores) if is_correct(s)]
-    ref_lps = (
-        batch_log_probs(
-            model,
-            [extra.prompt_ids[j] for j in kept_rows],
-            [extra.response_ids[j] for j in kept_rows],
-            pad_token_id=pad_id,
-            temperature=config.rollout.temperature,
-            micro_batch_size=config.train.micro_batch_size,
-            chunk_size=config.train.logits_chunk_size,
-        )
-        if kept_rows
-        else []
+    samples = _reference_samples(
+        config, model, pad_token_id(tokenizer), near_prompts, extra, extra_scores
     )
-    samples = [
-        ReferenceSample(
-            prompt_id=near_prompts[extra.prompt_index[j]].id,
-            prompt_ids=extra.prompt_ids[j],
-            response_ids=extra.response_ids[j],
-            ref_log_probs=lp,
-            text=extra.texts[j],
-        )
-        for j, lp in zip(kept_rows, ref_lps, strict=True)
-    ]
     has_ref = {s.prompt_id for s in samples}
-    rows = []
-    for i, p in enumerate(prompts):
-        split = "near_perfect" if n_correct[i] >= threshold else "exploration"
-        if split == "near_perfect" and failed_to_exploration and p.id not in has_ref:
-            split = "exploration"
-        rows.append(
-            {
-                "prompt_id": p.id,
-                "n_correct": n_correct[i],
-                "split": split,
-                "has_reference": p.id in has_ref,
-            }
-        )
-    n_exp = sum(r["split"] == "exploration" for r in rows)
-    manifest = {
-        "model": model_path,
-        "train_data": train_path,
-        "template": config.data.template,
-        "sampling": {
-            "k": ref.k,
-            "temperature": ref.temperature,
-            "top_p": ref.top_p,
-            "max_new_tokens": config.rollout.max_new_tokens,
-            "stop": list(config.rollout.stop),
-            "seed": config.train.seed,
-        },
-        "threshold": threshold,
-        "failed_to_exploration": failed_to_exploration,
-        "log_prob_temperature": config.rollout.temperature,
-        "stats": {
-            "prompts": len(prompts),
-            "prompts_dropped_too_long": dropped,
-            "near_perfect": len(near),
-            "near_perfect_share": len(near) / len(prompts),
-            "exploration": n_exp,
-            "reference_samples": len(samples),
-            "extra_response_failed": len(near) - len(samples),
-            "presample_accuracy": sum(map(is_correct, scores)) / max(1, len(scores)),
-            "n_correct_histogram": {str(c): n_correct.count(c) for c in range(ref.k + 1)},
-            "seconds": round(time.perf_counter() - start_time, 2),
-        },
+    rows = _split_rows(prompts, n_correct, threshold, has_ref, failed_to_exploration)
+    stats = {
+        "prompts": len(prompts),
+        "prompts_dropped_too_long": dropped,
+        "near_perfect": len(near),
+        "near_perfect_share": len(near) / len(prompts),
+        "exploration": sum(r["split"] == "exploration" for r in rows),
+        "reference_samples": len(samples),
+        "extra_response_failed": len(near) - len(samples),
+        "presample_accuracy": sum(map(is_correct, scores)) / max(1, len(scores)),
+        "n_correct_histogram": {str(c): n_correct.count(c) for c in range(ref.k + 1)},
+        "seconds": round(time.perf_counter() - start_time, 2),
     }
+    manifest = _manifest(config, model_path, train_path, threshold, failed_to_exploration, stats)
     write_reference_store(config.reference_store, samples, rows, manifest)
     logger.info("reference store written to %s: %s", config.reference_store, manifest["stats"])
     return manifest
