@@ -11,17 +11,16 @@ rolls out) and :func:`informative_groups` (DAPO's dynamic-sampling filter).
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import torch
 
 from divrl.algorithms import group_advantages
 from divrl.data.sampling import EpochSampler, derive_seed
 from divrl.rewards.types import BatchScores, ScoreRequest
-from divrl.rollout import RolloutEngine, RolloutOutput, SamplingParams, collate
+from divrl.rollout import RolloutEngine, RolloutOutput, SamplingParams
+from divrl.training.batch import Experience
 from divrl.training.collective import Collective
 from divrl.training.config import Config
 from divrl.training.loading import PromptItem
@@ -111,115 +110,6 @@ def informative_groups(rewards: Sequence[float], n: int) -> list[bool]:
     """DAPO dynamic sampling: for each group of ``n`` consecutive rewards, whether its
     rewards differ (a group whose rewards are all equal has zero advantage everywhere)."""
     return [len(set(rewards[g : g + n])) > 1 for g in range(0, len(rewards), n)]
-
-
-@dataclass
-class Experience:
-    """One process's scored rollouts, padded once (``N`` rows).
-
-    Prompts are left-padded to the longest prompt ``P`` and responses right-padded to the
-    longest response ``R`` (pad id in the padding), as :func:`divrl.rollout.collate` does,
-    so :meth:`model_inputs` cuts any micro-batch out without re-padding. Every field is a
-    tensor with rows first (or None), so :meth:`select` needs no field list.
-    """
-
-    prompts: torch.Tensor  # [N, P] long
-    prompt_mask: torch.Tensor  # [N, P] long
-    responses: torch.Tensor  # [N, R] long
-    response_mask: torch.Tensor  # [N, R] float
-    rollout_log_probs: torch.Tensor  # [N, R] the engine's sampling log-probs
-    rewards: torch.Tensor  # [N] shaped rewards (score + overlong penalty)
-    scores: torch.Tensor  # [N] verifier scores
-    groups: torch.Tensor  # [N] group id (one per prompt)
-    truncated: torch.Tensor  # [N] bool: hit max_new_tokens
-    advantages: torch.Tensor | None = None  # [N]
-    old_log_probs: torch.Tensor | None = None  # [N, R] off-policy only
-    proxy_log_probs: torch.Tensor | None = None  # [N, R] off-policy Lp-Reg only
-    log_normalizers: torch.Tensor | None = None  # [N, R] off-policy Lp-Reg only (log Z)
-    ref_log_probs: torch.Tensor | None = None  # [N, R] reverse-KL only
-
-    @classmethod
-    def from_rollouts(
-        cls,
-        prompt_ids: Sequence[Sequence[int]],
-        response_ids: Sequence[Sequence[int]],
-        rollout_log_probs: Sequence[Sequence[float]],
-        rewards: Sequence[float],
-        scores: Sequence[float],
-        groups: Sequence[int],
-        truncated: Sequence[bool],
-        pad_id: int,
-    ) -> Experience:
-        """Pad the rows once."""
-        full = collate(prompt_ids, response_ids, pad_id)
-        plen = full["input_ids"].shape[1] - full["responses"].shape[1]
-        engine_lp = torch.zeros(full["responses"].shape)
-        for i, row in enumerate(rollout_log_probs):
-            engine_lp[i, : len(row)] = torch.as_tensor(row, dtype=torch.float32)
-        return cls(
-            prompts=full["input_ids"][:, :plen],
-            prompt_mask=full["attention_mask"][:, :plen],
-            responses=full["responses"],
-            response_mask=full["response_mask"],
-            rollout_log_probs=engine_lp,
-            rewards=torch.tensor(list(rewards)),
-            scores=torch.tensor(list(scores)),
-            groups=torch.tensor(list(groups)),
-            truncated=torch.tensor(list(truncated), dtype=torch.bool),
-        )
-
-    def __len__(self) -> int:
-        return self.responses.shape[0]
-
-    @property
-    def prompt_lengths(self) -> torch.Tensor:
-        return self.prompt_mask.sum(-1)
-
-    @property
-    def response_lengths(self) -> torch.Tensor:
-        return self.response_mask.sum(-1).long()
-
-    def select(self, idx: Sequence[int] | torch.Tensor | slice) -> Experience:
-        """The rows ``idx`` (every field, present or future)."""
-        return dataclasses.replace(
-            self,
-            **{
-                f.name: None if getattr(self, f.name) is None else getattr(self, f.name)[idx]
-                for f in dataclasses.fields(self)
-            },
-        )
-
-    def truncate(self, n: int) -> Experience:
-        """The first ``n`` rows."""
-        return self.select(slice(0, n))
-
-    def by_length(self, indices: Sequence[int]) -> list[int]:
-        """``indices`` sorted (stably) by prompt + response length, for length-bucketed
-        micro-batches: a padded micro-batch costs ``B x (longest prompt + longest response)``."""
-        total = (self.prompt_lengths + self.response_lengths).tolist()
-        return sorted(indices, key=lambda i: total[i])
-
-    def model_inputs(self, idx: Sequence[int]) -> dict[str, torch.Tensor]:
-        """The rows ``idx`` padded to their own longest prompt and response (the
-        :func:`divrl.rollout.collate` layout), on the CPU."""
-        rows = torch.as_tensor(list(idx), dtype=torch.long)
-        plen = int(self.prompt_lengths[rows].max())
-        rlen = max(1, int(self.response_lengths[rows].max()))
-        width = self.prompts.shape[1]
-        input_ids = torch.cat(
-            [self.prompts[rows, width - plen :], self.responses[rows, :rlen]], dim=1
-        )
-        attention = torch.cat(
-            [self.prompt_mask[rows, width - plen :], self.response_mask[rows, :rlen].long()],
-            dim=1,
-        )
-        return {
-            "input_ids": input_ids,
-            "attention_mask": attention,
-            "position_ids": (attention.cumsum(-1) - 1).clamp(min=0),
-            "responses": input_ids[:, plen:],
-            "response_mask": attention[:, plen:].float(),
-        }
 
 
 class _Rows:

@@ -28,10 +28,9 @@ from divrl.algorithms import (
     token_log_probs,
 )
 from divrl.data.reference_store import ReferenceStore
-from divrl.rollout import collate
+from divrl.training.batch import Experience, PaddedPairs, ReferenceSamples
 from divrl.training.collective import Collective
 from divrl.training.config import Config
-from divrl.training.experience import Experience
 from divrl.training.forward import response_logits, to_device
 from divrl.training.metrics import MetricMeter
 
@@ -86,14 +85,6 @@ def micro_batch_weight(
     return eta * (tokens * world / denom if token_mean else 1.0 / reference_micro_batches)
 
 
-def _zero_padded(rows: Sequence[Sequence[float]]) -> torch.Tensor:
-    width = max(1, max(len(r) for r in rows))
-    out = torch.zeros(len(rows), width)
-    for i, r in enumerate(rows):
-        out[i, : len(r)] = torch.as_tensor(r, dtype=torch.float32)
-    return out
-
-
 class PolicyUpdate:
     """Gradient steps of the policy on an :class:`Experience` (and DPH reference samples).
 
@@ -103,7 +94,7 @@ class PolicyUpdate:
         model, optimizer: the (prepared) policy and its optimiser.
         collective: the processes of the run.
         ref_model: the frozen reference model (reverse-KL term only), or None.
-        reference_store: DPH-RL reference samples, or None.
+        reference_store: DPH-RL reference samples (padded once here), or None.
         pad_id: the pad token id.
     """
 
@@ -121,13 +112,18 @@ class PolicyUpdate:
     ) -> None:
         self.config, self.accelerator, self.model = config, accelerator, model
         self.optimizer, self.collective = optimizer, collective
-        self.ref_model, self.reference_store, self.pad_id = ref_model, reference_store, pad_id
+        self.ref_model, self.pad_id = ref_model, pad_id
+        self.reference_samples = (
+            None
+            if reference_store is None
+            else ReferenceSamples.from_samples(reference_store.samples, pad_id)
+        )
         self.chunk = config.train.logits_chunk_size
         self.policy_loss_fn = get_policy_loss(config.algorithm.policy_loss)
         self._loss_params = set(inspect.signature(self.policy_loss_fn).parameters)
 
-    def _inputs(self, exp: Experience, idx: Sequence[int]) -> dict[str, torch.Tensor]:
-        return to_device(exp.model_inputs(idx), self.accelerator.device)
+    def _inputs(self, pairs: PaddedPairs, idx: Sequence[int]) -> dict[str, torch.Tensor]:
+        return to_device(pairs.model_inputs(idx), self.accelerator.device)
 
     def _order(self, exp: Experience) -> list[int]:
         order = list(range(len(exp)))
@@ -255,17 +251,11 @@ class PolicyUpdate:
 
     def reference_micro(self, rows: list[int]) -> tuple[torch.Tensor, dict, int]:
         """(divergence loss, metrics, response tokens) of the DPH reference samples ``rows``."""
-        algo = self.config.algorithm
-        samples = [self.reference_store.samples[r] for r in rows]
-        data = to_device(
-            collate(
-                [s.prompt_ids for s in samples], [s.response_ids for s in samples], self.pad_id
-            ),
-            self.accelerator.device,
-        )
+        algo, samples = self.config.algorithm, self.reference_samples
+        data = self._inputs(samples, rows)
         logits = response_logits(self.model, data)
         lp = token_log_probs(logits, data["responses"], self.config.rollout.temperature, self.chunk)
-        ref = _zero_padded([s.ref_log_probs for s in samples])[:, : lp.shape[1]].to(lp.device)
+        ref = samples.ref_log_probs[rows, : lp.shape[1]].to(lp.device)
         loss, metrics = reference_divergence_loss(
             lp, ref, data["response_mask"], algo.divergence, algo.divergence_alpha, algo.loss_agg
         )
@@ -278,16 +268,12 @@ class PolicyUpdate:
         if self.config.train.length_bucketing:
             seqs = exp.by_length(seqs)
             if refs:
-                store = self.reference_store.samples
-                refs = sorted(
-                    refs, key=lambda r: len(store[r].prompt_ids) + len(store[r].response_ids)
-                )
+                refs = self.reference_samples.by_length(refs)
         return [("pg", c) for c in chunks(seqs, micro)] + [("ref", c) for c in chunks(refs, micro)]
 
     def _token_counts(self, exp: Experience, seqs: list[int], refs: list[int]) -> list[float]:
         tok_pg = int(exp.response_lengths[seqs].sum()) if seqs else 0
-        store = self.reference_store.samples if refs else []
-        tok_ref = sum(len(store[r].response_ids) for r in refs)
+        tok_ref = int(self.reference_samples.response_lengths[refs].sum()) if refs else 0
         return self.collective.all_reduce([tok_pg, tok_ref])
 
     def step(

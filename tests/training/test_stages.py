@@ -9,18 +9,15 @@ import pytest
 import torch
 from train_helpers import tiny_overrides
 
+from divrl.data.reference_store import ReferenceSample
 from divrl.rewards.types import BatchScores, ScoreRequest, ScoreResult
 from divrl.rollout import collate
 from divrl.runs import RunDir
+from divrl.training.batch import Experience, ReferenceSamples
 from divrl.training.checkpointing import prune_checkpoints
 from divrl.training.collective import Collective
 from divrl.training.config import load_config
-from divrl.training.experience import (
-    Experience,
-    informative_groups,
-    score_requests,
-    shard_positions,
-)
+from divrl.training.experience import informative_groups, score_requests, shard_positions
 from divrl.training.loading import pad_token_id
 from divrl.training.metrics import StepMetrics
 from divrl.training.trainer import Trainer
@@ -51,6 +48,21 @@ def test_micro_batch_inputs_equal_collating_the_rows(idx):
     assert got.keys() == want.keys()
     for key in want:
         assert torch.equal(got[key], want[key]), key
+
+
+def test_reference_samples_are_padded_once_with_their_log_probs():
+    rows = [ReferenceSample(f"p{i}", p, r, [-1.0 - j for j in range(len(r))]) for i, (p, r) in
+            enumerate(zip(PROMPTS, RESPONSES, strict=True))]  # fmt: skip
+    samples = ReferenceSamples.from_samples(rows, pad_id=0)
+    assert samples.ref_log_probs.tolist() == [
+        [-1.0, -2.0, -3.0],
+        [-1.0, 0.0, 0.0],
+        [0.0, 0.0, 0.0],
+        [-1.0, -2.0, 0.0],
+    ]
+    got = samples.model_inputs([3, 0])
+    want = collate([PROMPTS[3], PROMPTS[0]], [RESPONSES[3], RESPONSES[0]], 0)
+    assert all(torch.equal(got[k], want[k]) for k in want)
 
 
 def test_select_and_truncate_keep_every_field_row_aligned():
