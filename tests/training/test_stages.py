@@ -198,3 +198,13 @@ def test_reference_store_open_checks_what_training_needs(tmp_path):
     with pytest.raises(ValueError, match="temperature"):
         ReferenceStore.open(store, temperature=0.7)
     assert json.loads((store / "manifest.json").read_text())["log_prob_temperature"] == 1.0
+
+
+def test_the_trainer_needs_paths_and_the_command_fills_them(tmp_path):
+    from divrl.commands.train import with_toy_defaults
+
+    cfg = load_config(None, [f"logging.output_dir={tmp_path}"])
+    with pytest.raises(ValueError, match="model.path and data.train_path must be set"):
+        Trainer(cfg)
+    given = load_config(None, ["model.path=/m", "data.train_path=/d.jsonl"])
+    assert with_toy_defaults(given) is given and given.model.path == "/m"
