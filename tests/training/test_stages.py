@@ -204,7 +204,7 @@ def test_the_trainer_needs_paths_and_the_command_fills_them(tmp_path):
     from divrl.commands.train import with_toy_defaults
 
     cfg = load_config(None, [f"logging.output_dir={tmp_path}"])
-    with pytest.raises(ValueError, match="model.path and data.train_path must be set"):
+    with pytest.raises(ValueError, match=r"model\.path and data\.train_path must be set"):
         Trainer(cfg)
     given = load_config(None, ["model.path=/m", "data.train_path=/d.jsonl"])
     assert with_toy_defaults(given) is given and given.model.path == "/m"
