@@ -29,6 +29,7 @@ from divrl.evaluation.equivalence import ClusterRequest, cluster_answers
 from divrl.evaluation.stats import cluster_correctness
 from divrl.evaluation.styles import solution_style
 from divrl.rewards.types import DECIDED_REASONS
+from divrl.runs import RunDir
 
 __all__ = [
     "EvalConfig",
@@ -128,9 +129,9 @@ def resolve_model_path(path: str | Path) -> str:
         return str(p)
     if (p / "model" / "config.json").is_file():
         return str(p / "model")
-    ckpts = sorted((p / "checkpoints").glob("step_*/model")) if p.is_dir() else []
-    if ckpts:
-        return str(ckpts[-1])
+    final = RunDir(p).final_model() if p.is_dir() else None
+    if final is not None:
+        return str(final)
     if p.exists():
         raise FileNotFoundError(
             f"{p} is neither a model directory (config.json), a checkpoint (model/) nor a "
