@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from divrl.data import Example, toy_math, toy_sql, write_examples
+from divrl.data import Example, write_examples
+from divrl.toy import toy_math, toy_sql
 from divrl.toy.model import ToyModelConfig, build_model
 from divrl.toy.sft import SFTConfig, train_sft
 from divrl.toy.tokenizer import ANSWER_MARKER, build_tokenizer
