@@ -28,7 +28,8 @@ _LAZY = {
     "World": "divrl.toy.worlds",
     "get_world": "divrl.toy.worlds",
     "load_world": "divrl.toy.worlds",
-    "world_names": "divrl.toy.worlds",
+    "DEFAULT_WORLD": "divrl.toy.worlds",
+    "eval_splits": "divrl.toy.worlds",
 }
 
 __all__ = sorted(_LAZY)
