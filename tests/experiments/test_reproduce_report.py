@@ -183,3 +183,20 @@ def test_lp_reg_section_counts_selected_and_regularised_tokens(rr):
     # steps with any: 2/4 and 0/4 (mean 0.25, sd 0.35)
     assert f"| {label} | 13.00 ± 0.00 | 0.75 ± 1.06 | 0.25 ± 0.35 |" in md
     assert "| GRPO | " not in md.split("## What Lp-Reg did")[1].split("##")[0]
+
+
+def test_world_is_chosen_by_name():
+    args = reproduce.parse_args([])
+    assert args.world == "sql" and args.world_dir is None
+    assert reproduce.parse_args(["--world-dir", "/w"]).world_dir == "/w"
+    with pytest.raises(SystemExit):
+        reproduce.parse_args(["--world", "nope"])
+
+
+def test_report_keeps_a_new_worlds_splits(rr):
+    """A world with other eval splits than sql's gets them in the report, after the known."""
+    a = run("grpo", 0, 0.6, 0.8)
+    a["eval"]["ood_sql"] = a["eval"]["test"]
+    groups = rr.by_method([a])
+    assert rr.report_splits(groups) == ["test", "ood_sql"]
+    assert "### ood_sql" in rr.build_markdown([a], title="T")
