@@ -401,7 +401,8 @@ def run(args: argparse.Namespace) -> int:
         runs,
         base,
         out / "report",
-        title=f"divrl demo: GRPO vs DPH-JS vs Lp-Reg on the {args.world} toy world",
+        title="divrl demo: GRPO vs DPH-JS vs Lp-Reg on the "
+        + ("toy world" if args.world == DEFAULT_WORLD else f"{args.world} toy world"),
         command="divrl demo " + shlex.join(_argv(args)),
         spark_words=_spark_words(args),
         spark_split="test",
