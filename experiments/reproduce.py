@@ -52,6 +52,7 @@ from divrl.pipeline import (
     final_checkpoint,
     open_world,
     preset_overrides,
+    reference_samples,
     run_logged,
     split_summary,
     training_curve,
@@ -335,10 +336,10 @@ class Experiment:
 
     def check_store(self, seed: int, failed: bool) -> None:
         """Refuse a DPH run whose seed has no usable reference store (with the reason)."""
-        manifest = read_json(store_dir(self.out, seed) / "manifest.json")
-        if failed or manifest is None:
+        samples = reference_samples(store_dir(self.out, seed))
+        if failed or samples is None:
             raise RuntimeError(f"presampling seed {seed} failed: no reference store")
-        if not manifest.get("stats", {}).get("reference_samples"):
+        if not samples:
             raise RuntimeError(
                 f"the reference store of seed {seed} is empty: the base model solves no "
                 "training prompt reliably enough for DPH-RL (a base model this weak cannot "
