@@ -35,6 +35,7 @@ __all__ = [
     "preset_overrides",
     "reference_samples",
     "run_logged",
+    "run_parallel",
     "split_summary",
     "start_logged",
     "training_curve",
@@ -160,6 +161,56 @@ def run_logged(
         except subprocess.TimeoutExpired:
             if on_poll is not None:
                 on_poll(time.perf_counter() - t0)
+
+
+def _count_lines(path: Path) -> int:
+    try:
+        with path.open() as f:
+            return sum(1 for line in f if line.strip())
+    except FileNotFoundError:
+        return 0
+
+
+def run_parallel(tasks: list[tuple[str, list[str], Path, int]], jobs: int, logs: Path) -> None:
+    """Run ``divrl`` subprocesses, at most ``jobs`` at a time, one progress bar each.
+
+    ``tasks``: (name, divrl arguments, file whose line count is the progress, total). Each
+    subprocess runs on one torch thread; its output goes to ``logs/<name>.log``.
+    """
+    from tqdm.auto import tqdm
+
+    pending = list(tasks)
+    bars = {
+        name: tqdm(total=total, desc=name, position=i, dynamic_ncols=True, leave=True)
+        for i, (name, _, _, total) in enumerate(tasks)
+    }
+    running: dict[str, tuple[subprocess.Popen, Path, Path]] = {}
+    failed: list[str] = []
+    try:
+        while pending or running:
+            while pending and len(running) < jobs:
+                name, argv, progress_file, _ = pending.pop(0)
+                log = logs / f"{name.replace(' ', '_')}.log"
+                log.unlink(missing_ok=True)
+                proc = start_logged(divrl_command(*argv), log, threads=1)
+                running[name] = (proc, progress_file, log)
+                bars[name].reset(total=bars[name].total)  # its clock starts now, not at launch
+            time.sleep(1.0)
+            for name, (proc, progress_file, log) in list(running.items()):
+                bars[name].n = min(_count_lines(progress_file), bars[name].total)
+                bars[name].refresh()
+                rc = proc.poll()
+                if rc is not None:
+                    del running[name]
+                    if rc != 0:
+                        failed.append(f"{name} (exit {rc}, log {log})")
+    finally:
+        for proc, _, _ in running.values():
+            proc.terminate()
+        for bar in bars.values():
+            bar.close()
+    if failed:
+        raise RuntimeError("failed: " + "; ".join(failed))
 
 
 # --------------------------------------------------------------------------- evaluation

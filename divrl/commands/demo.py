@@ -21,7 +21,6 @@ import json
 import shlex
 import shutil
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,7 @@ from divrl.pipeline import (
     open_world,
     preset_overrides,
     reference_samples,
-    start_logged,
+    run_parallel,
 )
 from divrl.toy.worlds import DEFAULT_WORLD, WORLDS, eval_splits
 
@@ -142,58 +141,6 @@ def _config(configs: Path, method: str, args: argparse.Namespace, out: Path, wor
     from divrl.training.config import load_config
 
     return load_config(configs / f"{method}.yaml", _overrides(method, args, out, world))
-
-
-def _count_lines(path: Path) -> int:
-    try:
-        with path.open() as f:
-            return sum(1 for line in f if line.strip())
-    except FileNotFoundError:
-        return 0
-
-
-def _parallel(tasks: list[tuple[str, list[str], Path, int]], jobs: int, logs: Path) -> None:
-    """Run ``divrl`` subprocesses, at most ``jobs`` at a time, one progress bar each.
-
-    ``tasks``: (name, divrl arguments, file whose line count is the progress, total). Each
-    subprocess runs on one torch thread; its output goes to ``logs/<name>.log``.
-    """
-    import subprocess
-
-    from tqdm.auto import tqdm
-
-    pending = list(tasks)
-    bars = {
-        name: tqdm(total=total, desc=name, position=i, dynamic_ncols=True, leave=True)
-        for i, (name, _, _, total) in enumerate(tasks)
-    }
-    running: dict[str, tuple[subprocess.Popen, Path, Path]] = {}
-    failed: list[str] = []
-    try:
-        while pending or running:
-            while pending and len(running) < jobs:
-                name, argv, progress_file, _ = pending.pop(0)
-                log = logs / f"{name.replace(' ', '_')}.log"
-                log.unlink(missing_ok=True)
-                proc = start_logged([sys.executable, "-m", "divrl.cli", *argv], log, threads=1)
-                running[name] = (proc, progress_file, log)
-                bars[name].reset(total=bars[name].total)  # its clock starts now, not at launch
-            time.sleep(1.0)
-            for name, (proc, progress_file, log) in list(running.items()):
-                bars[name].n = min(_count_lines(progress_file), bars[name].total)
-                bars[name].refresh()
-                rc = proc.poll()
-                if rc is not None:
-                    del running[name]
-                    if rc != 0:
-                        failed.append(f"{name} (exit {rc}, log {log})")
-    finally:
-        for proc, _, _ in running.values():
-            proc.terminate()
-        for bar in bars.values():
-            bar.close()
-    if failed:
-        raise RuntimeError("failed: " + "; ".join(failed))
 
 
 def _train(config, steps: int) -> Path:
@@ -320,7 +267,7 @@ def _train_all(
             for m in todo
         ]
         label = f"train {', '.join(todo)} ({args.steps} steps, {args.jobs} at a time)"
-        clock.run(label, _parallel, tasks, args.jobs, out / "logs")
+        clock.run(label, run_parallel, tasks, args.jobs, out / "logs")
     else:
         for m in todo:
             clock.run(f"train {m} ({args.steps} steps)", _train, cfgs[m], args.steps)

@@ -175,11 +175,11 @@ def test_demo_rejects_unknown_methods(capsys):
 
 
 def test_demo_parallel_runner_reports_a_failed_run(tmp_path):
-    from divrl.commands.demo import _parallel
+    from divrl.pipeline import run_parallel
 
     task = ("train bad", ["train", str(tmp_path / "missing.yaml")], tmp_path / "m.jsonl", 3)
     with pytest.raises(RuntimeError, match=r"train bad \(exit 2, log .*train_bad.log\)"):
-        _parallel([task], jobs=2, logs=tmp_path / "logs")
+        run_parallel([task], jobs=2, logs=tmp_path / "logs")
     assert "config file not found" in (tmp_path / "logs" / "train_bad.log").read_text()
 
 
