@@ -28,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--failed-to-exploration",
         action="store_true",
         help="move a near-perfect prompt whose extra response fails to the exploration set "
-        "(the paper's text; the authors' code keeps it out of both)",
+        "(the paper's text; the authors' code keeps it out of both); the same as "
+        "reference.failed_to_exploration=true",
     )
 
 
@@ -44,11 +45,9 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     from divrl.training.presample import presample
 
-    manifest = presample(
-        with_toy_defaults(config),
-        failed_to_exploration=args.failed_to_exploration,
-        progress=config.logging.progress,
-    )
+    if args.failed_to_exploration:
+        config.reference.failed_to_exploration = True
+    manifest = presample(with_toy_defaults(config), progress=config.logging.progress)
     print(json.dumps(manifest["stats"], indent=2))
     print(f"reference store: {config.reference_store}")
     return 0

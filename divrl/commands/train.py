@@ -28,6 +28,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--print-config", action="store_true", help="print the resolved config and exit"
     )
+    parser.add_argument(
+        "--allow-store-mismatch",
+        action="store_true",
+        help="train on a DPH reference store presampled for another model, data, sampling "
+        "settings or split rule (a warning instead of an error; the same as "
+        "reference.allow_store_mismatch=true)",
+    )
 
 
 def with_toy_defaults(config):
@@ -66,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"divrl train: {exc}", file=sys.stderr)
         return 2
+    if getattr(args, "allow_store_mismatch", False):
+        config.reference.allow_store_mismatch = True
     if args.print_config:
         print(dump_config(config), end="")
         return 0

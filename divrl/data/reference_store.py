@@ -8,14 +8,19 @@ Layout of a store directory (written once by ``divrl presample``):
   ``text``.
 - ``prompts.parquet``: one row per training prompt: ``prompt_id``, ``n_correct`` (of k),
   ``split`` (``near_perfect`` or ``exploration``), ``has_reference``.
-- ``manifest.json``: model, sampling settings, threshold and split statistics.
+- ``manifest.json``: model, sampling settings, threshold and split statistics, and the
+  ``fingerprint`` of the model directory and of the prompts (``divrl.data.fingerprint``)
+  that :meth:`ReferenceStore.open` compares with a training run (:class:`StoreExpectation`).
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +28,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["ReferenceSample", "ReferenceStore", "write_reference_store"]
+__all__ = [
+    "ReferenceSample",
+    "ReferenceStore",
+    "StoreExpectation",
+    "StoreMismatchError",
+    "write_reference_store",
+]
+
+logger = logging.getLogger(__name__)
 
 SAMPLES, PROMPTS, MANIFEST = "samples.parquet", "prompts.parquet", "manifest.json"
 
@@ -80,6 +93,117 @@ def write_reference_store(
     return path
 
 
+#: manifest["sampling"] key -> the config setting it comes from (for messages)
+SAMPLING_SETTINGS = {
+    "k": "reference.k",
+    "temperature": "reference.temperature",
+    "top_p": "reference.top_p",
+    "max_new_tokens": "rollout.max_new_tokens",
+    "stop": "rollout.stop",
+}
+
+
+class StoreMismatchError(ValueError):
+    """The reference store was presampled for another model, data or settings."""
+
+
+@dataclass
+class StoreExpectation:
+    """What a training run needs a reference store to have been presampled with.
+
+    Every field left ``None`` is not checked.
+
+    Args:
+        model: :func:`~divrl.data.fingerprint.model_fingerprint` of the model trained.
+        model_name: its path or hub id (for messages).
+        prompts: ``(prompt id, prompt token ids)`` of every training prompt, in order.
+        sampling: the presample settings, keyed as ``manifest["sampling"]``
+            (see :data:`SAMPLING_SETTINGS`).
+        threshold: the near-perfect threshold (the split rule), correct of k.
+        failed_to_exploration: the other half of the split rule (None: not checked).
+    """
+
+    model: str | None = None
+    model_name: str | None = None
+    prompts: Sequence[tuple[str, Sequence[int]]] | None = None
+    sampling: dict[str, Any] | None = None
+    threshold: int | None = None
+    failed_to_exploration: bool | None = None
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The ``manifest["fingerprint"]`` presample writes for these model and prompts."""
+        from divrl.data.fingerprint import prompts_fingerprint
+
+        out: dict[str, Any] = {"model": self.model}
+        if self.prompts is not None:
+            out["prompts"] = prompts_fingerprint(self.prompts)
+            out["prompt_count"] = len(self.prompts)
+        return out
+
+    def mismatches(self, store: ReferenceStore) -> list[str]:
+        """One line per difference between this run and ``store``'s manifest."""
+        manifest, found = store.manifest, []
+        stored = manifest.get("fingerprint") or {}
+        if self.model is not None and stored.get("model") not in (None, self.model):
+            same = str(manifest.get("model")) == str(self.model_name)
+            found.append(
+                f"model: the files of {self.model_name} changed since presampling"
+                if same
+                else f"model: presampled from {manifest.get('model')}, "
+                f"this run trains {self.model_name}"
+            )
+        if self.prompts is not None and stored.get("prompts") is not None:
+            found += _prompt_mismatches(store, self.prompts, self.fingerprint()["prompts"])
+        for key, value in (self.sampling or {}).items():
+            before = (manifest.get("sampling") or {}).get(key)
+            if before is not None and _normal(before) != _normal(value):
+                name = SAMPLING_SETTINGS.get(key, key)
+                found.append(f"{name}: presampled with {before!r}, this run has {value!r}")
+        if self.threshold is not None and manifest.get("threshold") not in (None, self.threshold):
+            found.append(
+                f"reference.threshold (the split rule): presampled with {manifest['threshold']} "
+                f"correct of k, this run has {self.threshold}"
+            )
+        before = manifest.get("failed_to_exploration")
+        if self.failed_to_exploration is not None and before not in (
+            None,
+            self.failed_to_exploration,
+        ):
+            found.append(
+                f"split rule: presampled with failed_to_exploration={before}, "
+                f"this run has {self.failed_to_exploration}"
+            )
+        return found
+
+
+def _normal(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple | list) else value
+
+
+def _prompt_mismatches(store: ReferenceStore, prompts, digest: str) -> list[str]:
+    if store.manifest["fingerprint"]["prompts"] == digest:
+        return []
+    stored_ids = set(store.prompts["prompt_id"])
+    train_ids = [str(pid) for pid, _ in prompts]
+    new = [pid for pid in train_ids if pid not in stored_ids]
+    gone = stored_ids - set(train_ids)
+    if not new and not gone:
+        return [
+            "data: the same prompt ids, but their prompt tokens differ (the text, the "
+            "template, the tokenizer or data.max_prompt_length changed since presampling)"
+        ]
+    line = (
+        f"data: the store was presampled on {len(stored_ids)} prompts, this run trains on "
+        f"{len(train_ids)}"
+    )
+    if new:
+        line += f"; {len(new)} training prompts are not in the store (e.g. {', '.join(new[:3])})"
+    if gone:
+        line += f"; {len(gone)} store prompts are not in the training data"
+    line += " (was it presampled with another data.limit or data.train_path?)"
+    return [line]
+
+
 class ReferenceStore:
     """Read side of a reference store (everything is loaded in memory: it is small).
 
@@ -87,12 +211,27 @@ class ReferenceStore:
     """
 
     @classmethod
-    def open(cls, path: str | Path, *, temperature: float | None = None) -> ReferenceStore:
-        """The store at ``path``, checked for training: it holds samples and (when
-        ``temperature`` is given) its log-probs were computed at that sampling temperature.
+    def open(
+        cls,
+        path: str | Path,
+        *,
+        temperature: float | None = None,
+        expect: StoreExpectation | None = None,
+        allow_mismatch: bool = False,
+        allow_hint: str = "--allow-store-mismatch (reference.allow_store_mismatch=true)",
+    ) -> ReferenceStore:
+        """The store at ``path``, checked for training: it holds samples, (when
+        ``temperature`` is given) its log-probs were computed at that sampling temperature,
+        and (when ``expect`` is given) it was presampled from the same model, prompts,
+        sampling settings and split rule.
+
+        Args:
+            allow_mismatch: log a differing ``expect`` as a warning instead of raising.
+            allow_hint: how the user sets ``allow_mismatch`` (named in the error).
 
         Raises:
             FileNotFoundError: no store at ``path``.
+            StoreMismatchError: the store differs from ``expect``.
             ValueError: an empty store, or log-probs at another temperature.
         """
         store = cls(path)
@@ -106,7 +245,30 @@ class ReferenceStore:
                 f"training samples at temperature={temperature}: presample again at "
                 f"{temperature} or train at {stored_t}"
             )
+        if expect is not None:
+            store._check(expect, allow_mismatch, allow_hint)
         return store
+
+    def _check(self, expect: StoreExpectation, allow_mismatch: bool, allow_hint: str) -> None:
+        if "fingerprint" not in self.manifest:
+            logger.warning(
+                "the reference store %s was written by an older divrl without fingerprints: "
+                "its model and data are not checked (presample again to check them)",
+                self.path,
+            )
+        differences = expect.mismatches(self)
+        if not differences:
+            return
+        message = (
+            f"the reference store {self.path} does not match this run:\n  - "
+            + "\n  - ".join(differences)
+            + f"\nPresample again with this run's config and overrides (`divrl presample "
+            f"CONFIG [KEY=VALUE ...]` writes {self.path}), point reference.store at a "
+            f"matching store, or pass {allow_hint} to train on this store anyway."
+        )
+        if not allow_mismatch:
+            raise StoreMismatchError(message)
+        logger.warning("%s (allowed)", message)
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -133,9 +295,9 @@ class ReferenceStore:
     def __len__(self) -> int:
         return len(self.samples)
 
-    @property
+    @functools.cached_property
     def exploration_ids(self) -> set[str]:
-        """Prompt ids that training rolls out (D_exp)."""
+        """Prompt ids that training rolls out (D_exp), computed once."""
         return {
             pid
             for pid, split in zip(self.prompts["prompt_id"], self.prompts["split"], strict=True)

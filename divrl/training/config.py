@@ -237,6 +237,16 @@ class ReferenceConfig:
     top_p: float = _help("presample: nucleus threshold", 0.95)
     per_step: int = _help("reference samples trained on per step (all processes together)", 0)
     batch_size: int = _help("presample: prompts per generation call", 16)
+    failed_to_exploration: bool = _help(
+        "presample: a near-perfect prompt whose extra response fails goes to the exploration "
+        "set (the paper's text) instead of neither set (the authors' code)",
+        False,
+    )
+    allow_store_mismatch: bool = _help(
+        "train on a reference store presampled for another model, data, sampling settings "
+        "or split rule (a warning instead of an error)",
+        False,
+    )
 
     def __post_init__(self) -> None:
         _positive("reference.k", self.k)

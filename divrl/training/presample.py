@@ -19,7 +19,8 @@ from typing import Any
 
 import torch
 
-from divrl.data.reference_store import ReferenceSample, write_reference_store
+from divrl.data.fingerprint import model_fingerprint
+from divrl.data.reference_store import ReferenceSample, StoreExpectation, write_reference_store
 from divrl.data.sampling import derive_seed
 from divrl.rollout import SamplingParams
 from divrl.training.config import Config
@@ -39,7 +40,7 @@ from divrl.training.loading import (
     require_paths,
 )
 
-__all__ = ["presample"]
+__all__ = ["presample", "store_expectation"]
 
 logger = logging.getLogger(__name__)
 
@@ -123,24 +124,52 @@ def _reference_samples(
     ]
 
 
-def _manifest(config: Config, model_path, train_path, threshold, failed_to_exploration, stats):
+def store_expectation(config: Config, model_path: str, prompts) -> StoreExpectation:
+    """What a store presampled by ``config`` for ``prompts`` records, and what a training
+    run of ``config`` checks it against (:meth:`ReferenceStore.open`)."""
     ref = config.reference
-    return {
-        "model": model_path,
-        "train_data": train_path,
-        "template": config.data.template,
-        "sampling": {
+    return StoreExpectation(
+        model=model_fingerprint(model_path),
+        model_name=model_path,
+        prompts=[(p.id, p.prompt_ids) for p in prompts],
+        sampling={
             "k": ref.k,
             "temperature": ref.temperature,
             "top_p": ref.top_p,
             "max_new_tokens": config.rollout.max_new_tokens,
             "stop": list(config.rollout.stop),
-            "seed": config.train.seed,
         },
-        "threshold": threshold,
-        "failed_to_exploration": failed_to_exploration,
+        threshold=ref.threshold or ref.k,
+        failed_to_exploration=ref.failed_to_exploration,
+    )
+
+
+def _manifest(config: Config, expect: StoreExpectation, train_path: str, stats) -> dict:
+    return {
+        "model": expect.model_name,
+        "train_data": train_path,
+        "template": config.data.template,
+        "sampling": {**expect.sampling, "seed": config.train.seed},
+        "threshold": expect.threshold,
+        "failed_to_exploration": expect.failed_to_exploration,
         "log_prob_temperature": config.rollout.temperature,
+        "fingerprint": expect.fingerprint(),
         "stats": stats,
+    }
+
+
+def _stats(prompts, dropped, near, rows, samples, scores, n_correct, k, start_time) -> dict:
+    return {
+        "prompts": len(prompts),
+        "prompts_dropped_too_long": dropped,
+        "near_perfect": len(near),
+        "near_perfect_share": len(near) / len(prompts),
+        "exploration": sum(r["split"] == "exploration" for r in rows),
+        "reference_samples": len(samples),
+        "extra_response_failed": len(near) - len(samples),
+        "presample_accuracy": sum(map(is_correct, scores)) / max(1, len(scores)),
+        "n_correct_histogram": {str(c): n_correct.count(c) for c in range(k + 1)},
+        "seconds": round(time.perf_counter() - start_time, 2),
     }
 
 
@@ -148,11 +177,17 @@ def presample(
     config: Config,
     *,
     reward_fn: RewardFn | None = None,
-    failed_to_exploration: bool = False,
+    failed_to_exploration: bool | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Build the reference store at ``config.reference_store``; returns its manifest."""
+    """Build the reference store at ``config.reference_store``; returns its manifest.
+
+    ``failed_to_exploration`` (None: ``reference.failed_to_exploration``) overrides the
+    config's split rule; the store records the rule used and training checks it.
+    """
     ref = config.reference
+    if failed_to_exploration is not None:
+        ref.failed_to_exploration = failed_to_exploration
     reward_fn = reward_fn or default_reward_fn
     torch.manual_seed(config.train.seed)
     start_time = time.perf_counter()
@@ -161,6 +196,7 @@ def presample(
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device).eval()
     prompts, dropped = load_prompts(config, train_path, db_dir, tokenizer)
+    expect = store_expectation(config, model_path, prompts)
     engine = make_engine(config, model, tokenizer, model_path)
     params = SamplingParams(
         n=ref.k,
@@ -171,39 +207,29 @@ def presample(
         stop=tuple(config.rollout.stop),
     )
     seed, chunk = config.train.seed, ref.batch_size
-    out = _generate(engine, prompts, params, seed, _PRESAMPLE_STREAM, chunk, progress, "presample")
+    desc = f"presample: {ref.k} responses per prompt"
+    out = _generate(engine, prompts, params, seed, _PRESAMPLE_STREAM, chunk, progress, desc)
     scores = _score(reward_fn, prompts, out)
     n_correct = [0] * len(prompts)
     for p, s in zip(out.prompt_index, scores, strict=True):
         n_correct[p] += is_correct(s)
-    threshold = ref.threshold or ref.k
-    near = [i for i, c in enumerate(n_correct) if c >= threshold]
+    near = [i for i, c in enumerate(n_correct) if c >= expect.threshold]
 
     # One more response per near-perfect prompt, kept only if correct.
     extra_params = SamplingParams(**{**params.__dict__, "n": 1})
     near_prompts = [prompts[i] for i in near]
+    desc = "presample: 1 reference response per near-perfect prompt"
     extra = _generate(
-        engine, near_prompts, extra_params, seed, _EXTRA_STREAM, chunk, progress, "reference"
+        engine, near_prompts, extra_params, seed, _EXTRA_STREAM, chunk, progress, desc
     )
     extra_scores = _score(reward_fn, near_prompts, extra) if near_prompts else []
     samples = _reference_samples(
         config, model, pad_token_id(tokenizer), near_prompts, extra, extra_scores
     )
     has_ref = {s.prompt_id for s in samples}
-    rows = _split_rows(prompts, n_correct, threshold, has_ref, failed_to_exploration)
-    stats = {
-        "prompts": len(prompts),
-        "prompts_dropped_too_long": dropped,
-        "near_perfect": len(near),
-        "near_perfect_share": len(near) / len(prompts),
-        "exploration": sum(r["split"] == "exploration" for r in rows),
-        "reference_samples": len(samples),
-        "extra_response_failed": len(near) - len(samples),
-        "presample_accuracy": sum(map(is_correct, scores)) / max(1, len(scores)),
-        "n_correct_histogram": {str(c): n_correct.count(c) for c in range(ref.k + 1)},
-        "seconds": round(time.perf_counter() - start_time, 2),
-    }
-    manifest = _manifest(config, model_path, train_path, threshold, failed_to_exploration, stats)
+    rows = _split_rows(prompts, n_correct, expect.threshold, has_ref, ref.failed_to_exploration)
+    stats = _stats(prompts, dropped, near, rows, samples, scores, n_correct, ref.k, start_time)
+    manifest = _manifest(config, expect, train_path, stats)
     write_reference_store(config.reference_store, samples, rows, manifest)
-    logger.info("reference store written to %s: %s", config.reference_store, manifest["stats"])
+    logger.info("reference store written to %s", config.reference_store)
     return manifest

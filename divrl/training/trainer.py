@@ -60,6 +60,7 @@ from divrl.training.metrics import (
     progress_postfix,
     truncate_metrics,
 )
+from divrl.training.presample import store_expectation
 from divrl.training.update import PolicyUpdate, split
 
 __all__ = ["TIME_KEYS", "PromptItem", "RewardFn", "Trainer", "is_correct", "overlong_penalty"]
@@ -117,13 +118,8 @@ class Trainer:
         self.reference_store: ReferenceStore | None = None
         self.ref_sampler: EpochSampler | None = None
         if cfg.uses_reference_samples:
-            store = ReferenceStore.open(cfg.reference_store, temperature=cfg.rollout.temperature)
-            keep = store.exploration_ids
-            self.prompts = [p for p in self.prompts if p.id in keep]
-            if not self.prompts:
-                raise ValueError("no exploration prompts left after the DPH-RL split")
-            self.reference_store = store
-            self.ref_sampler = EpochSampler(len(store), cfg.train.seed + 1, shuffle=True)
+            self.reference_store = self._open_reference_store()
+            self.ref_sampler = EpochSampler(len(self.reference_store), cfg.train.seed + 1, True)
         self.sampler = EpochSampler(len(self.prompts), cfg.train.seed, cfg.data.shuffle)
 
         # The frozen reference model exists only for the online reverse-KL term.
@@ -161,6 +157,35 @@ class Trainer:
         self.step = 0
         if resume:
             self._load_latest_checkpoint()
+
+    def _open_reference_store(self) -> ReferenceStore:
+        """The DPH-RL store, checked against this run; keeps only its exploration prompts."""
+        cfg = self.config
+        store = ReferenceStore.open(
+            cfg.reference_store,
+            temperature=cfg.rollout.temperature,
+            expect=store_expectation(cfg, self.model_path, self.prompts),
+            allow_mismatch=cfg.reference.allow_store_mismatch,
+        )
+        keep = store.exploration_ids
+        total = len(self.prompts)
+        self.prompts = [p for p in self.prompts if p.id in keep]
+        if not self.prompts:
+            raise ValueError(
+                f"no exploration prompts left after the DPH-RL split: none of the {total} "
+                f"training prompts is an exploration prompt of {store.path}"
+            )
+        if self.accelerator.is_main_process:
+            logger.info(
+                "DPH-RL: rolling out %d exploration prompts of %d (the other %d are "
+                "near-perfect or not in the store); %d reference samples from %s",
+                len(self.prompts),
+                total,
+                total - len(self.prompts),
+                len(store),
+                store.path,
+            )
+        return store
 
     @property
     def metrics_path(self) -> Path:

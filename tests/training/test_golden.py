@@ -27,7 +27,10 @@ FIXTURE = Path(__file__).parent / "fixtures" / "golden_runs.json"
 # preset file -> overrides on top of the tiny world (5 steps, tiny batches)
 CASES: dict[str, tuple[str, dict]] = {
     "grpo": ("configs/toy/grpo.yaml", {}),
-    "dph_js": ("configs/toy/dph_js.yaml", {"reference.per_step": 2}),
+    "dph_js": (
+        "configs/toy/dph_js.yaml",
+        {"reference.per_step": 2, "reference.k": 4, "reference.threshold": 4},
+    ),
     "lp_reg": ("configs/toy/lp_reg.yaml", {}),
     "lp_reg_offpolicy": ("configs/toy/lp_reg.yaml", {"train.mini_batch_size": 2}),
     "dapo": ("configs/toy/dapo.yaml", {"algorithm.overlong_buffer": 3}),

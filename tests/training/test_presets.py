@@ -44,7 +44,14 @@ def test_preset_runs(name, tiny_world, reference_store, tmp_path):
     if base.algorithm.overlong_buffer:
         extra["algorithm.overlong_buffer"] = 2
     if base.uses_reference_samples:
-        extra.update({"reference.store": reference_store, "reference.per_step": 4})
+        extra.update(
+            {
+                "reference.store": reference_store,
+                "reference.per_step": 4,
+                "reference.k": 4,  # as the store was presampled
+                "reference.threshold": 4,
+            }
+        )
     cfg = load_config(TOY / f"{name}.yaml", tiny_overrides(tiny_world, tmp_path, **extra))
     # the method's own settings survive the tiny overrides
     assert cfg.algorithm.policy_loss == base.algorithm.policy_loss

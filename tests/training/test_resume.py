@@ -33,6 +33,7 @@ def _config(world, out, store):
                 "algorithm.divergence": "js",
                 "algorithm.divergence_coef": 0.2,
                 "reference.store": store,
+                "reference.k": 4,  # as the store was presampled
                 "reference.per_step": 2,  # a reference cursor that wraps around
                 "optim.schedule": "cosine",
                 "optim.warmup_steps": 2,
