@@ -25,6 +25,7 @@ __all__ = [
     "pad_token_id",
     "require_paths",
     "rollout_params",
+    "warn_if_prompts_repeat",
 ]
 
 logger = logging.getLogger(__name__)
@@ -83,27 +84,62 @@ def load_policy(config: Config, model_path: str) -> tuple[torch.nn.Module, Any]:
 def load_prompts(
     config: Config, train_path: str, db_dir: str | None, tokenizer: Any
 ) -> tuple[list[PromptItem], int]:
-    """Tokenised training prompts and the number dropped for exceeding max_prompt_length."""
+    """Tokenised training prompts and the number dropped for exceeding max_prompt_length.
+
+    Raises:
+        ValueError: no prompt is left; the message says how many rows were read and which
+            setting dropped them.
+    """
     from divrl.data import load_examples, render_prompt
 
     examples = load_examples(train_path, db_dir=db_dir, limit=config.data.limit)
-    items, dropped = [], 0
+    items, too_long = [], []
     for ex in examples:
         text = render_prompt(ex, template=config.data.template, tokenizer=tokenizer)
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         if len(ids) > config.data.max_prompt_length:
-            dropped += 1
+            too_long.append(len(ids))
             continue
         items.append(PromptItem(str(ex.id), ids, ex.data_source, ex.ground_truth, ex.extra_info))
     if not items:
-        raise ValueError(f"no usable training prompts in {train_path}")
-    if dropped:
+        raise ValueError(_no_prompts_message(config, train_path, len(examples), too_long))
+    if too_long:
         logger.warning(
-            "dropped %d prompts longer than data.max_prompt_length=%d tokens",
-            dropped,
+            "dropped %d of %d prompts longer than data.max_prompt_length=%d tokens "
+            "(the longest has %d)",
+            len(too_long),
+            len(examples),
             config.data.max_prompt_length,
+            max(too_long),
         )
-    return items, dropped
+    return items, len(too_long)
+
+
+def _no_prompts_message(config: Config, train_path: str, rows: int, too_long: list[int]) -> str:
+    where = f"no usable training prompts in {train_path}"
+    if rows == 0:
+        limit = f" with data.limit={config.data.limit}" if config.data.limit is not None else ""
+        return f"{where}: it has no rows{limit}"
+    return (
+        f"{where}: all {rows} rows were dropped by data.max_prompt_length="
+        f"{config.data.max_prompt_length} (their prompts, rendered with the "
+        f"{config.data.template!r} template, have {min(too_long)} to {max(too_long)} tokens): "
+        f"set data.max_prompt_length={max(too_long)} or more (the model's context must hold "
+        f"it plus rollout.max_new_tokens={config.rollout.max_new_tokens}), or shorten the prompts"
+    )
+
+
+def warn_if_prompts_repeat(config: Config, n_prompts: int, what: str = "training prompts") -> None:
+    """Warn when one batch draws more prompts than there are (each batch then repeats some)."""
+    if config.train.prompts_per_step > n_prompts:
+        logger.warning(
+            "train.prompts_per_step=%d is larger than the %d %s: every batch repeats "
+            "prompts (more rollouts of the same prompts, not more data); lower "
+            "train.prompts_per_step or add data",
+            config.train.prompts_per_step,
+            n_prompts,
+            what,
+        )
 
 
 def make_engine(

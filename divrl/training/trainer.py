@@ -51,6 +51,7 @@ from divrl.training.loading import (
     pad_token_id,
     require_paths,
     rollout_params,
+    warn_if_prompts_repeat,
 )
 from divrl.training.metrics import (
     TIME_KEYS,
@@ -120,6 +121,9 @@ class Trainer:
         if cfg.uses_reference_samples:
             self.reference_store = self._open_reference_store()
             self.ref_sampler = EpochSampler(len(self.reference_store), cfg.train.seed + 1, True)
+        if self.rank == 0:
+            what = "exploration prompts" if cfg.uses_reference_samples else "training prompts"
+            warn_if_prompts_repeat(cfg, len(self.prompts), what)
         self.sampler = EpochSampler(len(self.prompts), cfg.train.seed, cfg.data.shuffle)
 
         # The frozen reference model exists only for the online reverse-KL term.

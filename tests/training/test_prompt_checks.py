@@ -1,0 +1,57 @@
+"""Messages about the training prompts: all of them dropped (how many, by which setting),
+and a batch larger than the prompt set (a warning)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from train_helpers import tiny_overrides
+
+from divrl.training.config import load_config
+from divrl.training.trainer import Trainer
+
+
+def test_all_prompts_too_long_names_the_count_and_the_setting(tiny_world, tmp_path):
+    # the tiny prompts "Q:0+1=" .. "Q:15+16=" are 6 to 8 characters (= tokens)
+    config = load_config(
+        None, tiny_overrides(tiny_world, tmp_path, **{"data.max_prompt_length": 5})
+    )
+    with pytest.raises(ValueError) as err:
+        Trainer(config)
+    message = str(err.value)
+    assert "all 16 rows were dropped by data.max_prompt_length=5" in message
+    assert "have 6 to 8 tokens" in message
+    assert "set data.max_prompt_length=8 or more" in message
+
+
+def test_some_prompts_too_long_is_a_warning_with_the_count(tiny_world, tmp_path, caplog):
+    config = load_config(
+        None, tiny_overrides(tiny_world, tmp_path, **{"data.max_prompt_length": 7})
+    )
+    with caplog.at_level(logging.WARNING):
+        trainer = Trainer(config)
+    assert len(trainer.prompts) == 10  # "Q:0+1=" .. "Q:9+10=" (6 and 7 tokens)
+    assert "dropped 6 of 16 prompts longer than data.max_prompt_length=7" in caplog.text
+
+
+def test_an_empty_data_file_says_so(tiny_world, tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    config = load_config(None, tiny_overrides(tiny_world, tmp_path, **{"data.train_path": empty}))
+    with pytest.raises(ValueError, match=r"no usable training prompts in .*: it has no rows"):
+        Trainer(config)
+
+
+def test_prompts_per_step_larger_than_the_data_warns(tiny_world, tmp_path, caplog):
+    config = load_config(
+        None, tiny_overrides(tiny_world, tmp_path, **{"train.prompts_per_step": 32})
+    )
+    with caplog.at_level(logging.WARNING):
+        Trainer(config)
+    assert "train.prompts_per_step=32 is larger than the 16 training prompts" in caplog.text
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        Trainer(load_config(None, tiny_overrides(tiny_world, tmp_path / "b")))
+    assert "prompts_per_step" not in caplog.text
