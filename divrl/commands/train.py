@@ -85,9 +85,15 @@ def run(args: argparse.Namespace) -> int:
     history = trainer.train()
     if trainer.accelerator.is_main_process and history:
         last = history[-1]
+        model = trainer.run.final_model()
+        saved = (
+            f"model in {model}"
+            if model is not None
+            else "no model saved (set checkpoint.save_final=true or checkpoint.save_every)"
+        )
         print(
             f"step {last['step']}: reward {last.get('reward/shaped', float('nan')):.4f}, "
             f"pass@1 {last.get('reward/pass@1', float('nan')):.4f}; "
-            f"metrics in {trainer.metrics_path}"
+            f"metrics in {trainer.metrics_path}; {saved}"
         )
     return 0

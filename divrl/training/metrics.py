@@ -97,6 +97,11 @@ def progress_postfix(m: Mapping[str, float]) -> dict[str, str]:
     kl = m.get("actor/ref_kl", m.get("pg/approx_kl"))
     if kl is not None:
         out["kl"] = f"{kl:.2e}"
+    if "dph/divergence" in m:
+        out["div"] = f"{m['dph/divergence']:.2e}"
+    if "lp_reg/num_selected" in m:  # regularised / selected tokens, and the penalty
+        out["lp_reg"] = f"{m.get('lp_reg/num_regularized', 0):.0f}/{m['lp_reg/num_selected']:.0f}"
+        out["lp_pen"] = f"{m.get('lp_reg/penalty', float('nan')):.2e}"
     out["s/step"] = f"{m['time/step']:.1f}"
     return out
 

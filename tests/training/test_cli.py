@@ -49,3 +49,35 @@ def test_presample_then_train_through_the_cli(tiny_world, tmp_path, capsys):
     assert main(["train", *grpo]) == 0
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["step"] == 1 and rows[-1]["reward/score"] == 0.0
+
+
+def test_train_final_line_says_where_the_model_is(tiny_world, tmp_path, capsys):
+    args = tiny_overrides(tiny_world, tmp_path, **{"train.total_steps": 1})
+    saved = [a for a in args if not a.startswith("checkpoint.save_final")]
+    assert main(["train", *saved, "checkpoint.save_final=true"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    model = tmp_path / "checkpoints" / "step_000001" / "model"
+    assert last.endswith(f"model in {model}") and (model / "config.json").is_file()
+
+    assert (
+        main(["train", *tiny_overrides(tiny_world, tmp_path / "b", **{"train.total_steps": 1})])
+        == 0
+    )
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.endswith("no model saved (set checkpoint.save_final=true or checkpoint.save_every)")
+
+
+def test_progress_bar_shows_the_dph_and_lp_reg_statistics():
+    from divrl.training.metrics import progress_postfix
+
+    base = {"reward/shaped": 0.5, "reward/pass@1": 0.25, "actor/entropy": 1.0, "time/step": 2.0}
+    assert set(progress_postfix(base)) == {"reward", "pass@1", "ent", "s/step"}
+    lp = {
+        **base,
+        "lp_reg/num_selected": 12.0,
+        "lp_reg/num_regularized": 5.0,
+        "lp_reg/penalty": 0.003,
+    }
+    post = progress_postfix(lp)
+    assert post["lp_reg"] == "5/12" and post["lp_pen"] == "3.00e-03"
+    assert progress_postfix({**base, "dph/divergence": 0.0125})["div"] == "1.25e-02"
