@@ -65,8 +65,18 @@ def require_paths(config: Config) -> tuple[str, str, str | None]:
 
 
 def load_policy(config: Config, model_path: str) -> tuple[torch.nn.Module, Any]:
-    """The policy model (train mode) and its tokenizer."""
+    """The policy model (train mode) and its tokenizer.
+
+    Raises:
+        ModelSourceError: ``model_path`` is neither a local folder nor a hub id that can be
+            loaded (not cached and no network): one sentence, in well under a second,
+            instead of the hub's retries and a long ``OSError``.
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from divrl.rollout.model_source import check_model_source
+
+    check_model_source(model_path)
 
     tokenizer = AutoTokenizer.from_pretrained(
         model_path, trust_remote_code=config.model.trust_remote_code

@@ -55,3 +55,16 @@ def test_prompts_per_step_larger_than_the_data_warns(tiny_world, tmp_path, caplo
     with caplog.at_level(logging.WARNING):
         Trainer(load_config(None, tiny_overrides(tiny_world, tmp_path / "b")))
     assert "prompts_per_step" not in caplog.text
+
+
+def test_a_missing_model_folder_fails_fast_in_the_loading_stage(tiny_world, tmp_path):
+    import time
+
+    from divrl.rollout.model_source import ModelSourceError
+
+    missing = tmp_path / "no_such_model"
+    config = load_config(None, tiny_overrides(tiny_world, tmp_path, **{"model.path": missing}))
+    start = time.perf_counter()
+    with pytest.raises(ModelSourceError, match=f"no local folder {missing}"):
+        Trainer(config)
+    assert time.perf_counter() - start < 2.0
