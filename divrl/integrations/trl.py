@@ -1,10 +1,10 @@
 """DPH-RL and Lp-Reg inside TRL's ``GRPOTrainer`` (optional extra ``divrl[trl]``).
 
 Switch a TRL script from ``GRPOConfig``/``GRPOTrainer`` to :class:`DivRLGRPOConfig` /
-:class:`DivRLGRPOTrainer` and set the ``dph_*`` or ``lp_reg*`` fields. The trainer calls
+:class:`DivRLGRPOTrainer` and set the ``divergence*`` / ``reference_*`` or ``lp_reg*`` fields. The trainer calls
 TRL's own code for rollouts, rewards, advantages and the policy loss, and adds:
 
-- **DPH-RL**: ``dph_eta * D_f`` on reference samples of the initial policy read from a divrl
+- **DPH-RL**: ``divergence_coef * D_f`` on reference samples of the initial policy read from a divrl
   reference store (``divrl presample``), in the same ``compute_loss`` call, scaled like TRL's
   entropy bonus (a per-micro-batch token mean divided by the gradient-accumulation steps).
   No reference model is loaded: the store holds the initial policy's log-probs.
@@ -17,7 +17,8 @@ Which TRL internals are used, and how their change is caught, is listed in
 :data:`TRL_HOOKS` and checked by :func:`check_trl_internals`; docs/trl.md has the details.
 
 This module holds the trainer; its pieces live beside it: ``trl_hooks`` (the TRL internals
-relied on and their checks), ``trl_config`` (:class:`DivRLGRPOConfig`), ``trl_dph`` (the
+relied on and their checks), ``trl_config`` (:class:`DivRLGRPOConfig`), ``trl_data``
+(datasets with divrl's prompt ids, the exploration filter, the verifier reward), ``trl_dph`` (the
 reference-sample stream) and ``trl_lp_reg`` (the proxy from captured hidden states). Every
 public name is importable from here.
 """
@@ -35,6 +36,7 @@ from divrl.algorithms import (
     reference_divergence_loss,
 )
 from divrl.integrations.trl_config import LP_REG_LOSS_TYPES, DivRLGRPOConfig
+from divrl.integrations.trl_data import exploration_dataset, trl_dataset, verifier_reward
 from divrl.integrations.trl_dph import _ReferenceStream
 from divrl.integrations.trl_hooks import (
     ALLOW_UNTESTED_ENV,
@@ -72,6 +74,9 @@ __all__ = [
     "DivRLGRPOTrainer",
     "check_trl_internals",
     "check_trl_version",
+    "exploration_dataset",
+    "trl_dataset",
+    "verifier_reward",
 ]
 
 # --------------------------------------------------------------------------- trainer
@@ -99,16 +104,20 @@ class DivRLGRPOTrainer(GRPOTrainer):
         _raise_on_internal_problems([f"GRPOTrainer no longer sets {missing}"] if missing else [])
         self._divrl_capture: _Capture | None = None
         self._reference: _ReferenceStream | None = None
-        if self.args.dph_divergence is not None:
+        if self.args.divergence is not None:
             tokenizer = getattr(self.processing_class, "tokenizer", self.processing_class)
             pad = getattr(tokenizer, "pad_token_id", None)
             if pad is None:
                 pad = getattr(tokenizer, "eos_token_id", None)
             self._reference = _ReferenceStream(
-                self.args.dph_reference_store,
+                self.args.reference_store,
                 self.temperature,
                 self.args.seed,
                 0 if pad is None else int(pad),
+                model_path=getattr(
+                    _unwrapped_causal_lm(self.accelerator, self.model), "name_or_path", ""
+                ),
+                allow_mismatch=self.args.allow_store_mismatch,
             )
             self._reference_seeked = False
         if self.args.lp_reg:
@@ -280,11 +289,11 @@ class DivRLGRPOTrainer(GRPOTrainer):
         return replacement
 
     def _dph_term(self, model: torch.nn.Module) -> torch.Tensor:
-        """``dph_eta * D_f`` on a micro-batch of reference samples, divided by the GA steps."""
+        """``divergence_coef * D_f`` on a micro-batch of reference samples, divided by the GA steps."""
         ref = self._reference
         assert ref is not None
         acc = self.accelerator
-        per_device = self.args.dph_batch_size
+        per_device = self.args.reference_batch_size
         if not self._reference_seeked:
             # Resume-safe: the first draw follows from the optimizer step training starts at.
             ref.seek(
@@ -303,11 +312,11 @@ class DivRLGRPOTrainer(GRPOTrainer):
             lp,
             batch.ref_log_probs,
             batch.mask,
-            self.args.dph_divergence,
-            self.args.dph_alpha,
+            self.args.divergence,
+            self.args.divergence_alpha,
         )
-        term = self.args.dph_eta * divergence / self._grad_accum()
-        metrics["dph/loss"] = self.args.dph_eta * metrics["dph/divergence"]
+        term = self.args.divergence_coef * divergence / self._grad_accum()
+        metrics["dph/loss"] = self.args.divergence_coef * metrics["dph/divergence"]
         metrics["dph/response_length"] = float(batch.mask.sum(-1).mean())
         self._log_divrl(metrics)
         return term

@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
 from divrl.algorithms import DIVERGENCES, divergence_generator
 
-__all__ = ["LP_REG_LOSS_TYPES", "DivRLGRPOConfig"]
+__all__ = ["DEPRECATED_NAMES", "LP_REG_LOSS_TYPES", "DivRLGRPOConfig"]
+
+#: deprecated field -> its name now (the name `divrl train`'s config uses)
+DEPRECATED_NAMES = {
+    "dph_divergence": "divergence",
+    "dph_eta": "divergence_coef",
+    "dph_alpha": "divergence_alpha",
+    "dph_reference_store": "reference_store",
+    "dph_batch_size": "reference_batch_size",
+}
 
 
 # Loss types whose per-token loss is the clipped surrogate Lp-Reg replaces, with the divrl
@@ -28,43 +38,69 @@ LP_REG_LOSS_TYPES = {
 class DivRLGRPOConfig(GRPOConfig):
     """TRL's ``GRPOConfig`` plus the DPH-RL and Lp-Reg fields (see docs/trl.md).
 
-    DPH-RL is on when ``dph_divergence`` is set, Lp-Reg when ``lp_reg`` is true; both may
+    DPH-RL is on when ``divergence`` is set, Lp-Reg when ``lp_reg`` is true; both may
     be on together. Everything else is TRL's own configuration.
     """
 
-    dph_divergence: str | None = field(
+    divergence: str | None = field(
         default=None,
         metadata={
             "help": "DPH-RL divergence on the reference samples: 'forward_kl' (DPH-F), 'js' "
-            "(DPH-JS), 'reverse_kl' or 'alpha'. None (default) turns DPH-RL off.",
+            "(DPH-JS), 'reverse_kl' or 'alpha'. None (default) turns DPH-RL off. The same "
+            "name as `divrl train`'s algorithm.divergence.",
         },
     )
-    dph_eta: float = field(
+    divergence_coef: float = field(
         default=0.2,
         metadata={
-            "help": "Weight of the divergence term: loss = TRL's loss + dph_eta * D_f. The "
-            "authors use 0.2 for JS (0.05 to 0.2 recommended) and 0.01 to 0.05 for forward "
-            "KL. 0 computes and logs the divergence without training on it.",
+            "help": "eta, the weight of the divergence term: loss = TRL's loss + "
+            "divergence_coef * D_f (algorithm.divergence_coef in `divrl train`). The authors "
+            "use 0.2 for JS (0.05 to 0.2 recommended) and 0.01 to 0.05 for forward KL. 0 "
+            "computes and logs the divergence without training on it.",
         },
     )
-    dph_alpha: float | None = field(
+    divergence_alpha: float | None = field(
         default=None,
-        metadata={"help": "alpha in (0, 1) for dph_divergence='alpha' (paper: 0.2, 0.5, 0.8)."},
+        metadata={"help": "alpha in (0, 1) for divergence='alpha' (paper: 0.2, 0.5, 0.8)."},
     )
-    dph_reference_store: str | None = field(
+    reference_store: str | None = field(
         default=None,
         metadata={
-            "help": "Directory of a divrl reference store (written by `divrl presample`): "
-            "responses of the initial policy with their per-token log-probs. Required with "
-            "dph_divergence.",
+            "help": "Directory of a divrl reference store (written by `divrl presample`, at "
+            "its config's reference.store): responses of the initial policy with their "
+            "per-token log-probs. Required with divergence.",
         },
     )
-    dph_batch_size: int = field(
+    reference_batch_size: int = field(
         default=1,
         metadata={
             "help": "Reference samples per device per micro-batch (each compute_loss call). "
-            "They cycle through the store in a seeded order (args.seed).",
+            "They cycle through the store in a seeded order (args.seed). Not the same count "
+            "as `divrl train`'s reference.per_step (all processes, per step).",
         },
+    )
+    allow_store_mismatch: bool = field(
+        default=False,
+        metadata={
+            "help": "Train on a reference store presampled from another model (a warning "
+            "instead of an error), as `divrl train --allow-store-mismatch`.",
+        },
+    )
+    # Deprecated names (divrl 0.1), accepted for one release with a FutureWarning.
+    dph_divergence: str | None = field(
+        default=None, metadata={"help": "Deprecated: use divergence."}
+    )
+    dph_eta: float | None = field(
+        default=None, metadata={"help": "Deprecated: use divergence_coef."}
+    )
+    dph_alpha: float | None = field(
+        default=None, metadata={"help": "Deprecated: use divergence_alpha."}
+    )
+    dph_reference_store: str | None = field(
+        default=None, metadata={"help": "Deprecated: use reference_store."}
+    )
+    dph_batch_size: int | None = field(
+        default=None, metadata={"help": "Deprecated: use reference_batch_size."}
     )
     lp_reg: bool = field(
         default=False,
@@ -93,32 +129,52 @@ class DivRLGRPOConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self._apply_deprecated_names()
         self._validate_dph()
         if self.lp_reg:
             self._validate_lp_reg()
 
+    def _apply_deprecated_names(self) -> None:
+        for old, new in DEPRECATED_NAMES.items():
+            value = getattr(self, old)
+            if value is None:
+                continue
+            warnings.warn(
+                f"DivRLGRPOConfig.{old} is deprecated and will be removed in the next "
+                f"release: use {new} (the name `divrl train` uses)",
+                FutureWarning,
+                stacklevel=4,
+            )
+            default = type(self).__dataclass_fields__[new].default
+            current = getattr(self, new)
+            if current != default and current != value:
+                raise ValueError(f"{old}={value!r} and {new}={current!r} disagree: set {new} only")
+            setattr(self, new, value)
+
     def _validate_dph(self) -> None:
-        if self.dph_divergence is None:
-            if self.dph_reference_store is not None:
+        if self.divergence is None:
+            if self.reference_store is not None:
                 raise ValueError(
-                    "dph_reference_store is set but dph_divergence is None: set dph_divergence "
+                    "reference_store is set but divergence is None: set divergence "
                     f"(one of {sorted(DIVERGENCES)}) to use the store, or drop the store"
                 )
             return
-        if self.dph_divergence not in DIVERGENCES:
+        if self.divergence not in DIVERGENCES:
             raise ValueError(
-                f"unknown dph_divergence {self.dph_divergence!r}: use one of {sorted(DIVERGENCES)}"
+                f"unknown divergence {self.divergence!r}: use one of {sorted(DIVERGENCES)}"
             )
-        divergence_generator(self.dph_divergence, self.dph_alpha)  # validates alpha
-        if self.dph_reference_store is None:
+        divergence_generator(self.divergence, self.divergence_alpha)  # validates alpha
+        if self.reference_store is None:
             raise ValueError(
-                "DPH-RL needs a reference store: set dph_reference_store to the directory "
-                "`divrl presample` wrote"
+                "DPH-RL needs a reference store: set reference_store to the directory "
+                "`divrl presample` wrote (its config's reference.store)"
             )
-        if not (self.dph_eta >= 0 and math.isfinite(self.dph_eta)):
-            raise ValueError(f"dph_eta must be a finite number >= 0, got {self.dph_eta}")
-        if self.dph_batch_size < 1:
-            raise ValueError(f"dph_batch_size must be >= 1, got {self.dph_batch_size}")
+        if not (self.divergence_coef >= 0 and math.isfinite(self.divergence_coef)):
+            raise ValueError(
+                f"divergence_coef must be a finite number >= 0, got {self.divergence_coef}"
+            )
+        if self.reference_batch_size < 1:
+            raise ValueError(f"reference_batch_size must be >= 1, got {self.reference_batch_size}")
         if self.beta != 0.0:
             raise ValueError(
                 f"beta={self.beta} loads a reference model for TRL's reverse-KL term; DPH-RL "

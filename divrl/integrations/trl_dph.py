@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
-from divrl.data.reference_store import ReferenceStore
+from divrl.data.fingerprint import model_fingerprint
+from divrl.data.reference_store import ReferenceStore, StoreExpectation
 from divrl.data.sampling import EpochSampler
 
 
@@ -28,8 +30,28 @@ class _ReferenceStream:
     optimizer step).
     """
 
-    def __init__(self, path: str, temperature: float, seed: int, pad_token_id: int) -> None:
-        store = ReferenceStore.open(path, temperature=temperature)
+    def __init__(
+        self,
+        path: str,
+        temperature: float,
+        seed: int,
+        pad_token_id: int,
+        *,
+        model_path: str = "",
+        allow_mismatch: bool = False,
+    ) -> None:
+        # The model is checked when it was loaded from a local folder (its fingerprint);
+        # the prompts are the user's dataset (see exploration_dataset).
+        expect = None
+        if model_path and Path(model_path).is_dir():
+            expect = StoreExpectation(model=model_fingerprint(model_path), model_name=model_path)
+        store = ReferenceStore.open(
+            path,
+            temperature=temperature,
+            expect=expect,
+            allow_mismatch=allow_mismatch,
+            allow_hint="allow_store_mismatch=True",
+        )
         self.samples = store.samples
         self.sampler = EpochSampler(len(store), seed, shuffle=True)
         self.pad_token_id = pad_token_id

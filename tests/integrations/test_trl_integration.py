@@ -42,6 +42,7 @@ from divrl.integrations.trl import (  # noqa: E402
     check_trl_internals,
     check_trl_version,
 )
+from divrl.integrations.trl_config import DEPRECATED_NAMES  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -97,19 +98,19 @@ def full_forward(model, inputs, temperature=1.0, kappa=0.02):
 
 def test_config_validation_messages(tmp_path, store):
     with pytest.raises(ValueError, match="needs a reference store"):
-        make_args(tmp_path, dph_divergence="js")
+        make_args(tmp_path, divergence="js")
     with pytest.raises(ValueError, match=r"set beta=0\.0"):
-        make_args(tmp_path, dph_divergence="js", dph_reference_store=str(store), beta=0.01)
-    with pytest.raises(ValueError, match="unknown dph_divergence"):
-        make_args(tmp_path, dph_divergence="hellinger", dph_reference_store=str(store))
+        make_args(tmp_path, divergence="js", reference_store=str(store), beta=0.01)
+    with pytest.raises(ValueError, match="unknown divergence"):
+        make_args(tmp_path, divergence="hellinger", reference_store=str(store))
     with pytest.raises(ValueError, match="0 < alpha < 1"):
-        make_args(tmp_path, dph_divergence="alpha", dph_reference_store=str(store), dph_alpha=1.5)
-    with pytest.raises(ValueError, match="set dph_divergence"):
-        make_args(tmp_path, dph_reference_store=str(store))
-    with pytest.raises(ValueError, match="dph_eta"):
-        make_args(tmp_path, dph_divergence="js", dph_reference_store=str(store), dph_eta=-1.0)
-    with pytest.raises(ValueError, match="dph_batch_size"):
-        make_args(tmp_path, dph_divergence="js", dph_reference_store=str(store), dph_batch_size=0)
+        make_args(tmp_path, divergence="alpha", reference_store=str(store), divergence_alpha=1.5)
+    with pytest.raises(ValueError, match="set divergence"):
+        make_args(tmp_path, reference_store=str(store))
+    with pytest.raises(ValueError, match="divergence_coef"):
+        make_args(tmp_path, divergence="js", reference_store=str(store), divergence_coef=-1.0)
+    with pytest.raises(ValueError, match="reference_batch_size"):
+        make_args(tmp_path, divergence="js", reference_store=str(store), reference_batch_size=0)
     with pytest.raises(ValueError, match="clipped-surrogate loss_type"):
         make_args(tmp_path, lp_reg=True, loss_type="sapo")
     with pytest.raises(ValueError, match="set delta=None"):
@@ -120,20 +121,20 @@ def test_config_validation_messages(tmp_path, store):
         make_args(tmp_path, lp_reg=True, lp_reg_kappa=2.0)
     with pytest.raises(ValueError, match="lp_reg_rho"):
         make_args(tmp_path, lp_reg=True, lp_reg_rho=0.0)
-    args = make_args(
-        tmp_path, dph_divergence="alpha", dph_alpha=0.5, dph_reference_store=str(store)
-    )
-    assert args.dph_divergence == "alpha" and args.beta == 0.0
+    args = make_args(tmp_path, divergence="alpha", divergence_alpha=0.5, reference_store=str(store))
+    assert args.divergence == "alpha" and args.beta == 0.0
     # every added field carries help text, like TRL's own
     added = {f for f in DivRLGRPOConfig.__dataclass_fields__} - set(
         trl.GRPOConfig.__dataclass_fields__
     )
     assert added == {
-        "dph_divergence",
-        "dph_eta",
-        "dph_alpha",
-        "dph_reference_store",
-        "dph_batch_size",
+        "divergence",
+        "divergence_coef",
+        "divergence_alpha",
+        "reference_store",
+        "reference_batch_size",
+        "allow_store_mismatch",
+        *DEPRECATED_NAMES,
         "lp_reg",
         "lp_reg_kappa",
         "lp_reg_rho",
@@ -146,10 +147,10 @@ def test_trainer_rejects_plain_config_and_mismatched_store(tmp_path, tokenizer, 
     plain = trl.GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[])
     with pytest.raises(TypeError, match="DivRLGRPOConfig"):
         build(DivRLGRPOTrainer, plain, tokenizer)
-    hot = make_args(tmp_path, dph_divergence="js", dph_reference_store=str(store), temperature=0.7)
+    hot = make_args(tmp_path, divergence="js", reference_store=str(store), temperature=0.7)
     with pytest.raises(ValueError, match="temperature"):
         build(DivRLGRPOTrainer, hot, tokenizer)
-    missing = make_args(tmp_path, dph_divergence="js", dph_reference_store=str(tmp_path / "none"))
+    missing = make_args(tmp_path, divergence="js", reference_store=str(tmp_path / "none"))
     with pytest.raises(FileNotFoundError, match="presample"):
         build(DivRLGRPOTrainer, missing, tokenizer)
 
@@ -206,7 +207,7 @@ def test_eta_zero_and_lp_reg_off_equals_plain_grpo(tmp_path, tokenizer, store):
     adapter = build(
         DivRLGRPOTrainer,
         make_args(
-            tmp_path, dph_divergence="js", dph_reference_store=str(store), dph_eta=0.0, **args
+            tmp_path, divergence="js", reference_store=str(store), divergence_coef=0.0, **args
         ),
         tokenizer,
         model=tiny_model(0),  # a fresh copy: TRL patches the forward of the model it gets
@@ -228,15 +229,15 @@ def test_dph_term_is_eta_times_divergence_over_grad_accum(tmp_path, tokenizer, f
     D_f recomputed here sample by sample on unpadded sequences."""
     eta, ga, per_step = 0.5, 2, 3
     common = dict(
-        dph_divergence=kind,
-        dph_reference_store=str(foreign_store),
-        dph_batch_size=per_step,
+        divergence=kind,
+        reference_store=str(foreign_store),
+        reference_batch_size=per_step,
         gradient_accumulation_steps=ga,
     )
-    base = build(DivRLGRPOTrainer, make_args(tmp_path, dph_eta=0.0, **common), tokenizer)
+    base = build(DivRLGRPOTrainer, make_args(tmp_path, divergence_coef=0.0, **common), tokenizer)
     model = tiny_model(0)  # same weights as base's (seeded); TRL patches each model's forward
     with_dph = build(
-        DivRLGRPOTrainer, make_args(tmp_path, dph_eta=eta, **common), tokenizer, model=model
+        DivRLGRPOTrainer, make_args(tmp_path, divergence_coef=eta, **common), tokenizer, model=model
     )
     batch = rollout_batch(base)
     loss0, grads0 = loss_and_grads(base, batch)
@@ -381,8 +382,8 @@ def params(model) -> list[torch.Tensor]:
 @pytest.mark.parametrize(
     ("mode", "overrides"),
     [
-        ("dph_js", dict(dph_divergence="js", dph_eta=0.2, dph_batch_size=2)),
-        ("dph_f", dict(dph_divergence="forward_kl", dph_eta=0.05, dph_batch_size=2)),
+        ("dph_js", dict(divergence="js", divergence_coef=0.2, reference_batch_size=2)),
+        ("dph_f", dict(divergence="forward_kl", divergence_coef=0.05, reference_batch_size=2)),
         ("lp_reg", dict(lp_reg=True, lp_reg_rho=0.5, epsilon=1.0, epsilon_high=9.0)),
     ],
 )
@@ -390,7 +391,7 @@ def test_training_steps_change_parameters_and_log_divrl_metrics(
     tmp_path, tokenizer, store, mode, overrides
 ):
     if mode.startswith("dph"):
-        overrides = {**overrides, "dph_reference_store": str(store)}
+        overrides = {**overrides, "reference_store": str(store)}
     args = make_args(tmp_path, max_steps=3, gradient_accumulation_steps=2, **overrides)
     trainer = DivRLGRPOTrainer(
         model=tiny_model(0),

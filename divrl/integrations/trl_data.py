@@ -1,0 +1,127 @@
+"""Datasets and rewards for TRL that match divrl's: the same prompts, ids and verifiers.
+
+- :func:`trl_dataset`: a divrl data file (verl schema) as a ``datasets.Dataset`` for TRL's
+  ``GRPOTrainer``, with divrl's ``prompt_id`` column: the prompts ``divrl train`` /
+  ``divrl presample`` would use with the same ``data.*`` settings (rendered with the same
+  template, the same too-long prompts dropped).
+- :func:`exploration_dataset`: keep the rows a DPH-RL run rolls out (the store's
+  exploration prompts): one set lookup per row, the store read once.
+- :func:`verifier_reward`: a TRL reward function that scores with divrl's verifiers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from divrl.data.reference_store import ReferenceStore
+
+__all__ = ["exploration_dataset", "trl_dataset", "verifier_reward"]
+
+logger = logging.getLogger(__name__)
+
+
+def trl_dataset(
+    train_path: str | Path,
+    tokenizer: Any,
+    *,
+    template: str = "plain",
+    db_dir: str | None = None,
+    limit: int | None = None,
+    max_prompt_length: int = 512,
+) -> Any:
+    """A ``datasets.Dataset`` of the prompts divrl trains on, for TRL's ``GRPOTrainer``.
+
+    Pass the ``data.*`` settings of the config you presampled with: the prompts are loaded
+    and filtered by the same code as ``divrl train`` (``divrl.training.loading``), so their
+    ids are the store's.
+
+    Columns: ``prompt`` (the rendered prompt text), ``prompt_id`` (divrl's id),
+    ``data_source``, ``ground_truth`` and ``extra_info`` (JSON strings: Arrow needs one type
+    per column), which TRL passes on to :func:`verifier_reward`.
+    """
+    from datasets import Dataset
+
+    from divrl.training.config import load_config
+    from divrl.training.loading import load_prompts
+
+    settings = {
+        "data.template": template,
+        "data.limit": "null" if limit is None else limit,
+        "data.max_prompt_length": max_prompt_length,
+    }
+    config = load_config(None, [f"{k}={v}" for k, v in settings.items()])
+    prompts, _ = load_prompts(config, str(train_path), db_dir, tokenizer)
+    return Dataset.from_dict(
+        {
+            "prompt": [tokenizer.decode(p.prompt_ids) for p in prompts],
+            "prompt_id": [p.id for p in prompts],
+            "data_source": [p.data_source for p in prompts],
+            "ground_truth": [json.dumps(p.ground_truth) for p in prompts],
+            "extra_info": [json.dumps(p.extra_info) for p in prompts],
+        }
+    )
+
+
+def exploration_dataset(
+    dataset: Any, store: str | Path | ReferenceStore, *, id_column: str = "prompt_id"
+) -> Any:
+    """The rows of ``dataset`` whose ``id_column`` is an exploration prompt of ``store``.
+
+    The store is read once and each row is one set lookup (batched ``filter``).
+
+    Raises:
+        ValueError: no row of ``dataset`` is in the store (another data set, or ids that
+            are not divrl's: build the dataset with :func:`trl_dataset`).
+    """
+    if not isinstance(store, ReferenceStore):
+        store = ReferenceStore(store)
+    if id_column not in dataset.column_names:
+        raise ValueError(
+            f"the dataset has no {id_column!r} column: build it with "
+            "divrl.integrations.trl.trl_dataset (divrl's prompt ids) or pass id_column="
+        )
+    keep, known = store.exploration_ids, set(store.prompts["prompt_id"])
+    ids = [str(pid) for pid in dataset[id_column]]
+    unknown = sum(pid not in known for pid in ids)
+    if unknown == len(ids):
+        raise ValueError(
+            f"none of the dataset's {len(ids)} prompt ids is in the reference store "
+            f"{store.path} (e.g. {ids[:3]}): presample this data set, or build the dataset "
+            "with divrl.integrations.trl.trl_dataset and the data settings of the presample"
+        )
+    if unknown:
+        logger.warning(
+            "%d of the dataset's %d prompts are not in the reference store %s (presampled on "
+            "other data?); they are dropped with the near-perfect ones",
+            unknown,
+            len(ids),
+            store.path,
+        )
+    return dataset.filter(
+        lambda batch: [str(pid) in keep for pid in batch[id_column]], batched=True
+    )
+
+
+def verifier_reward(
+    completions: list[Any],
+    data_source: list[str],
+    ground_truth: list[str],
+    extra_info: list[str],
+    **kwargs: Any,
+) -> list[float]:
+    """TRL reward function: divrl's verifiers (``divrl.rewards.score_batch``) on the
+    columns :func:`trl_dataset` writes. Conversational completions are scored on the text
+    of their last message."""
+    from divrl.rewards import ScoreRequest, score_batch
+
+    texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+    requests = [
+        ScoreRequest(source, text, json.loads(truth), json.loads(info))
+        for text, source, truth, info in zip(
+            texts, data_source, ground_truth, extra_info, strict=True
+        )
+    ]
+    return [float(s) for s in score_batch(requests).scores]

@@ -1,0 +1,160 @@
+"""TRL datasets with divrl's prompt ids, the exploration filter, the verifier reward, the
+renamed config fields and the store's model check inside TRL."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+from trl_helpers import make_args, prompt_dataset, tiny_model, varied_reward
+
+pytest.importorskip("trl")
+
+from divrl.data import reference_store as store_module
+from divrl.data.fingerprint import model_fingerprint
+from divrl.data.reference_store import (
+    MANIFEST,
+    ReferenceSample,
+    StoreMismatchError,
+    write_reference_store,
+)
+from divrl.integrations.trl import (
+    DivRLGRPOTrainer,
+    exploration_dataset,
+    trl_dataset,
+    verifier_reward,
+)
+
+
+def _split_store(path, n_prompts: int):
+    """A store whose even prompts q0, q2, ... are near-perfect (one sample each)."""
+    ids = [f"q{i}" for i in range(n_prompts)]
+    samples = [ReferenceSample(pid, [1], [3], [-0.5]) for pid in ids[::2]]
+    rows = [
+        {
+            "prompt_id": pid,
+            "n_correct": 4 * (i % 2 == 0),
+            "split": "near_perfect" if i % 2 == 0 else "exploration",
+            "has_reference": i % 2 == 0,
+        }
+        for i, pid in enumerate(ids)
+    ]
+    return write_reference_store(path, samples, rows, {"log_prob_temperature": 1.0})
+
+
+def test_exploration_dataset_reads_the_store_once(tmp_path, monkeypatch):
+    from datasets import Dataset
+
+    store = _split_store(tmp_path / "store", 1000)
+    opened = []
+    real_init = store_module.ReferenceStore.__init__
+    monkeypatch.setattr(
+        store_module.ReferenceStore,
+        "__init__",
+        lambda self, path: opened.append(path) or real_init(self, path),
+    )
+    data = Dataset.from_dict({"prompt": ["x"] * 1000, "prompt_id": [f"q{i}" for i in range(1000)]})
+    kept = exploration_dataset(data, store)
+    assert kept["prompt_id"] == [f"q{i}" for i in range(1, 1000, 2)]
+    assert len(opened) == 1
+
+
+def test_exploration_dataset_refuses_foreign_ids_and_warns_on_some(tmp_path, caplog):
+    from datasets import Dataset
+
+    store = _split_store(tmp_path / "store", 4)
+    with pytest.raises(ValueError, match="none of the dataset's 2 prompt ids is in the reference"):
+        exploration_dataset(Dataset.from_dict({"prompt_id": ["a", "b"]}), store)
+    with pytest.raises(ValueError, match="no 'prompt_id' column"):
+        exploration_dataset(Dataset.from_dict({"prompt": ["a"]}), store)
+    mixed = Dataset.from_dict({"prompt_id": ["q0", "q1", "zz"]})
+    assert exploration_dataset(mixed, store)["prompt_id"] == ["q1"]
+    assert "1 of the dataset's 3 prompts are not in the reference store" in caplog.text
+
+
+def test_trl_dataset_has_divrl_ids_and_prompts_and_the_verifier_scores_them(tmp_path, tokenizer):
+    rows = [
+        {
+            "data_source": "math",
+            "prompt": f"{i}+{i}=" + "1" * (3 * i),  # the last one is too long
+            "reward_model": {"style": "rule", "ground_truth": str(2 * i)},
+            "extra_info": {"index": f"m{i}"},
+        }
+        for i in range(4)
+    ]
+    path = tmp_path / "train.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = trl_dataset(path, tokenizer, max_prompt_length=10)
+    assert data["prompt_id"] == ["m0", "m1", "m2"]  # m3 has 13 tokens > 10
+    assert data["prompt"][1] == "1+1=111"
+    assert trl_dataset(path, tokenizer, limit=2)["prompt_id"] == ["m0", "m1"]
+    scores = verifier_reward(
+        ["so \\boxed{0}", "\\boxed{3}", [{"role": "assistant", "content": "\\boxed{4}"}]],
+        data["data_source"],
+        data["ground_truth"],
+        data["extra_info"],
+    )
+    assert scores == [1.0, 0.0, 1.0]
+
+
+def test_deprecated_dph_names_still_work_with_a_warning(tmp_path, store):
+    with pytest.warns(FutureWarning, match="dph_eta is deprecated .* use divergence_coef"):
+        args = make_args(
+            tmp_path,
+            dph_divergence="js",
+            dph_eta=0.1,
+            dph_reference_store=str(store),
+            dph_batch_size=2,
+        )
+    assert (args.divergence, args.divergence_coef, args.reference_batch_size) == ("js", 0.1, 2)
+    assert args.reference_store == str(store)
+    with pytest.raises(ValueError, match=r"dph_eta=0\.1 and divergence_coef=0\.3 disagree"):
+        make_args(
+            tmp_path,
+            divergence="js",
+            reference_store=str(store),
+            dph_eta=0.1,
+            divergence_coef=0.3,
+        )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        make_args(tmp_path, divergence="js", reference_store=str(store))
+    assert not [w for w in caught if "DivRLGRPOConfig" in str(w.message)]  # new names: silent
+
+
+def test_trl_trainer_refuses_a_store_of_another_model(tmp_path, tokenizer, store):
+    from transformers import AutoModelForCausalLM
+
+    model_dir = tmp_path / "model"
+    tiny_model(0).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    stamped = tmp_path / "stamped"
+    write_reference_store(
+        stamped,
+        store_module.ReferenceStore(store).samples,
+        [],
+        {
+            "log_prob_temperature": 1.0,
+            "model": "/elsewhere/model",
+            "fingerprint": {"model": "sha256:another"},
+        },
+    )
+
+    def build(**overrides):
+        return DivRLGRPOTrainer(
+            model=AutoModelForCausalLM.from_pretrained(model_dir),
+            reward_funcs=varied_reward,
+            args=make_args(tmp_path, divergence="js", reference_store=str(stamped), **overrides),
+            train_dataset=prompt_dataset(),
+            processing_class=tokenizer,
+        )
+
+    with pytest.raises(StoreMismatchError, match="allow_store_mismatch=True") as err:
+        build()
+    assert f"model: presampled from /elsewhere/model, this run trains {model_dir}" in str(err.value)
+    build(allow_store_mismatch=True)  # a warning only
+    manifest = json.loads((stamped / MANIFEST).read_text())
+    manifest["fingerprint"]["model"] = model_fingerprint(model_dir)
+    (stamped / MANIFEST).write_text(json.dumps(manifest))
+    build()  # the same model: no error
