@@ -1,10 +1,11 @@
 """``divrl toy``: build (or find in the cache) the toy world and measure its base model.
 
-``divrl toy build`` generates the toy SQL databases, the data splits and the supervised
-base model, then samples the model and prints the measured properties (Pass@k, the share
-of near-perfect train prompts, distinct solution styles). A second call returns the cached
-world and its stored measurements at once. ``divrl toy measure`` re-measures with other
-sampling settings.
+``divrl toy build`` generates the toy SQL databases and the data splits and copies the
+shipped base model (seconds; a model for other settings is trained: minutes), and prints
+where they are. ``--measure`` also samples the model and prints the measured properties
+(Pass@k, the share of near-perfect train prompts, distinct solution styles: minutes on a
+CPU; stored, so a second call prints them at once). ``divrl toy measure`` (re-)measures
+with other sampling settings.
 """
 
 from __future__ import annotations
@@ -32,7 +33,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--quiet", action="store_true", help="no progress bars")
         if name == "build":
             p.add_argument(
-                "--no-measure", action="store_true", help="build only, do not sample the model"
+                "--measure",
+                action="store_true",
+                help="also sample the base model and print its measured properties (minutes "
+                "on a CPU the first time; stored in the world)",
+            )
+            p.add_argument(
+                "--no-measure", action="store_true", help="(the default now; kept for scripts)"
             )
             p.add_argument(
                 "--ship",
@@ -82,7 +89,13 @@ def run(args: argparse.Namespace) -> int:
         from divrl.toy.world import ship_model
 
         print(f"  shipped the model to {ship_model(world)}")
-    if args.toy_command == "build" and args.no_measure:
+    if args.toy_command == "build" and (args.no_measure or not args.measure):
+        stored = None if args.no_measure else load_measurements(world)
+        if stored is not None:
+            print()
+            print(json.dumps(stored, indent=2) if args.json else format_measurements(stored))
+        elif not args.no_measure:
+            print("  (not measured: `divrl toy build --measure` samples the model, minutes)")
         return 0
     cfg = MeasureConfig(n_samples=args.samples, max_prompts=args.max_prompts)
     stored = load_measurements(world) if args.toy_command == "build" else None

@@ -142,7 +142,9 @@ def measure_base_model(
     result: dict[str, Any] = {"config": cfg.__dict__, "splits": {}}
     plan = [(s, cfg.n_samples) for s in world.splits if s != "train"]
     plan.append(("train", cfg.n_train_samples))
-    for split, n in tqdm(plan, desc="measuring", disable=not progress, unit="split"):
+    bar = tqdm(plan, desc="measuring the base model", disable=not progress, unit="split")
+    for split, n in bar:
+        bar.set_postfix_str(f"{split}: {n} samples per prompt")
         examples = load_examples(world.splits[split], db_dir=world.db_dir, limit=cfg.max_prompts)
         results = sample_and_score(
             model, tokenizer, examples, cfg.eval_config(n), threads=cfg.threads

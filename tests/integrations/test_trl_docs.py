@@ -39,6 +39,8 @@ def test_the_doc_names_the_new_fields_and_the_presample_store():
     config = ROOT / shlex.split(bash.split("#")[0])[2]
     store = re.search(r'store = "([^"]+)"', python).group(1)
     assert f"store: {store}" in config.read_text()  # where `divrl presample` writes
+    (readme_diff,) = blocks((ROOT / "README.md").read_text(), "diff")
+    assert f'reference_store="{store}"' in readme_diff  # the README's TRL snippet agrees
 
 
 @pytest.mark.slow

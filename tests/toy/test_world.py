@@ -86,9 +86,18 @@ def test_divrl_toy_build_prints_world_and_measurements(tiny, capsys):
     assert main([*argv, "--no-measure"]) == 0  # cached: no rebuild, no sampling
     out = capsys.readouterr().out
     assert str(world.root) in out and "cross_domain" in out and "pass@1" not in out
-    assert main([*argv, "--max-prompts", "2", "--samples", "2"]) == 0
+    assert main([*argv, "--measure", "--max-prompts", "2", "--samples", "2"]) == 0
     out = capsys.readouterr().out
     assert "test pass@1" in out and "ood_math" in out  # the measured table and the checks
+
+
+def test_divrl_toy_build_does_not_sample_unless_asked(tmp_path, capsys, monkeypatch):
+    from divrl.toy import measure
+
+    monkeypatch.setattr(measure, "measure_base_model", lambda *a, **k: pytest.fail("sampled"))
+    argv = ["toy", "build", "--size", "tiny", "--cache-dir", str(tmp_path), "--quiet"]
+    assert main(argv) == 0
+    assert "not measured: `divrl toy build --measure`" in capsys.readouterr().out
 
 
 def test_divrl_toy_rejects_unknown_size(tmp_path):
