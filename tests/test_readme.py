@@ -1,0 +1,133 @@
+"""The README's commands, in the README's order, on a fresh directory, produce a report of
+GRPO and DPH-JS against the base model with no empty row.
+
+The commands are read from the README's ``bash`` blocks, so the two cannot drift; every
+command gets the same small-scale settings appended (:data:`TRAIN_SCALE`,
+:data:`EVAL_SCALE`: a few prompts, steps and samples) and the toy world is built in a
+temporary ``DIVRL_CACHE_DIR`` (the shipped base model: seconds).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: appended to every `divrl train` / `divrl presample` (same data and sampling for both, so
+#: the DPH store matches the run); later overrides win over the README's own
+TRAIN_SCALE = [
+    "data.limit=24",
+    "train.total_steps=2",
+    "train.prompts_per_step=4",
+    "train.micro_batch_size=16",
+    "rollout.n=4",
+    "rollout.max_new_tokens=40",
+    "reference.k=4",
+    "reference.threshold=2",
+    "reference.per_step=4",
+    "logging.progress=false",
+    "logging.tensorboard=false",
+]
+#: appended to every `divrl eval` that samples
+EVAL_SCALE = ["--limit", "4", "--n", "2", "--max-new-tokens", "40", "--n-boot", "20"]
+#: README lines that are not part of the sequence, by prefix (anything else fails the test)
+NOT_RUN = (
+    "make ",  # the demo and the test suite themselves
+    "python3 -m venv",
+    "pip install",
+    "F=",  # `divrl score` on the fixtures: tested in tests/rewards
+    "divrl score",
+    "accelerate launch",  # 8 GPUs and an 8B model
+)
+RUN = ("divrl toy", "divrl train", "divrl presample", "torchrun", "divrl eval", "divrl report")
+
+
+def readme_commands(text: str) -> list[str]:
+    """Every command line of the README's bash blocks, continuations joined, no comments."""
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split(" #")[0].strip()
+            if line and not line.startswith("#"):
+                commands.append(re.sub(r"\s+", " ", line))
+    return commands
+
+
+def scaled(command: str) -> list[str]:
+    """argv of ``command`` (without the program) with the small-scale settings added."""
+    argv = shlex.split(command)
+    if argv[0] == "torchrun":
+        return [*argv, *TRAIN_SCALE]
+    argv = argv[1:]
+    if argv[0] in ("train", "presample"):
+        return [*argv[:2], *TRAIN_SCALE, *argv[2:]]  # overrides before flags (--resume)
+    if argv[0] == "eval" and "--reuse" not in argv:
+        return [*argv, *EVAL_SCALE, "--no-progress"]
+    if argv[0] == "toy":
+        return [*argv, "--quiet"]
+    return argv
+
+
+def test_every_readme_command_is_run_or_deliberately_skipped():
+    commands = readme_commands((ROOT / "README.md").read_text())
+    unknown = [c for c in commands if not c.startswith(RUN + NOT_RUN)]
+    assert not unknown, f"README commands this test neither runs nor skips: {unknown}"
+    # every command that writes (a training run, an eval, a report) has its own directory
+    sequence = [c for c in commands if c.startswith(RUN)]
+    outputs = [output_dir(c) for c in sequence if "--reuse" not in c]  # --reuse: in place
+    outputs = [o for o in outputs if o is not None]
+    assert len(outputs) >= 7 and len(set(outputs)) == len(outputs), outputs
+
+
+def output_dir(command: str) -> str | None:
+    """Where ``command`` writes: ``--out``, a ``logging.output_dir=`` override, or its
+    config's ``logging.output_dir`` (training); None for commands that write nothing."""
+    from divrl.training.config import load_config
+
+    argv = shlex.split(command)
+    if "--out" in argv:
+        return argv[argv.index("--out") + 1]
+    if "train" not in argv or "--resume" in argv:
+        return None
+    override = [a.split("=", 1)[1] for a in argv if a.startswith("logging.output_dir=")]
+    config = next(a for a in argv if a.endswith(".yaml"))
+    return override[0] if override else load_config(ROOT / config).logging.output_dir
+
+
+@pytest.mark.slow
+def test_readme_sequence_produces_a_full_report(tmp_path, monkeypatch):
+    from divrl.cli import main
+
+    monkeypatch.setenv("DIVRL_CACHE_DIR", str(tmp_path / "cache"))
+    work = tmp_path / "clone"
+    work.mkdir()
+    (work / "configs").symlink_to(ROOT / "configs")
+    monkeypatch.chdir(work)
+    commands = readme_commands((ROOT / "README.md").read_text())
+    sequence = [c for c in commands if c.startswith(RUN)]
+    for command in sequence:
+        argv = scaled(command)
+        if command.startswith("torchrun"):
+            env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+            launcher = [sys.executable, "-m", "torch.distributed.run"]
+            done = subprocess.run([*launcher, *argv[1:]], env=env, capture_output=True, text=True)
+            assert done.returncode == 0, f"{command}\n{done.stderr[-3000:]}"
+        else:
+            assert main(argv) == 0, command
+
+    report = (work / "reports/toy/report.md").read_text()
+    for name in ("base", "grpo", "DPH-JS"):
+        assert name in report
+    rows = [line for line in report.splitlines() if line.startswith("| ")]
+    model_rows = [r for r in rows if re.match(r"\| (base|grpo|DPH-JS) ", r)]
+    assert model_rows, report
+    empty = [r for r in model_rows if re.search(r"\|\s*-?\s*\|", r)]
+    assert not empty, "rows with empty cells:\n" + "\n".join(empty)
+    assert "missing" not in report.lower()
