@@ -30,9 +30,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--skip-invalid", action="store_true", help="skip (and count) invalid dataset rows"
     )
     parser.add_argument(
-        "--timeout", type=float, default=None, help="hard limit per completion, seconds"
+        "--timeout",
+        type=float,
+        default=None,
+        help="hard limit per completion, seconds (default: the verifier's, 5 s for math and SQL)",
     )
-    parser.add_argument("--workers", type=int, default=None, help="verifier worker processes")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="verifier worker processes (default: min(8, CPU count))",
+    )
 
 
 def _read_completions(path: Path) -> list[tuple[int, str, list[str]]]:
