@@ -16,7 +16,6 @@ import argparse
 import importlib
 import logging
 import sys
-import textwrap
 from collections.abc import Sequence
 
 # name -> (module, one-line help). Add a subcommand by adding one line here.
@@ -108,10 +107,10 @@ def is_user_error(exc: BaseException) -> bool:
 
 
 def error_paragraph(command: str, exc: BaseException) -> str:
-    """One wrapped paragraph: ``divrl COMMAND: message`` and where to see the traceback."""
+    """One paragraph (one line, so that paths in it can be copied): ``divrl COMMAND:
+    message`` and how to see the traceback."""
     message = " ".join(str(exc).split()) or type(exc).__name__
-    text = f"divrl {command}: {message} (run `divrl --debug {command} ...` for the traceback)"
-    return textwrap.fill(text, width=100, break_long_words=False, break_on_hyphens=False)
+    return f"divrl {command}: {message} (run `divrl --debug {command} ...` for the traceback)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
