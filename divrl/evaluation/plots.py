@@ -121,7 +121,10 @@ def plot_pass_at_k(
             band = (intervals or {}).get(split, {}).get(name)
             if band and all(k in band for k in ks):
                 lo, hi = [band[k][0] for k in ks], [band[k][1] for k in ks]
-                ax.fill_between(ks, lo, hi, color=_color(colors, name), alpha=0.15, lw=0)
+                color = _color(colors, name) or ax.get_lines()[-1].get_color()
+                ax.fill_between(ks, lo, hi, color=color, alpha=0.1, lw=0)
+                for edge in (lo, hi):  # thin edges keep overlapping bands apart
+                    ax.plot(ks, edge, color=color, lw=0.6, alpha=0.5, ls=":")
                 lows += lo
                 highs += hi
         if relative_to:
@@ -242,7 +245,7 @@ def plot_style_histogram(
     height = 0.8 / n_models
     label_chars = max((len(s) for s in styles), default=10)
     fig, ax = plt.subplots(
-        figsize=(6.5 + min(label_chars, 60) * 0.07, 1.2 + len(styles) * (0.18 + 0.14 * n_models))
+        figsize=(6.5 + min(label_chars, 60) * 0.07, 1.3 + len(styles) * (0.1 + 0.07 * n_models))
     )
     y = np.arange(len(styles))
     for i, model in enumerate(counts):

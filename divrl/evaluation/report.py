@@ -165,17 +165,18 @@ def headline_table(models: Sequence[ModelEval], splits: Sequence[str]) -> list[l
         ]
     ]
     for split in splits:
-        for m in models:
+        for i, m in enumerate(models):
             s = m.summaries.get(split)
+            shown = split if i == 0 else ""  # the set named once per group of rows
             if s is None:
-                rows.append([split, m.name, *["-"] * 5])
+                rows.append([shown, m.name, *["-"] * 5])
                 continue
             n = str(s["ks"][-1])
             label = _fmt_ci(s["pass@k"].get(n), s["pass@k_ci"].get(n))
             d = s.get("diversity", {})
             rows.append(
                 [
-                    split,
+                    shown,
                     m.name,
                     _fmt(s.get("greedy_accuracy")),
                     _fmt(s["pass@k"]["1"]),
@@ -234,7 +235,14 @@ class _Doc:
         self.parts.append("\n".join(lines) + "\n")
 
     def image(self, path: Path, root: Path, alt: str) -> None:
-        self.parts.append(f"![{alt}]({path.relative_to(root).as_posix()})\n")
+        self.images([path], root, [alt])
+
+    def images(self, paths: Sequence[Path], root: Path, alts: Sequence[str]) -> None:
+        """Images in one paragraph: side by side in the HTML when they fit."""
+        links = [
+            f"![{a}]({p.relative_to(root).as_posix()})" for p, a in zip(paths, alts, strict=True)
+        ]
+        self.parts.append(" ".join(links) + "\n")
 
     def markdown(self) -> str:
         return "\n".join(self.parts)
@@ -481,8 +489,8 @@ def _pass_at_k_plots(
         colors=colors,
         title=f"Pass@k on {split}",
     )
-    doc.image(path, out, f"Pass@k on {split}")
     if base is None or len(present) < 2:
+        doc.image(path, out, f"Pass@k on {split}")
         return
     ratios: dict[str, dict[int, float]] = {}
     ratio_bands: dict[str, dict[int, tuple[float, float]]] = {}
@@ -495,8 +503,9 @@ def _pass_at_k_plots(
                 ratios.setdefault(m.name, {})[k] = rel[0]
                 ratio_bands.setdefault(m.name, {})[k] = tuple(rel[1])
     if not ratios:
+        doc.image(path, out, f"Pass@k on {split}")
         return
-    path = plots.plot_pass_at_k(
+    rel_path = plots.plot_pass_at_k(
         {split: ratios},
         out / f"relative_pass_at_k_{_slug(split)}.png",
         relative_to=base.name,
@@ -504,7 +513,7 @@ def _pass_at_k_plots(
         colors=colors,
         title=f"Pass@k relative to {base.name} on {split}",
     )
-    doc.image(path, out, f"relative Pass@k on {split}")
+    doc.images([path, rel_path], out, [f"Pass@k on {split}", f"relative Pass@k on {split}"])
 
 
 def _spark_section(

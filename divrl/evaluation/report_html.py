@@ -15,16 +15,18 @@ from pathlib import Path
 __all__ = ["render_html"]
 
 _STYLE = (
-    "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:1150px;"
+    "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:1250px;"
     "margin:2em auto;padding:0 1em;color:#222;line-height:1.45;}"
     "h1{border-bottom:2px solid #ddd;padding-bottom:.2em;}"
     "h2{border-bottom:1px solid #eee;padding-bottom:.15em;margin-top:1.8em;}"
-    "table{border-collapse:collapse;margin:1em 0;font-size:.88em;display:block;"
+    "table{border-collapse:collapse;margin:1em 0;font-size:.84em;display:block;"
     "overflow-x:auto;max-width:100%;}"
     "th,td{border:1px solid #ccc;padding:3px 8px;white-space:nowrap;}"
+    "th{white-space:normal;vertical-align:bottom;}"
     "th{background:#f3f3f3;}tr:nth-child(even) td{background:#fafafa;}"
     "td:first-child{font-weight:600;}"
-    "img{max-width:100%;display:block;margin:1em 0;}"
+    "img{max-width:49.5%;display:inline-block;vertical-align:top;margin:.5em 0;}"
+    "img:only-child{max-width:100%;}"
     "code{background:#f3f3f3;padding:0 .2em;border-radius:3px;font-size:.92em;}"
     "p{max-width:60em;}"
 )
