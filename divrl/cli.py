@@ -45,6 +45,8 @@ USER_OS_ERRORS = (FileNotFoundError, NotADirectoryError, IsADirectoryError, Perm
 
 # Log records that are noise at divrl's level of use: (logger name, message start).
 QUIET_RECORDS = (("accelerate.utils.other", "Removed shared tensor"),)
+# Libraries whose INFO lines are one per HTTP request (hub downloads).
+QUIET_LOGGERS = ("httpx", "httpcore")
 
 
 class UsageError(ValueError):
@@ -91,6 +93,8 @@ def setup_logging(level: int = logging.INFO) -> None:
     for handler in list(hub_logger.handlers):
         hub_logger.removeHandler(handler)
     hub_logger.propagate = True
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
     for name, prefix in QUIET_RECORDS:
         logger = logging.getLogger(name)
         if not any(isinstance(f, _DropRecords) and f.prefix == prefix for f in logger.filters):
