@@ -13,6 +13,7 @@ is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import sys
@@ -89,6 +90,9 @@ def setup_logging(level: int = logging.INFO) -> None:
     embeddings, expected) is filtered out.
     """
     logging.basicConfig(level=level, format="%(asctime)s %(name)s: %(message)s")
+    # the hub adds its handler when this module is first imported: import it now
+    with contextlib.suppress(ImportError):  # installed with transformers
+        import huggingface_hub.utils.logging  # noqa: F401
     hub_logger = logging.getLogger("huggingface_hub")
     for handler in list(hub_logger.handlers):
         hub_logger.removeHandler(handler)
