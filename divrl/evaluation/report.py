@@ -411,7 +411,13 @@ def _split_section(
         )
 
     _pass_at_k_plots(doc, out, present, base, split, colors)
+    _diversity_section(doc, out, present, split, colors)
 
+
+def _diversity_section(
+    doc: _Doc, out: Path, present: Sequence[ModelEval], split: str, colors: dict[str, str]
+) -> None:
+    """The diversity table (styles, answers, NLL, length) and the style histogram."""
     doc.h(3, "Diversity")
     rows = [
         [
