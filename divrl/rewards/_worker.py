@@ -35,7 +35,7 @@ def _setup() -> None:
 
     # math-verify builds its parsers on first use (~0.3 s): do it once here, so that
     # workers forked from the spawner start warm
-    _math_verify("\\frac{\\sqrt{2}}{2}", "\\frac{1}{\\sqrt{2}}")
+    _math_verify("\\boxed{\\frac{\\sqrt{2}}{2}}", "\\frac{1}{\\sqrt{2}}")
 
 
 def _limit_memory() -> None:
