@@ -184,7 +184,11 @@ class MathVerifier(Verifier):
     def extract(self, solution_str: str, extra_info: dict[str, Any]) -> str | None:
         """A bounded preview of the answer, for reports about items that timed out."""
         pos = solution_str.rfind("\\boxed")
-        return None if pos < 0 else solution_str[pos : pos + 200]
+        if pos < 0:
+            return None
+        preview = solution_str[pos : pos + 300]
+        boxed = last_boxed(preview)
+        return boxed if boxed is not None else preview[:200]
 
     def quick(self, solution_str, ground_truth, extra_info):
         if not solution_str.strip():
