@@ -19,7 +19,10 @@ HAND_CASES = [
     ("The answer is 42.", "24"),
     ("Answer: 3/4", "\\frac{3}{4}"),
     ("Answer: 0.75", "\\frac{3}{4}"),
-    ("So the final answer is $\\frac{\\sqrt{3}}{2}$. I hope it is correct.", "\\frac{\\sqrt{3}}{2}"),
+    (
+        "So the final answer is $\\frac{\\sqrt{3}}{2}$. I hope it is correct.",
+        "\\frac{\\sqrt{3}}{2}",
+    ),
     ("The final answer is $3$. I hope it is correct.", "3"),
     ("The final answer is $3$. I hope it is correct.", "4"),
     ("Final answer: the value is 12", "12"),
@@ -138,7 +141,10 @@ HAND_CASES = [
     ("\\boxed{\\textbf{(A)}\\ 5}", "5"),
     # matrices
     ("\\boxed{\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}}", "\\begin{pmatrix}1\\\\2\\end{pmatrix}"),
-    ("\\boxed{\\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\end{pmatrix}}", "\\begin{pmatrix}1&2\\\\3&5\\end{pmatrix}"),
+    (
+        "\\boxed{\\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\end{pmatrix}}",
+        "\\begin{pmatrix}1&2\\\\3&5\\end{pmatrix}",
+    ),
     # box variants
     ("\\boxed 5", "5"),
     ("so \\boxed 5$", "5"),
@@ -163,7 +169,7 @@ HAND_CASES = [
 def generated_cases() -> list[tuple[str, str]]:
     """Regular families: integers and fractions in several phrasings, right and wrong."""
     cases = []
-    for i, n in enumerate([3, 17, 250, 1024, 99999, -8]):
+    for _i, n in enumerate([3, 17, 250, 1024, 99999, -8]):
         cases += [
             (f"\\boxed{{{n}}}", str(n)),
             (f"\\boxed{{{n}}}", str(n + 1)),

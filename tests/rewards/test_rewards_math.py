@@ -7,7 +7,6 @@ from divrl.rewards import (
     compute_score,
     compute_score_detailed,
     last_boxed,
-    register_verifier,
 )
 
 LIMIT = 1.5

@@ -3,10 +3,9 @@
 import logging
 
 import pytest
+from math_agreement_cases import CASES, TRUNCATED_CASES
 
 from divrl.rewards import ScoreRequest, score_batch
-
-from math_agreement_cases import CASES, TRUNCATED_CASES
 
 
 def math_verify_label(completion: str, gold: str) -> float:
@@ -17,7 +16,9 @@ def math_verify_label(completion: str, gold: str) -> float:
     gold_parsed = parse(f"\\boxed{{{gold}}}", [LatexExtractionConfig()], parsing_timeout=None)
     if not gold_parsed:
         return 0.0
-    pred = parse(completion, [ExprExtractionConfig(), LatexExtractionConfig()], parsing_timeout=None)
+    pred = parse(
+        completion, [ExprExtractionConfig(), LatexExtractionConfig()], parsing_timeout=None
+    )
     return float(verify(gold_parsed, pred, timeout_seconds=None))
 
 
@@ -83,7 +84,7 @@ def test_quick_path_agrees_where_it_decides():
     prefix = st.text(alphabet="abc xyz0123456789+-*=,.;:()\n", max_size=40)
 
     @settings(max_examples=150, deadline=None)
-    @given(prefix, st.integers(-10**6, 10**6), st.integers(-10**6, 10**6), st.booleans())
+    @given(prefix, st.integers(-(10**6), 10**6), st.integers(-(10**6), 10**6), st.booleans())
     def check(text, pred, gold, boxed):
         completion = f"{text}\\boxed{{{pred}}}." if boxed else f" {pred} "
         quick = verifier.quick(completion, str(gold), {})
