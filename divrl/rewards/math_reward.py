@@ -25,7 +25,8 @@ matched text is then parsed by math-verify. It is validated at load time
 Everything above runs in a worker process with a hard time limit (math-verify's own
 timeouts use ``signal.alarm`` and cannot interrupt C-level work such as ``9^9^9^9``, and a
 10 MB completion takes seconds to scan). The caller only decides the one case that provably
-agrees with math-verify (:meth:`MathVerifier.quick`).
+agrees with math-verify (:meth:`MathVerifier.quick`): text with no digit and no LaTeX
+delimiter (math-verify extracts nothing from it), and plain integers on both sides.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ _MAX_QUICK_CHARS = 4096
 _PLAIN_INT = r"-?(?:0|[1-9]\d{0,29})"
 _QUICK_BOXED = re.compile(rf"([^$\\]*)\\boxed\{{({_PLAIN_INT})\}}[\s.]*")
 _QUICK_BARE = re.compile(rf"\s*({_PLAIN_INT})\s*")
+# Every extraction target of math-verify needs a digit (numbers, expressions) or a LaTeX
+# delimiter ("$", "\(", "\[", "\boxed"): text without them has nothing to extract.
+_ANSWER_MATERIAL = re.compile(r"[\d$\\]")
 _GSM8K_TAIL = re.compile(r"####\s*\$?\s*(-?[\d,]*\.?\d+)\s*\.?\s*")
 _GSM8K_NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|-?\.\d+")
 _MAX_GSM8K_TAIL = 200
@@ -195,6 +199,8 @@ class MathVerifier(Verifier):
             return ScoreResult(0.0, None, "no_answer")
         if extra_info.get("answer_pattern") or self.answer_pattern:
             return None
+        if _ANSWER_MATERIAL.search(solution_str) is None:
+            return ScoreResult(0.0, None, "no_answer", "no number and no LaTeX in the text")
         gold = _quick_int(ground_truth, boxed=False)
         if gold is None:
             return None

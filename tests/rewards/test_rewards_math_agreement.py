@@ -92,3 +92,12 @@ def test_quick_path_agrees_where_it_decides():
             assert quick.score == math_verify_label(completion, str(gold)), completion
 
     check()
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.text(max_size=60), st.sampled_from(["7", "\\frac{1}{2}", "x"]))
+    def check_any_text(text, gold):
+        quick = verifier.quick(text, gold, {})
+        if quick is not None and text.strip():
+            assert quick.score == math_verify_label(text, gold), text
+
+    check_any_text()
