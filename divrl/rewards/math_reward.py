@@ -120,11 +120,15 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
-@lru_cache(maxsize=1024)
 def check_answer_pattern(pattern: Any) -> re.Pattern[str]:
     """Compile an ``answer_pattern``; ``ValueError`` saying what is wrong with it."""
     if not isinstance(pattern, str) or not pattern:
         raise ValueError(f"answer_pattern must be a non-empty string, got {pattern!r:.80}")
+    return _compile_answer_pattern(pattern)
+
+
+@lru_cache(maxsize=1024)
+def _compile_answer_pattern(pattern: str) -> re.Pattern[str]:
     try:
         compiled = re.compile(pattern)
     except re.error as e:

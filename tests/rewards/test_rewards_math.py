@@ -54,7 +54,7 @@ def test_answer_pattern_is_applied_in_the_worker():
 
 
 def test_bad_answer_pattern_is_a_configuration_error():
-    for bad in ["(", 5, "", "(a)(b)"]:
+    for bad in ["(", 5, "", "(a)(b)", ["a"]]:
         with pytest.raises(ValueError, match="answer_pattern"):
             compute_score("math", "x", "1", {"answer_pattern": bad})
 
