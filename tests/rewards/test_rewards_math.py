@@ -192,3 +192,12 @@ def test_million_character_expression():
     r = compute_score_detailed("math", f"\\boxed{{{expr}}}", "3", timeout=LIMIT)
     assert r.score == 0.0 and r.reason in ("timeout", "wrong")
     assert time.monotonic() - start < LIMIT + SLACK
+
+
+def test_caller_side_work_is_bounded_for_huge_completions():
+    verifier = MathVerifier()
+    for text in ["\\boxed{" + "1+" * 5_000_000, "a" * 10_000_000, "x" * 10_000_000 + "\\boxed{5}"]:
+        start = time.perf_counter()
+        assert verifier.quick(text, "3", {}) is None  # left to the worker and its limit
+        assert verifier.extract(text, {}) is None or len(verifier.extract(text, {})) <= 300
+        assert time.perf_counter() - start < 0.1
