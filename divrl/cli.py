@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "presample": ("divrl.commands.presample", "DPH-RL: presample the reference store"),
     "score": ("divrl.commands.score", "score a JSONL of completions against a dataset"),
     "eval": ("divrl.commands.eval", "sample and score a model: Pass@k, maj@k, diversity"),
+    "export": ("divrl.commands.export", "Hugging Face folder from a sharded (fsdp) checkpoint"),
     "report": ("divrl.commands.report", "Markdown/HTML report comparing runs and the base model"),
     "demo": ("divrl.commands.demo", "toy world end to end: GRPO, DPH-JS, Lp-Reg vs the base"),
     "toy": ("divrl.commands.toy", "build the toy world (SQL + math data, tiny base model)"),
