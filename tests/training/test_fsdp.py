@@ -4,6 +4,7 @@ One ``torchrun --nproc_per_node 2`` (gloo) run of tests/training/fsdp_worker.py 
 tied tiny Llama sharded; the tests compare what it wrote with one unsharded process.
 """
 
+import copy
 import json
 import os
 import socket
@@ -137,7 +138,7 @@ def test_generation_from_shards_is_the_unsharded_greedy_text(sharded_run, single
 
 @pytest.mark.slow
 def test_two_rank_checkpoint_loads_on_one_process(sharded_run, single, tied_model_dir):
-    reference, reference_optimizer = single
+    reference, reference_optimizer = copy.deepcopy(single)  # the fixture stays at step 3
     model = _load(tied_model_dir)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
     ckpt = resolve_sharded_checkpoint(sharded_run / "run")
