@@ -48,9 +48,12 @@ def main() -> None:
     apply_fsdp(model, FSDPConfig(strategy="fsdp"))
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
     model.train()
+    losses = []
     for batch in train_batches(STEPS):
         rows = batch.chunk(world)[rank]  # equal halves: the mean of means is the mean
-        model(input_ids=rows, labels=rows).loss.backward()
+        loss = model(input_ids=rows, labels=rows).loss
+        loss.backward()
+        losses.append(loss.item())
         optimizer.step()
         optimizer.zero_grad()
     model.eval()
@@ -74,6 +77,8 @@ def main() -> None:
         "global_rows": model.lm_head.weight.shape[0],
         "rows_while_unsharded": unsharded_shape[0],
         "resharded_type": type(model.model.layers[0].mlp.up_proj.weight).__name__,
+        "first_loss": losses[0],
+        **_mixed_precision_offload_step(model_dir, rank, world),
     }
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     save_sharded_checkpoint(
@@ -88,6 +93,34 @@ def main() -> None:
         torch.save({"model": full_model, "optim": full_optim}, out / "full_state.pt")
     dist.barrier()
     dist.destroy_process_group()
+
+
+def _mixed_precision_offload_step(model_dir: str, rank: int, world: int) -> dict:
+    """One step with bf16 compute (MixedPrecisionPolicy) and CPU offload: the settings for a
+    GPU, checked here for what a CPU can show (bf16 forward, float32 master weights and
+    gradients, the step runs)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    config = FSDPConfig(strategy="fsdp", param_dtype="bfloat16", fsdp_offload=True)
+    apply_fsdp(model, config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+    rows = train_batches(1)[0].chunk(world)[rank]
+    logits_dtype = []
+    hook = model.lm_head.register_forward_hook(lambda m, i, o: logits_dtype.append(str(o.dtype)))
+    loss = model(input_ids=rows, labels=rows).loss
+    loss.backward()
+    hook.remove()
+    grad_dtype = str(model.lm_head.weight.grad.dtype)
+    before = model.model.norm.weight.to_local().clone()
+    optimizer.step()
+    return {
+        "bf16_loss": loss.item(),
+        "bf16_logits_dtype": logits_dtype[0],
+        "bf16_master_dtype": str(model.lm_head.weight.dtype),
+        "bf16_grad_dtype": grad_dtype,
+        "bf16_step_moved": not torch.equal(before, model.model.norm.weight.to_local()),
+    }
 
 
 if __name__ == "__main__":

@@ -110,6 +110,18 @@ def test_sharded_training_matches_one_process(sharded_run, single, tied_model_di
 
 
 @pytest.mark.slow
+def test_bf16_mixed_precision_with_offload_keeps_float32_masters(sharded_run):
+    for rank in (0, 1):
+        c = json.loads((sharded_run / f"checks_rank{rank}.json").read_text())
+        assert c["bf16_logits_dtype"] == "torch.bfloat16"  # computed in bf16
+        assert c["bf16_master_dtype"] == c["bf16_grad_dtype"] == "torch.float32"
+        assert c["bf16_step_moved"]
+        # the same loss up to bf16 rounding, not bit-equal (so bf16 really was used)
+        assert c["bf16_loss"] == pytest.approx(c["first_loss"], abs=0.05)
+        assert c["bf16_loss"] != c["first_loss"]
+
+
+@pytest.mark.slow
 def test_iter_full_parameters_is_the_full_state_dict(sharded_run, single):
     model, _ = single
     trained = torch.load(sharded_run / "trained.pt")
