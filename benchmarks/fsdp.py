@@ -96,6 +96,8 @@ def rank_worker(args: dict) -> dict:
     _reset_peak()
     model = _build_model(args)
     params = sum(p.numel() for p in model.parameters())
+    if args["gradient_checkpointing"]:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if args["strategy"] == "fsdp":
         train_model = apply_fsdp(model, FSDPConfig(strategy="fsdp"))
     else:
@@ -150,6 +152,7 @@ def _free_port() -> int:
 def launch(strategy: str, opts: argparse.Namespace, work: Path) -> list[dict]:
     """One ``torchrun --nproc_per_node N`` of :func:`rank_worker`; its ranks' results."""
     args = {**vars(opts), "strategy": strategy, "out": str(work / strategy)}
+    work.mkdir(parents=True, exist_ok=True)
     spec = work / f"{strategy}.json"
     spec.write_text(json.dumps(args))
     torchrun = Path(sys.executable).parent / "torchrun"
@@ -176,10 +179,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--vocab", type=int, default=1024)
-    parser.add_argument("--batch", type=int, default=2, help="sequences per rank and step")
-    parser.add_argument("--seq", type=int, default=64, help="tokens per sequence")
+    parser.add_argument("--batch", type=int, default=4, help="sequences per rank and step")
+    parser.add_argument("--seq", type=int, default=128, help="tokens per sequence")
+    parser.add_argument(
+        "--gradient-checkpointing",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="recompute activations in the backward (both strategies)",
+    )
     parser.add_argument("--new-tokens", type=int, default=16, help="rollout: greedy tokens")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    parser.add_argument("--repeats", type=int, default=1, help="launches per strategy")
     parser.add_argument(
         "--mmap-threshold",
         type=int,
@@ -188,10 +198,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     opts = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="divrl-bench-fsdp-"))
-    results = {}
-    for strategy in STRATEGIES:
-        results[strategy] = launch(strategy, opts, work)
-        print(f"{strategy}: done", file=sys.stderr, flush=True)
+    results: dict[str, list[dict]] = {s: [] for s in STRATEGIES}
+    for repeat in range(opts.repeats):  # alternate, so that a load change hits both
+        for strategy in STRATEGIES:
+            results[strategy] += launch(strategy, opts, work / str(repeat))
+            print(f"[{repeat}] {strategy}: done", file=sys.stderr, flush=True)
     table, ratios = report(results)
     write_results("fsdp", {"settings": vars(opts), "results": results, "ratios": ratios}, table)
     return 0
