@@ -82,7 +82,7 @@ def save_sharded_checkpoint(
         state = {"model": model_state, "optim": optim_state}
     else:
         state = {"model": get_model_state_dict(model)}
-    dcp.save(state, checkpoint_id=str(tmp / DCP_DIR))
+    dcp.save(state, checkpoint_id=str(tmp / DCP_DIR), no_dist=not dist.is_initialized())
     if _rank() == 0:
         _save_model_files(model, tokenizer, tmp / MODEL_DIR)
     if extra is not None:
@@ -131,13 +131,13 @@ def load_sharded_checkpoint(
     if optimizer is not None:
         model_state, optim_state = get_state_dict(model, optimizer)
         state = {"model": model_state, "optim": optim_state}
-        dcp.load(state, checkpoint_id=str(state_dir))
+        dcp.load(state, checkpoint_id=str(state_dir), no_dist=not dist.is_initialized())
         set_state_dict(
             model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
         )
     else:
         state = {"model": get_model_state_dict(model)}
-        dcp.load(state, checkpoint_id=str(state_dir))
+        dcp.load(state, checkpoint_id=str(state_dir), no_dist=not dist.is_initialized())
         set_model_state_dict(model, state["model"])
 
 

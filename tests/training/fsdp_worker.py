@@ -59,6 +59,9 @@ def main() -> None:
     model.eval()
 
     trained = {name: t.clone() for name, t in iter_full_parameters(model)}
+    bf16_dtypes = sorted(
+        {str(t.dtype) for _, t in iter_full_parameters(model, dtype=torch.bfloat16)}
+    )
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     full_model = get_model_state_dict(model, options=options)
     full_optim = get_optimizer_state_dict(model, optimizer, options=options)
@@ -78,6 +81,7 @@ def main() -> None:
         "rows_while_unsharded": unsharded_shape[0],
         "resharded_type": type(model.model.layers[0].mlp.up_proj.weight).__name__,
         "first_loss": losses[0],
+        "bf16_iter_dtypes": bf16_dtypes,
         **_mixed_precision_offload_step(model_dir, rank, world),
     }
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

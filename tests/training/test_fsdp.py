@@ -107,6 +107,7 @@ def test_sharded_training_matches_one_process(sharded_run, single, tied_model_di
         assert c["tied"], "fully_shard must keep lm_head and embed_tokens one parameter"
         assert c["local_rows"] * 2 == c["global_rows"] == c["rows_while_unsharded"]
         assert c["resharded_type"] == "DTensor"
+        assert c["bf16_iter_dtypes"] == ["torch.bfloat16"]
 
 
 @pytest.mark.slow
@@ -155,6 +156,8 @@ def test_two_rank_checkpoint_loads_on_one_process(sharded_run, single, tied_mode
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
     ckpt = resolve_sharded_checkpoint(sharded_run / "run")
     assert ckpt.name == f"step_{STEPS:06d}"
+    assert len(list((ckpt / "state").glob("*.distcp"))) == 2  # one file per rank
+    assert not list(ckpt.parent.glob(".tmp_*"))
     load_sharded_checkpoint(ckpt, model, optimizer)
     for name, value in reference.state_dict().items():
         torch.testing.assert_close(model.state_dict()[name], value, rtol=0, atol=1e-5)
