@@ -18,7 +18,8 @@ Why ``unshard()`` for rollouts rather than a gathered copy: measured at 26M para
 on 2 CPU ranks (docs/benchmarks.md), both peak at one full float32 model above the shard
 (108 vs 106 MiB); ``unshard()`` needs no second model object, works for any model class and
 gathers in ``param_dtype`` (bf16 under mixed precision). Once every unit is unsharded,
-``generate()`` issues no collective at all, so ranks may generate different lengths.
+``generate(..., synced_gpus=False)`` issues no collective at all, so ranks may generate
+different lengths.
 """
 
 from __future__ import annotations
@@ -189,8 +190,11 @@ def full_parameters(model: nn.Module) -> Iterator[nn.Module]:
     """Make ``model``'s full parameters live for the body (``generate()`` for rollouts).
 
     Every unit is all-gathered once on entry (a collective: all ranks must enter), and
-    resharding after each forward is switched off, so ``generate()`` runs without any
-    further communication: ranks may generate different lengths. On exit the full
+    resharding after each forward is switched off, so the forward passes need no further
+    communication. Pass ``synced_gpus=False`` to ``generate()``: transformers sees an FSDP
+    module and would otherwise keep all ranks stepping together (an all-reduce per token,
+    dummy forwards on finished ranks); with it, ranks generate different lengths
+    independently (tested). On exit the full
     parameters are freed and each unit's ``reshard_after_forward`` restored. A model that
     is not sharded is yielded unchanged.
     """

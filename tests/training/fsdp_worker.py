@@ -6,7 +6,9 @@ half of a fixed batch, then write what the test compares with a single process:
 - ``full_state.pt``: ``get_model_state_dict(full_state_dict=True)`` and the full optimiser
   state (rank 0);
 - ``generate_rank{r}.json``: greedy tokens under ``full_parameters`` (a different length on
-  each rank: generation must run without collectives) and under ``gathered_copy``;
+  each rank with ``synced_gpus=False``: generation must run without collectives; with
+  ``unshard()`` alone the longer rank fails with "Connection closed by peer") and under
+  ``gathered_copy``;
 - ``run/checkpoints/step_000003``: a sharded DCP checkpoint (model, optimiser, tokenizer);
 - ``checks_rank{r}.json``: facts about the sharded model (tied weights, shard shapes).
 """
@@ -68,8 +70,14 @@ def main() -> None:
     prompt = torch.tensor([PROMPT])
     new_tokens = 4 + 4 * rank
     with full_parameters(model):
+        # synced_gpus=False: transformers would otherwise see an FSDP module and keep every
+        # rank stepping (an all-reduce per token) until all are done
         unsharded = model.generate(
-            prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False
+            prompt,
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+            synced_gpus=False,
         )
         unsharded_shape = list(model.lm_head.weight.shape)
     with gathered_copy(model) as copy:
