@@ -121,7 +121,10 @@ def rank_worker(args: dict) -> dict:
 
     def generate(m) -> None:
         with torch.no_grad():
-            m.generate(prompt, max_new_tokens=args["new_tokens"], do_sample=False)
+            # full weights in hand: no per-token sync across ranks (see full_parameters)
+            m.generate(
+                prompt, max_new_tokens=args["new_tokens"], do_sample=False, synced_gpus=False
+            )
 
     rss_after_train = rss_bytes()
     rollouts = {}
