@@ -30,6 +30,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def with_toy_defaults(config):
+    """``config`` with a null ``model.path`` / ``data.train_path`` (and ``data.db_dir``)
+    filled from the toy world (built on first use at ``model.toy_size``); a config with
+    both paths set is returned unchanged. The trainer itself never guesses paths."""
+    if config.model.path is not None and config.data.train_path is not None:
+        return config
+    from divrl.toy import ensure_toy_world
+
+    world = ensure_toy_world(size=config.model.toy_size, progress=False)
+    config.model.path = config.model.path or str(world.model_dir)
+    config.data.train_path = config.data.train_path or str(world.splits["train"])
+    if config.data.db_dir is None and world.db_dir:
+        config.data.db_dir = str(world.db_dir)
+    return config
+
+
 def _split_config_arg(args: argparse.Namespace) -> tuple[str | None, list[str]]:
     # `divrl train key=value` (no file) puts the first override in `config`
     if (
@@ -56,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     from divrl.training.trainer import Trainer
 
-    trainer = Trainer(config, resume=args.resume)
+    trainer = Trainer(with_toy_defaults(config), resume=args.resume)
     history = trainer.train()
     if trainer.accelerator.is_main_process and history:
         last = history[-1]

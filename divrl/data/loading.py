@@ -227,6 +227,14 @@ def _to_example(row: Any, path: Path, row_no: int, db_dir, get_verifier) -> Exam
     except ValueError as e:
         raise fail("data_source", str(e)) from None
 
+    if "answer_pattern" in extra:
+        from divrl.rewards.math_reward import check_answer_pattern
+
+        try:
+            check_answer_pattern(extra["answer_pattern"])
+        except ValueError as e:
+            raise fail("extra_info.answer_pattern", str(e)) from None
+
     from divrl.rewards import SqlVerifier
 
     if isinstance(verifier, SqlVerifier) or "db_path" in extra or "db_id" in extra:
@@ -293,6 +301,12 @@ def _resolve_db(extra: dict, path: Path, db_dir, fail) -> str:
         ]
     for candidate in tried:
         if candidate.is_file():
+            from divrl.rewards.sql.database import check_sqlite_file
+
+            try:
+                check_sqlite_file(candidate)
+            except ValueError as e:
+                raise fail("extra_info.db_path", str(e)) from None
             return str(candidate.resolve())
     if extra.get("db_path"):
         raise fail("extra_info.db_path", f"database not found (tried {', '.join(map(str, tried))})")

@@ -29,6 +29,8 @@ from divrl.algorithms import (  # noqa: E402
     reference_divergence_loss,
     token_log_probs,
 )
+from divrl.data.reference_store import ReferenceStore  # noqa: E402
+from divrl.data.sampling import EpochSampler  # noqa: E402
 from divrl.integrations import trl as integration  # noqa: E402
 from divrl.integrations.trl import (  # noqa: E402
     LOG_Z_KEY,
@@ -40,8 +42,6 @@ from divrl.integrations.trl import (  # noqa: E402
     check_trl_internals,
     check_trl_version,
 )
-from divrl.training.reference_store import ReferenceStore  # noqa: E402
-from divrl.training.sampling import EpochSampler  # noqa: E402
 
 torch.set_num_threads(1)
 
