@@ -46,20 +46,6 @@ LAYERS: dict[str, int] = {
 #: when its change lands. Keys: ``size:<file>``, ``function:<file>:<qualified name>``,
 #: ``import:<file> -> <module>``.
 PENDING: set[str] = {
-    # divrl/training/trainer.py is split into loading / experience / update / checkpoint /
-    # metrics stages; resolving "no model/data given -> the toy world" moves to commands
-    "size:divrl/training/trainer.py",
-    "function:divrl/training/trainer.py:Trainer.__init__",
-    "function:divrl/training/trainer.py:Trainer.collect",
-    "import:divrl/training/trainer.py -> divrl.toy",
-    # presample is split and takes its loaders from the loading stage
-    "function:divrl/training/presample.py:presample",
-    # the TRL adapter is split (hooks, DPH stream, Lp-Reg capture, config)
-    "size:divrl/integrations/trl.py",
-    # the reward pool's run loop (divrl/rewards, outside the toy/pipeline work)
-    "function:divrl/rewards/pool.py:WorkerPool.run",
-    # the evaluation report's per-split section (divrl/evaluation/report.py)
-    "function:divrl/evaluation/report.py:_split_section",
     # the benchmark scripts' main functions (benchmarks/, not assigned in issue 17's split)
     "function:benchmarks/logits.py:main",
     "function:benchmarks/rollout.py:main",
