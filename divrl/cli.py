@@ -42,6 +42,8 @@ USER_ERRORS = (
     ("divrl.training.config", "ConfigError"),
     ("divrl.data.loading", "DataValidationError"),
     ("divrl.rollout.model_source", "ModelSourceError"),
+    ("divrl.data.reference_store", "StoreMismatchError"),
+    ("divrl.training.loading", "NoUsablePromptsError"),
 )
 # Built-in errors that, raised inside divrl, name a missing or unreadable input.
 USER_OS_ERRORS = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)

@@ -17,6 +17,7 @@ from divrl.rollout import RolloutEngine, SamplingParams
 from divrl.training.config import Config
 
 __all__ = [
+    "NoUsablePromptsError",
     "PromptItem",
     "build_optimizer",
     "load_policy",
@@ -29,6 +30,10 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+
+class NoUsablePromptsError(ValueError):
+    """Every training row was dropped (the message says how many and by which setting)."""
 
 
 @dataclass
@@ -97,8 +102,8 @@ def load_prompts(
     """Tokenised training prompts and the number dropped for exceeding max_prompt_length.
 
     Raises:
-        ValueError: no prompt is left; the message says how many rows were read and which
-            setting dropped them.
+        NoUsablePromptsError: no prompt is left; the message says how many rows were read
+            and which setting dropped them.
     """
     from divrl.data import load_examples, render_prompt
 
@@ -112,7 +117,7 @@ def load_prompts(
             continue
         items.append(PromptItem(str(ex.id), ids, ex.data_source, ex.ground_truth, ex.extra_info))
     if not items:
-        raise ValueError(_no_prompts_message(config, train_path, len(examples), too_long))
+        raise NoUsablePromptsError(_no_prompts_message(config, train_path, len(examples), too_long))
     if too_long:
         logger.warning(
             "dropped %d of %d prompts longer than data.max_prompt_length=%d tokens "

@@ -81,3 +81,29 @@ def test_progress_bar_shows_the_dph_and_lp_reg_statistics():
     post = progress_postfix(lp)
     assert post["lp_reg"] == "5/12" and post["lp_pen"] == "3.00e-03"
     assert progress_postfix({**base, "dph/divergence": 0.0125})["div"] == "1.25e-02"
+
+
+def test_store_mismatch_and_dropped_prompts_are_one_paragraph(tiny_world, tmp_path, capsys):
+    from train_helpers import parity_reward
+
+    from divrl.training.config import load_config
+    from divrl.training.presample import presample
+
+    dph = {
+        "train.total_steps": 1,
+        "reference.store": tmp_path / "store",
+        "reference.k": 2,
+        "reference.per_step": 2,
+        "algorithm.divergence": "js",
+        "algorithm.divergence_coef": 0.2,
+    }
+    small = load_config(None, tiny_overrides(tiny_world, tmp_path, **dph, **{"data.limit": 4}))
+    presample(small, reward_fn=parity_reward, progress=False)
+    assert main(["train", *tiny_overrides(tiny_world, tmp_path / "run", **dph)]) == 2
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]  # (after transformers' loading bars)
+    assert last.startswith("divrl train: the reference store") and "Traceback" not in err
+    assert "data.limit" in last and "--allow-store-mismatch" in last
+    too_short = tiny_overrides(tiny_world, tmp_path, **{"data.max_prompt_length": 2})
+    assert main(["train", *too_short]) == 2
+    assert "all 16 rows were dropped by data.max_prompt_length=2" in capsys.readouterr().err
