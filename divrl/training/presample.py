@@ -197,6 +197,14 @@ def presample(
     model.to(device).eval()
     prompts, dropped = load_prompts(config, train_path, db_dir, tokenizer)
     expect = store_expectation(config, model_path, prompts)
+    logger.info(
+        "presample: %d prompts x %d responses%s",
+        len(prompts),
+        ref.k,
+        ""
+        if config.data.limit
+        else " (data.limit=N presamples the first N only; train with it too)",
+    )
     engine = make_engine(config, model, tokenizer, model_path)
     params = SamplingParams(
         n=ref.k,
