@@ -21,7 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 #: appended to every `divrl train` / `divrl presample` (same data and sampling for both, so
-#: the DPH store matches the run); later overrides win over the README's own
+#: the DPH store matches the run), after the README's own overrides, so they win
 TRAIN_SCALE = [
     "data.limit=24",
     "train.total_steps=2",
@@ -37,6 +37,8 @@ TRAIN_SCALE = [
 ]
 #: appended to every `divrl eval` that samples
 EVAL_SCALE = ["--limit", "4", "--n", "2", "--max-new-tokens", "40", "--n-boot", "20"]
+#: appended to `divrl toy build --measure`
+TOY_SCALE = ["--max-prompts", "2", "--samples", "2"]
 #: README lines that are not part of the sequence, by prefix (anything else fails the test)
 NOT_RUN = (
     "make ",  # the demo and the test suite themselves
@@ -66,13 +68,20 @@ def scaled(command: str) -> list[str]:
     if argv[0] == "torchrun":
         return [*argv, *TRAIN_SCALE]
     argv = argv[1:]
-    if argv[0] in ("train", "presample"):
-        return [*argv[:2], *TRAIN_SCALE, *argv[2:]]  # overrides before flags (--resume)
+    if argv[0] in ("train", "presample"):  # after the README's overrides, before its flags
+        flags = [a for a in argv[2:] if a.startswith("-")]
+        return [*[a for a in argv if a not in flags], *TRAIN_SCALE, *flags]
     if argv[0] == "eval" and "--reuse" not in argv:
         return [*argv, *EVAL_SCALE, "--no-progress"]
     if argv[0] == "toy":
-        return [*argv, "--quiet"]
+        return [*argv, *TOY_SCALE, "--quiet"] if "--measure" in argv else [*argv, "--quiet"]
     return argv
+
+
+def test_the_small_settings_win_over_the_readme_overrides():
+    argv = scaled("divrl train configs/toy/lp_reg.yaml train.total_steps=100 --resume")
+    assert argv[:3] == ["train", "configs/toy/lp_reg.yaml", "train.total_steps=100"]
+    assert argv[-2:] == [TRAIN_SCALE[-1], "--resume"] and "train.total_steps=2" in argv
 
 
 def test_every_readme_command_is_run_or_deliberately_skipped():
@@ -126,8 +135,12 @@ def test_readme_sequence_produces_a_full_report(tmp_path, monkeypatch):
     for name in ("base", "grpo", "DPH-JS"):
         assert name in report
     rows = [line for line in report.splitlines() if line.startswith("| ")]
-    model_rows = [r for r in rows if re.match(r"\| (base|grpo|DPH-JS) ", r)]
-    assert model_rows, report
-    empty = [r for r in model_rows if re.search(r"\|\s*-?\s*\|", r)]
+    # every trained model has a value in every cell of every table (the base model has no
+    # training run and no retention: those cells are "-" by design)
+    trained = [r for r in rows if re.search(r"\|\s*(grpo|DPH-JS)\s*\|", r)]
+    assert len(trained) >= 2 * 3, report  # both models in the tables of the three eval sets
+    empty = [r for r in trained if re.search(r"\|\s*-?\s*(?=\|)", r[1:])]
     assert not empty, "rows with empty cells:\n" + "\n".join(empty)
-    assert "missing" not in report.lower()
+    headline = report.split("## Headline")[1].split("##")[0]
+    for model in ("base", "grpo", "DPH-JS"):
+        assert headline.count(f"| {model} |") == 3  # one row per eval set
