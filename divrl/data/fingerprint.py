@@ -6,11 +6,13 @@ the data a training run uses, without hashing gigabytes of weights:
 - :func:`model_fingerprint` of a local model directory hashes the full bytes of
   ``config.json``, ``generation_config.json`` and every tokenizer file, and, for each
   weight file (``*.safetensors``, ``*.bin``, ``*.pt``), its name, its size and its first
-  and last 1 MiB. A safetensors file starts with its header (every tensor's name, dtype,
-  shape and offsets) and its first and last MiB hold tensor bytes, so any retraining,
-  re-initialisation, dtype or shape change is caught while a 16 GB checkpoint costs about
-  4 MiB of reading per file. Modification times are not used: a copied model is the same
-  model. A name that is not a local directory (a hub id) is fingerprinted by the name.
+  and last 1 MiB: 2 MiB read per weight file, whatever its size. A safetensors file starts
+  with its header (every tensor's name, dtype, shape and offsets), so a change of
+  architecture, dtype or shapes is always caught, and so is training that changes the
+  tensors stored at either end of the file (full fine-tuning does); a change confined to
+  tensors in the middle of a file larger than 2 MiB is not. Modification times are not
+  used: a copied model is the same model. A name that is not a local directory (a hub id)
+  is fingerprinted by the name.
 - :func:`prompts_fingerprint` hashes every prompt's id and token ids in order (the token
   ids cover the text, the template and the tokenizer).
 """
