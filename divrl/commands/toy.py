@@ -18,7 +18,7 @@ import os
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="toy_command", metavar="ACTION", required=True)
     for name, help_text in (
-        ("build", "build the toy world (cached) and print its measured properties"),
+        ("build", "build the toy world (cached; --measure also samples its base model)"),
         ("measure", "sample and measure the base model of a built toy world again"),
     ):
         p = sub.add_parser(
