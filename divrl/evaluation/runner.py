@@ -141,10 +141,16 @@ def resolve_model_path(path: str | Path) -> str:
 
 
 def load_model(path: str | Path):
-    """(model in eval mode, tokenizer) for a model directory, checkpoint or run directory."""
+    """(model in eval mode, tokenizer) for a model directory, checkpoint or run directory.
+
+    Raises:
+        ModelSourceError: neither a local folder nor a loadable hub id (one sentence, fast).
+    """
+    from divrl.rollout.model_source import check_model_source
+
+    resolved = check_model_source(resolve_model_path(path))  # before importing transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    resolved = resolve_model_path(path)
     tokenizer = AutoTokenizer.from_pretrained(resolved)
     model = AutoModelForCausalLM.from_pretrained(resolved, dtype=torch.float32)
     model.eval()

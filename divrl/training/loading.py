@@ -77,11 +77,10 @@ def load_policy(config: Config, model_path: str) -> tuple[torch.nn.Module, Any]:
             loaded (not cached and no network): one sentence, in well under a second,
             instead of the hub's retries and a long ``OSError``.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from divrl.rollout.model_source import check_model_source
 
-    check_model_source(model_path)
+    check_model_source(model_path)  # before importing transformers (seconds)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(
         model_path, trust_remote_code=config.model.trust_remote_code
