@@ -170,6 +170,7 @@ def greedy_generate(
     batch_size: int = 16,
     progress: bool = False,
     engine=None,
+    desc: str = "greedy",
 ) -> list[dict[str, Any]]:
     """Greedy responses (the rollout engine at temperature 0), batched with left padding.
 
@@ -181,7 +182,7 @@ def greedy_generate(
     engine = engine or HFEngine(model, tokenizer, batch_size=batch_size)
     params = SamplingParams(n=1, temperature=0.0, max_new_tokens=max_new_tokens, stop=tuple(stop))
     out: list[dict[str, Any]] = []
-    bar = _bar(len(prompt_ids), "greedy", progress)
+    bar = _bar(len(prompt_ids), desc, progress)
     for start in range(0, len(prompt_ids), batch_size):
         chunk = prompt_ids[start : start + batch_size]
         gen = engine.generate(chunk, params)
@@ -210,11 +211,12 @@ def generate_samples(
     *,
     engine=None,
     progress: bool = True,
+    label: str = "",
 ) -> list[dict[str, Any]]:
     """``n`` samples (and one greedy response) per example; one record per prompt.
 
     ``engine``: a :class:`divrl.rollout.RolloutEngine` (default: an ``HFEngine`` on
-    ``model``). Sampling is seeded with ``cfg.seed`` (same seed, batch size and machine ->
+    ``model``); ``label`` (e.g. the eval set) starts the progress bars' names. Sampling is seeded with ``cfg.seed`` (same seed, batch size and machine ->
     same samples).
     """
     from divrl.data import render_prompt
@@ -233,7 +235,8 @@ def generate_samples(
     )
     torch.manual_seed(cfg.seed)
     samples: list[list[dict[str, Any]]] = [[] for _ in examples]
-    bar = _bar(len(examples), f"sampling n={cfg.n}", progress)
+    prefix = f"{label}: " if label else ""
+    bar = _bar(len(examples), f"{prefix}sampling n={cfg.n}", progress)
     for start in range(0, len(prompt_ids), cfg.batch_size):
         chunk = prompt_ids[start : start + cfg.batch_size]
         out = engine.generate(chunk, params)
@@ -261,6 +264,7 @@ def generate_samples(
             batch_size=cfg.batch_size,
             progress=progress,
             engine=engine,
+            desc=f"{prefix}greedy",
         )
         if cfg.greedy
         else [None] * len(examples)
@@ -449,7 +453,7 @@ def evaluate(
             model, tokenizer = load_model(model_path)
         t0 = time.perf_counter()
         records = generate_samples(
-            model, tokenizer, examples, cfg, engine=engine, progress=progress
+            model, tokenizer, examples, cfg, engine=engine, progress=progress, label=out.name
         )
         timings["sampling_seconds"] = time.perf_counter() - t0
         out.mkdir(parents=True, exist_ok=True)
