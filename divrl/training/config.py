@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -58,6 +59,25 @@ def _choice(name: str, value: Any, choices: typing.Sequence[Any]) -> None:
 def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
     if value < 0 or (value == 0 and not allow_zero):
         raise ConfigError(f"{name}={value!r} must be {'>= 0' if allow_zero else '> 0'}")
+
+
+def reject_non_finite(config: Any) -> None:
+    """Raise :class:`ConfigError` for a NaN or infinite number anywhere in ``config`` (a
+    section dataclass, or the whole config). No float option has a meaning for them, and
+    comparisons let NaN through (``nan > 0`` and ``nan < 0`` are both false): a NaN clip
+    would skip every step, a NaN max_grad_norm turn clipping off. Off switches are 0 or null."""
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if dataclasses.is_dataclass(value):
+            reject_non_finite(value)
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, float) and not math.isfinite(item):
+                section = _SECTION_NAMES.get(type(config).__name__, type(config).__name__)
+                raise ConfigError(
+                    f"{section}.{f.name}={item!r} must be a finite number"
+                    " (use 0 or null to turn a feature off)"
+                )
 
 
 def _help(text: str, default: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
@@ -353,6 +373,7 @@ class Config:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
     def __post_init__(self) -> None:
+        reject_non_finite(self)
         algo = self.algorithm
         if algo.divergence is not None and algo.divergence_coef > 0 and self.reference.per_step < 1:
             raise ConfigError(
@@ -466,6 +487,9 @@ def _build_section(name: str, cls: type, raw: Any) -> Any:
 def _section_classes() -> dict[str, type]:
     hints = typing.get_type_hints(Config)
     return {f.name: hints[f.name] for f in dataclasses.fields(Config)}
+
+
+_SECTION_NAMES = {cls.__name__: name for name, cls in _section_classes().items()}
 
 
 def config_from_dict(raw: dict[str, Any]) -> Config:

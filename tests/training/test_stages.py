@@ -178,8 +178,13 @@ def test_run_dir_lists_checkpoints_by_step_and_prunes_the_oldest(tmp_path):
     assert run.latest().step == 10
     assert run.final_model() == run.checkpoint(2).model_dir  # step 10 has no model
     assert run.checkpoint(7).path.name == "step_000007"
-    prune_checkpoints(run, keep_last=2)
-    assert [c.step for c in run.checkpoints()] == [2, 10]
+    for step in (1, 2, 10):  # the run's own step record: its id in each trainer state
+        run.checkpoint(step).trainer_state_path.write_text(json.dumps({"run_id": "mine"}))
+    other = run.checkpoint(30)  # another run's checkpoint, newer by name
+    other.model_dir.mkdir(parents=True)
+    other.trainer_state_path.write_text(json.dumps({"run_id": "other"}))
+    prune_checkpoints(run, keep_last=2, run_id="mine")
+    assert [c.step for c in run.checkpoints()] == [2, 10, 30]
     assert run.metrics_path.name == "metrics.jsonl" and run.config_path.name == "config.yaml"
 
 
