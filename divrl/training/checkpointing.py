@@ -25,7 +25,13 @@ import torch
 from divrl.fileio import write_failed
 from divrl.runs import Checkpoint, RunDir
 
-__all__ = ["load_checkpoint", "prune_checkpoints", "save_checkpoint", "set_corrupt_aside"]
+__all__ = [
+    "apply_optimizer_changes",
+    "load_checkpoint",
+    "prune_checkpoints",
+    "save_checkpoint",
+    "set_corrupt_aside",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -127,3 +133,36 @@ def set_corrupt_aside(run: RunDir, corrupt: list[Checkpoint]) -> None:
         shutil.rmtree(target, ignore_errors=True)
         os.replace(ckpt.path, target)
         logger.warning("moved the unloadable checkpoint %s to %s", ckpt.path, target)
+
+
+def apply_optimizer_changes(
+    optimizer: Any, scheduler: Any, optim: Any, changed: dict[str, Any]
+) -> list[str]:
+    """After a resume that accepted changes (``--resume-with-changes``) to ``optim.lr``,
+    ``betas``, ``eps`` or ``weight_decay``: the restored optimiser and scheduler hold the
+    saved values; set the new ones so the next update uses them. Returns the keys set.
+
+    (A changed schedule, warm-up or ``train.total_steps`` needs nothing here: the
+    scheduler's lambda comes from the new config, its state only holds the step.)
+    """
+    done = []
+    groups = optimizer.param_groups
+    if "optim.lr" in changed:
+        scheduler.base_lrs = [optim.lr] * len(groups)
+        lambdas = getattr(scheduler, "lr_lambdas", None)
+        for i, group in enumerate(groups):
+            group["initial_lr"] = optim.lr
+            factor = lambdas[i](scheduler.last_epoch) if lambdas else 1.0
+            group["lr"] = optim.lr * factor
+        scheduler._last_lr = [g["lr"] for g in groups]
+        done.append("optim.lr")
+    for key, value in (
+        ("betas", tuple(optim.betas)),
+        ("eps", optim.eps),
+        ("weight_decay", optim.weight_decay),
+    ):
+        if f"optim.{key}" in changed:
+            for group in groups:
+                group[key] = value
+            done.append(f"optim.{key}")
+    return done

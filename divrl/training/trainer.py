@@ -335,6 +335,9 @@ class Trainer:
         if self.ref_sampler is not None and state["reference_cursor"] is not None:
             self.ref_sampler.load_state_dict(state["reference_cursor"])
         self.step = int(state["step"])
+        checkpointing.apply_optimizer_changes(
+            self.optimizer, self.scheduler, self.config.optim, self.session.changes
+        )
         self.engine.sync_weights(self.accelerator.unwrap_model(self.model))
         # metrics logged after the checkpoint are cut when writing starts (under the lock)
         logger.info("resumed from %s (step %d)", ckpt.path, self.step)
