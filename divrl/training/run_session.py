@@ -201,5 +201,7 @@ class RunSession:
         """Record how the run ended (``finish``, ``interrupted``, ``failed``), release."""
         try:
             self.record({"event": event, "step": step})
+        except OSError as exc:  # e.g. the disk is still full: keep the original error
+            logger.warning("could not record %r in %s: %s", event, self.run.history_path, exc)
         finally:
             self.lock.release()
