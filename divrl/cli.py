@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("divrl.commands.train", "RL training: GRPO/DAPO, DPH-RL, Lp-Reg and baselines"),
     "presample": ("divrl.commands.presample", "DPH-RL: presample the reference store"),
     "score": ("divrl.commands.score", "score a JSONL of completions against a dataset"),
+    "data": ("divrl.commands.data", "convert BIRD/Spider/MATH/GSM8K files to verl-schema rows"),
     "eval": ("divrl.commands.eval", "sample and score a model: Pass@k, maj@k, diversity"),
     "report": ("divrl.commands.report", "Markdown/HTML report comparing runs and the base model"),
     "demo": ("divrl.commands.demo", "toy world end to end: GRPO, DPH-JS, Lp-Reg vs the base"),

@@ -227,6 +227,14 @@ def _to_example(row: Any, path: Path, row_no: int, db_dir, get_verifier) -> Exam
     except ValueError as e:
         raise fail("data_source", str(e)) from None
 
+    if "answer_pattern" in extra:
+        from divrl.rewards.math_reward import check_answer_pattern
+
+        try:
+            check_answer_pattern(extra["answer_pattern"])
+        except ValueError as e:
+            raise fail("extra_info.answer_pattern", str(e)) from None
+
     from divrl.rewards import SqlVerifier
 
     if isinstance(verifier, SqlVerifier) or "db_path" in extra or "db_id" in extra:
