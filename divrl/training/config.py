@@ -117,6 +117,11 @@ class DataConfig:
     max_prompt_length: int = _help(
         "prompts with more tokens than this are dropped at load time (counted in the log)", 1024
     )
+    skip_invalid: bool = _help(
+        "skip training rows that fail to decode or validate (each is counted and the first "
+        "logged with its file, line and field) instead of stopping",
+        False,
+    )
 
     def __post_init__(self) -> None:
         if self.limit is not None:

@@ -86,7 +86,9 @@ def load_prompts(
     """Tokenised training prompts and the number dropped for exceeding max_prompt_length."""
     from divrl.data import load_examples, render_prompt
 
-    examples = load_examples(train_path, db_dir=db_dir, limit=config.data.limit)
+    examples = load_examples(
+        train_path, db_dir=db_dir, limit=config.data.limit, skip_invalid=config.data.skip_invalid
+    )
     items, dropped = [], 0
     for ex in examples:
         text = render_prompt(ex, template=config.data.template, tokenizer=tokenizer)

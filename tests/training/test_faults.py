@@ -7,6 +7,7 @@ import errno
 import json
 import math
 import typing
+from pathlib import Path
 
 import pytest
 import torch
@@ -175,3 +176,18 @@ def test_metrics_are_strict_json_with_a_count_of_non_finite_values(tmp_path):
     record = _strict_loads(line)
     assert record == {"step": 1, "loss/total": None, "a": None, "b": 0.5, "nonfinite_count": 2}
     assert _strict_loads(strict_json_record({"step": 2, "b": 1.0})) == {"step": 2, "b": 1.0}
+
+
+def test_train_honours_data_skip_invalid(tiny_world, tmp_path):
+    from divrl.data import DataValidationError
+
+    data = tmp_path / "train.jsonl"
+    good = Path(tiny_world["data"]).read_bytes()
+    data.write_bytes(good + b'{"prompt": "\xff"}\n')
+    args = {"data.train_path": data, "train.total_steps": 1}
+    with pytest.raises(DataValidationError, match=r"row 17: .*invalid UTF-8"):
+        Trainer(load_config(None, tiny_overrides(tiny_world, tmp_path / "a", **args)))
+    cfg = load_config(
+        None, tiny_overrides(tiny_world, tmp_path / "b", **args, **{"data.skip_invalid": True})
+    )
+    assert len(Trainer(cfg, reward_fn=sevens_reward).prompts) == 16
