@@ -72,6 +72,20 @@ def test_a_rerun_in_a_used_folder_is_refused_and_overwrite_starts_clean(
     assert not (run / ".lock").exists()
 
 
+def test_eval_says_which_checkpoint_of_a_run_it_loads(tiny_world, tmp_path, caplog):
+    from divrl.evaluation.runner import resolve_model_path
+
+    args = tiny_overrides(
+        tiny_world, tmp_path, **{"train.total_steps": 2, "checkpoint.save_every": 1}
+    )
+    assert main(["train", *args]) == 0
+    with caplog.at_level("WARNING"):
+        resolved = resolve_model_path(tmp_path)
+    expected = RunDir(tmp_path).checkpoint(2)
+    assert resolved == str(expected.model_dir)
+    assert f"evaluating its checkpoint {expected.path}" in caplog.text
+
+
 def test_a_reference_store_in_the_folder_is_not_another_run(tiny_world, tmp_path):
     (tmp_path / "reference").mkdir()  # `divrl presample` writes here before training
     (tmp_path / "reference" / "manifest.json").write_text("{}")
