@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "score": ("divrl.commands.score", "score a JSONL of completions against a dataset"),
     "data": ("divrl.commands.data", "convert BIRD/Spider/MATH/GSM8K files to verl-schema rows"),
     "eval": ("divrl.commands.eval", "sample and score a model: Pass@k, maj@k, diversity"),
+    "export": ("divrl.commands.export", "Hugging Face folder from a sharded (fsdp) checkpoint"),
     "report": ("divrl.commands.report", "Markdown/HTML report comparing runs and the base model"),
     "demo": ("divrl.commands.demo", "toy world end to end: GRPO, DPH-JS, Lp-Reg vs the base"),
     "toy": ("divrl.commands.toy", "build the toy world (SQL + math data, tiny base model)"),
