@@ -117,14 +117,7 @@ class Trainer:
         set_seed(cfg.train.seed)
         self.run = RunDir(cfg.logging.output_dir)
         self.output_dir = self.run.root
-        self.session = RunSession(
-            self.run,
-            cfg,
-            resume=resume,
-            overwrite=overwrite,
-            allowed_changes=resume_with_changes,
-        )
-        self.session.check()  # before anything is loaded: refuse mixing runs early
+        self.session = self._check_run_dir(resume, overwrite, resume_with_changes)
         self._corrupt_checkpoints: list = []
 
         self.model_path, train_path, db_dir = require_paths(cfg)
@@ -180,6 +173,14 @@ class Trainer:
         self.step = 0
         if resume:
             self._load_latest_checkpoint()
+
+    def _check_run_dir(self, resume: bool, overwrite: bool, changes: tuple[str, ...]) -> RunSession:
+        """Check logging.output_dir before anything is loaded: refuse mixing runs early."""
+        session = RunSession(
+            self.run, self.config, resume=resume, overwrite=overwrite, allowed_changes=changes
+        )
+        session.check()
+        return session
 
     @property
     def metrics_path(self) -> Path:
