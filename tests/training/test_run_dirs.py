@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -185,3 +186,36 @@ def test_resume_flags_are_checked(tiny_world, tmp_path):
         Trainer(cfg, resume=True, overwrite=True)
     with pytest.raises(RunDirError, match="unknown config key"):
         Trainer(cfg, resume=True, resume_with_changes=("optim.learning_rate",))
+
+
+@pytest.mark.slow
+def test_a_real_sigint_exits_130_with_one_line(tiny_world, tmp_path):
+    """The signal itself, sent to a `divrl train` process mid-run (not a simulated raise)."""
+    import signal
+    import time
+
+    args = tiny_overrides(
+        tiny_world, tmp_path, **{"train.total_steps": 500, "checkpoint.save_every": 1}
+    )
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": root}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "divrl.cli", "train", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    metrics = tmp_path / "metrics.jsonl"
+    deadline = time.monotonic() + 240
+    while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("interrupted at step ") and last.endswith("; resume with --resume")
+    assert "Traceback" not in err
+    assert not (tmp_path / ".lock").exists()
+    assert _history(tmp_path)[-1]["event"] == "interrupted"
