@@ -207,23 +207,36 @@ class RunLock:
                 fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             except FileExistsError:
                 held = self.holder() or {}
-                pid, host = held.get("pid"), held.get("host")
-                if host == me["host"] and isinstance(pid, int) and not _pid_alive(pid):
+                if self._is_stale(held):
                     self.stale = held
                     self.path.unlink(missing_ok=True)
                     continue
-                since = held.get("since")
-                when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since)) if since else "?"
-                raise RunLockedError(
-                    f"{self.path.parent} is in use: {self.path} is held by pid {pid} on host "
-                    f"{host} since {when}. Wait for that run to end, or, if no process is "
-                    f"using it (e.g. the other host is down), delete {self.path}"
-                ) from None
+                raise self._locked_error(held) from None
             with os.fdopen(fd, "w") as f:
                 json.dump(me, f)
             self._held = True
             return self
         raise RunLockedError(f"could not take {self.path}")
+
+    def raise_if_held(self) -> None:
+        """Raise :class:`RunLockedError` when a live process holds the lock (reads only)."""
+        held = self.holder()
+        if held is not None and not self._held and not self._is_stale(held):
+            raise self._locked_error(held)
+
+    @staticmethod
+    def _is_stale(held: dict) -> bool:
+        pid, host = held.get("pid"), held.get("host")
+        return host == socket.gethostname() and isinstance(pid, int) and not _pid_alive(pid)
+
+    def _locked_error(self, held: dict) -> RunLockedError:
+        since = held.get("since")
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since)) if since else "?"
+        return RunLockedError(
+            f"{self.path.parent} is in use: {self.path} is held by pid {held.get('pid')} on "
+            f"host {held.get('host')} since {when}. Wait for that run to end, or, if no "
+            f"process is using it (e.g. the other host is down), delete {self.path}"
+        )
 
     def release(self) -> None:
         if self._held:

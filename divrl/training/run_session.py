@@ -108,6 +108,7 @@ class RunSession:
         self.changes: dict[str, list] = {}
         self.run_id = uuid.uuid4().hex
         self.lock = RunLock(run.lock_path)
+        self.claimed = False  # begin() ran once: a later train() call continues the run
         if self.allowed and not resume:
             raise RunDirError("--resume-with-changes applies to --resume only")
         unknown = [k for k in self.allowed if k not in _flatten(config.to_dict())]
@@ -117,6 +118,7 @@ class RunSession:
     def check(self) -> None:
         """Refuse what would mix runs or silently change a resumed one (reads only)."""
         run = self.run
+        self.lock.raise_if_held()  # fail before loading models; begin() takes it for real
         if self.resume:
             self.run_id = run.run_id() or self.run_id
             if run.config_path.is_file():
@@ -167,6 +169,11 @@ class RunSession:
     def _claim(self, step: int) -> dict[str, Any]:
         run = self.run
         event: dict[str, Any] = {"event": "resume" if self.resume else "start", "step": step}
+        if self.claimed:  # the same Trainer's train() called again (e.g. with max_steps)
+            if run.run_id() != self.run_id:
+                raise RunDirError(f"{run.root} was replaced by another run meanwhile")
+            return {"event": "continue", "step": step}
+        self.claimed = True
         if self.resume:
             if run.run_id() not in (None, self.run_id):
                 raise RunDirError(f"{run.root} was replaced by another run while loading")

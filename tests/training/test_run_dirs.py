@@ -115,6 +115,24 @@ def test_a_live_lock_is_refused_and_a_stale_one_is_taken_over(tiny_world, tmp_pa
     assert _steps(tmp_path) == [1] and not lock.exists()
 
 
+def test_a_locked_folder_is_refused_before_loading(tiny_world, tmp_path):
+    lock = tmp_path / ".lock"
+    lock.write_text(json.dumps({"pid": os.getppid(), "host": os.uname().nodename}))
+    cfg = load_config(None, tiny_overrides(tiny_world, tmp_path))
+    with pytest.raises(RunLockedError, match="is in use"):
+        Trainer(cfg, reward_fn=sevens_reward, overwrite=True)
+
+
+def test_train_called_again_continues_its_own_run(tiny_world, tmp_path):
+    cfg = load_config(None, tiny_overrides(tiny_world, tmp_path, **{"train.total_steps": 3}))
+    tr = Trainer(cfg, reward_fn=sevens_reward)
+    tr.train(max_steps=1)
+    tr.train()
+    assert _steps(tmp_path) == [1, 2, 3]
+    events = [(e["event"], e["step"]) for e in _history(tmp_path)]
+    assert events == [("start", 0), ("pause", 1), ("continue", 1), ("finish", 3)]
+
+
 def _resumable(world, out, **extra):
     base = {"train.total_steps": 2, "checkpoint.save_every": 1, "optim.lr": 0.01}
     return load_config(None, tiny_overrides(world, out, **{**base, **extra}))
