@@ -67,7 +67,9 @@ def save_checkpoint(
             # a plain transformers directory, for evaluation and as a starting point
             acc.unwrap_model(model).save_pretrained(tmp / "model", state_dict=state_dict)
             tokenizer.save_pretrained(tmp / "model")
-    except (OSError, RuntimeError) as exc:  # torch's writer says RuntimeError on ENOSPC
+    except (OSError, RuntimeError) as exc:
+        if not _is_write_error(exc):
+            raise
         error = write_failed(tmp, exc)
         shutil.rmtree(tmp, ignore_errors=True)  # give the space back
         raise error from exc
@@ -78,6 +80,14 @@ def save_checkpoint(
         prune_checkpoints(run, keep_last, trainer_state.get("run_id"))
     acc.wait_for_everyone()
     return final
+
+
+# torch's zip writer reports a failed write (ENOSPC included) as a RuntimeError
+_TORCH_WRITE_ERRORS = ("inline_container", "PytorchStreamWriter", "file write failed")
+
+
+def _is_write_error(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) or any(m in str(exc) for m in _TORCH_WRITE_ERRORS)
 
 
 def prune_checkpoints(run: RunDir, keep_last: int, run_id: str | None) -> list[Path]:
