@@ -61,22 +61,21 @@ def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
         raise ConfigError(f"{name}={value!r} must be {'>= 0' if allow_zero else '> 0'}")
 
 
-def reject_non_finite(config: Any) -> None:
+def reject_non_finite(config: Any, prefix: str = "") -> None:
     """Raise :class:`ConfigError` for a NaN or infinite number anywhere in ``config`` (a
-    section dataclass, or the whole config). No float option has a meaning for them, and
+    :class:`Config`; sections are walked). No float option has a meaning for them, and
     comparisons let NaN through (``nan > 0`` and ``nan < 0`` are both false): a NaN clip
     would skip every step, a NaN max_grad_norm turn clipping off. Off switches are 0 or null."""
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
         if dataclasses.is_dataclass(value):
-            reject_non_finite(value)
+            reject_non_finite(value, f"{prefix}{f.name}.")
             continue
         for item in value if isinstance(value, list) else [value]:
             if isinstance(item, float) and not math.isfinite(item):
-                section = _SECTION_NAMES.get(type(config).__name__, type(config).__name__)
                 raise ConfigError(
-                    f"{section}.{f.name}={item!r} must be a finite number"
-                    " (use 0 or null to turn a feature off)"
+                    f"{prefix}{f.name}={item!r} must be a finite number (use 0 or null to "
+                    "turn a feature off)"
                 )
 
 
@@ -492,9 +491,6 @@ def _build_section(name: str, cls: type, raw: Any) -> Any:
 def _section_classes() -> dict[str, type]:
     hints = typing.get_type_hints(Config)
     return {f.name: hints[f.name] for f in dataclasses.fields(Config)}
-
-
-_SECTION_NAMES = {cls.__name__: name for name, cls in _section_classes().items()}
 
 
 def config_from_dict(raw: dict[str, Any]) -> Config:
