@@ -80,7 +80,7 @@ def test_eval_says_which_checkpoint_of_a_run_it_loads(tiny_world, tmp_path, capl
         tiny_world, tmp_path, **{"train.total_steps": 2, "checkpoint.save_every": 1}
     )
     assert main(["train", *args]) == 0
-    with caplog.at_level("WARNING"):
+    with caplog.at_level("INFO"):
         resolved = resolve_model_path(tmp_path)
     expected = RunDir(tmp_path).checkpoint(2)
     assert resolved == str(expected.model_dir)
