@@ -181,6 +181,7 @@ class RunSession:
                 self._write_identity()
             if self.changes:
                 event["changes"] = self.changes
+            if self.changes or not run.config_path.is_file():
                 atomic_write_text(run.config_path, dump_config(self.config))
             return event
         present = run.run_files()
