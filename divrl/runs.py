@@ -238,6 +238,11 @@ class RunLock:
             f"process is using it (e.g. the other host is down), delete {self.path}"
         )
 
+    @property
+    def held(self) -> bool:
+        """Whether this object holds the lock now."""
+        return self._held
+
     def release(self) -> None:
         if self._held:
             self.path.unlink(missing_ok=True)

@@ -252,8 +252,7 @@ class Trainer:
             logger.info("%s: already at step %d of %d", self.run.root, self.step, end)
             return history
         writers = MetricWriters(cfg, self.run) if acc.is_main_process else None
-        if writers is not None:
-            self._begin_writing()
+        self._begin_writing(main=writers is not None)
         bar, outcome = None, "failed"
         try:
             if writers is not None:
@@ -290,14 +289,27 @@ class Trainer:
         acc.wait_for_everyone()
         return history
 
-    def _begin_writing(self) -> None:
-        """Main process, before the first write: take the run's lock and write its files
-        (run_session); on resume, cut metrics.jsonl back to the checkpoint's step and move
-        unloadable checkpoints aside."""
-        self.session.begin(self.step)
-        if self.session.resume:
-            truncate_metrics(self.run.metrics_path, self.step)
-            checkpointing.set_corrupt_aside(self.run, self._corrupt_checkpoints)
+    def _begin_writing(self, main: bool) -> None:
+        """Before the first write, the main process takes the run's lock and writes its
+        files (run_session); on resume it cuts metrics.jsonl back to the checkpoint's step
+        and moves unloadable checkpoints aside. Every process learns whether that worked,
+        so that a refused lock stops all of them instead of leaving the others waiting."""
+        error = None
+        if main:
+            try:
+                self.session.begin(self.step)
+                if self.session.resume:
+                    truncate_metrics(self.run.metrics_path, self.step)
+                    checkpointing.set_corrupt_aside(self.run, self._corrupt_checkpoints)
+            except Exception as exc:
+                error = exc
+        failed = any(self.collective.all_gather_object(error is not None))
+        if error is not None:
+            if self.session.lock.held:
+                self.session.end("failed", self.step)
+            raise error
+        if failed:
+            raise RuntimeError("the main process could not open the run directory (see its error)")
 
     def _progress_bar(self):
         if not (self.config.logging.progress and self.accelerator.is_main_process):
