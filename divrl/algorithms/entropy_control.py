@@ -13,10 +13,10 @@ import math
 import torch
 
 from divrl.algorithms._utils import (
-    LOG_RATIO_CLAMP,
     as_fp32,
     broadcast_advantages,
     check_same_shape,
+    clamped_ratio,
     float_mask,
     masked_mean,
     to_float,
@@ -135,8 +135,7 @@ def kl_cov_loss(
     lp, old = as_fp32(log_prob), as_fp32(old_log_prob.detach())
     adv = broadcast_advantages(advantages, lp)
     valid = float_mask(mask, lp) > 0
-    log_ratio = (lp - old).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    ratio = torch.exp(log_ratio)
+    log_ratio, ratio = clamped_ratio(lp - old)
     loss_mat = -adv * ratio
     penalised = torch.zeros_like(valid)
     n_valid = int(valid.sum())

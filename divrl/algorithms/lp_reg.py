@@ -13,20 +13,18 @@ import math
 import torch
 
 from divrl.algorithms._utils import (
-    LOG_RATIO_CLAMP,
     as_fp32,
     broadcast_advantages,
     check_same_shape,
+    clamped_ratio,
     float_mask,
+    k3,
     masked_mean,
     to_float,
 )
 from divrl.algorithms.aggregation import aggregate
 from divrl.algorithms.logits import FILTERED_LOG_PROB, _validate, map_rows
 from divrl.algorithms.policy_loss import POLICY_LOSSES, clipped_surrogate, surrogate_metrics
-
-# The authors clamp the k3 penalty to this range (it switches off where Z < ~0.073).
-K3_VALUE_CLAMP = 10.0
 
 
 def _check_kappa(kappa: float) -> None:
@@ -214,16 +212,9 @@ def lp_reg_loss(
         threshold = to_float(torch.exp(lowest.values.max()))
     regularized = selected & (lp_detached < proxy)
 
-    ratio = torch.exp(
-        (lp - as_fp32(old_log_prob.detach())).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    )
-    if full_vocab:
-        penalty = _full_vocab_kl(proxy_rows, policy_rows)
-    else:
-        # Clamping D first changes no value (the result saturates at 10 from |D| ~ 2.6 / 11
-        # on) but keeps exp(D) finite, so the clamp's zero gradient never meets an inf.
-        d = (proxy - lp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-        penalty = (torch.expm1(d) - d).clamp(-K3_VALUE_CLAMP, K3_VALUE_CLAMP)
+    _, ratio = clamped_ratio(lp - as_fp32(old_log_prob.detach()))
+    # The clamped k3 switches the penalty off where Z < ~0.073 (the authors' clamp).
+    penalty = _full_vocab_kl(proxy_rows, policy_rows) if full_vocab else k3(proxy - lp)
     replaced = -adv * ratio + beta * penalty
     loss_mat = torch.where(regularized, replaced, loss_mat)
     loss = aggregate(loss_mat, m, agg)

@@ -10,11 +10,12 @@ from __future__ import annotations
 import torch
 
 from divrl.algorithms._utils import (
-    LOG_RATIO_CLAMP,
     Registry,
     as_fp32,
     broadcast_advantages,
     check_same_shape,
+    clamp_log_ratio,
+    clamped_ratio,
     float_mask,
     masked_mean,
     to_float,
@@ -42,8 +43,7 @@ def clipped_surrogate(
     check_same_shape(log_prob=log_prob, old_log_prob=old_log_prob)
     lp, old = as_fp32(log_prob), as_fp32(old_log_prob.detach())
     adv = broadcast_advantages(advantages, lp)
-    log_ratio = (lp - old).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    ratio = torch.exp(log_ratio)
+    log_ratio, ratio = clamped_ratio(lp - old)
     unclipped = -adv * ratio
     clipped = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
     loss = torch.maximum(unclipped, clipped)
@@ -134,7 +134,7 @@ def gspo_loss(
     m = float_mask(mask, lp)
     adv = broadcast_advantages(advantages, lp)
     seq_log_ratio = ((lp - old) * m).sum(-1) / m.sum(-1).clamp_min(1.0)
-    seq_log_ratio = seq_log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    seq_log_ratio = clamp_log_ratio(seq_log_ratio)
     log_ratio = seq_log_ratio.detach().unsqueeze(-1) + lp - lp.detach()
     ratio = torch.exp(log_ratio)
     unclipped = -adv * ratio
