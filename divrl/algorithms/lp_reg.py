@@ -24,7 +24,8 @@ from divrl.algorithms._utils import (
 )
 from divrl.algorithms.aggregation import aggregate
 from divrl.algorithms.logits import FILTERED_LOG_PROB, _validate, map_rows
-from divrl.algorithms.policy_loss import POLICY_LOSSES, clipped_surrogate, surrogate_metrics
+from divrl.algorithms.loss_options import LpRegOptions
+from divrl.algorithms.policy_loss import clipped_surrogate, register_policy_loss, surrogate_metrics
 
 
 def _check_kappa(kappa: float) -> None:
@@ -134,21 +135,21 @@ def _full_vocab_kl(proxy_rows: torch.Tensor, policy_rows: torch.Tensor) -> torch
     return (q * diff).sum(-1)
 
 
-@POLICY_LOSSES.register("lp_reg")
+@register_policy_loss("lp_reg", LpRegOptions)
 def lp_reg_loss(
     log_prob: torch.Tensor,
     old_log_prob: torch.Tensor,
     proxy_log_prob: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    rho: float = 0.01,
-    beta: float = 1.0,
-    clip_low: float = 1.0,
-    clip_high: float = 9.0,
-    agg: str = "token-mean",
-    min_k: int = 2,
+    rho: float = LpRegOptions.rho,
+    beta: float = LpRegOptions.beta,
+    clip_low: float = LpRegOptions.clip_low,
+    clip_high: float = LpRegOptions.clip_high,
+    agg: str = LpRegOptions.agg,
+    min_k: int = LpRegOptions.min_k,
     log_normalizer: torch.Tensor | None = None,
-    full_vocab: bool = False,
+    full_vocab: bool = LpRegOptions.full_vocab,
     proxy_rows: torch.Tensor | None = None,
     policy_rows: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
