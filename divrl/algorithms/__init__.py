@@ -13,6 +13,12 @@ from divrl.algorithms.divergences import (
     divergence_generator,
     reference_divergence_loss,
 )
+from divrl.algorithms.dph_weighting import (
+    DIVERGENCE_WEIGHTINGS,
+    StreamWeights,
+    micro_batch_weights,
+    stream_weights,
+)
 from divrl.algorithms.entropy_control import (
     clip_cov_loss,
     entropy_bonus,
@@ -54,6 +60,7 @@ __all__ = [
     "ADVANTAGE_SCALES",
     "AGGREGATIONS",
     "DIVERGENCES",
+    "DIVERGENCE_WEIGHTINGS",
     "FILTERED_LOG_PROB",
     "KL_ESTIMATORS",
     "POLICY_LOSSES",
@@ -66,6 +73,7 @@ __all__ = [
     "LossOptions",
     "LpRegOptions",
     "PolicyLossSpec",
+    "StreamWeights",
     "VanillaOptions",
     "aggregate",
     "clip_cov_loss",
@@ -81,6 +89,7 @@ __all__ = [
     "kl_estimate",
     "logit_stats",
     "lp_reg_loss",
+    "micro_batch_weights",
     "minp_log_normalizer",
     "policy_loss",
     "policy_loss_options",
@@ -89,5 +98,6 @@ __all__ = [
     "proxy_log_prob_rows",
     "reference_divergence_loss",
     "register_policy_loss",
+    "stream_weights",
     "token_log_probs",
 ]
