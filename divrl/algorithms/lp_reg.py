@@ -29,8 +29,8 @@ from divrl.algorithms.policy_loss import clipped_surrogate, register_policy_loss
 
 
 def _check_kappa(kappa: float) -> None:
-    if not 0.0 <= kappa <= 1.0:
-        raise ValueError(f"kappa must be in [0, 1] (the paper uses 0.02), got {kappa}")
+    # The bound is declared once, in LpRegOptions; building it validates kappa.
+    LpRegOptions(kappa=kappa)
 
 
 def _kept_and_scaled(rows: torch.Tensor, kappa: float, temperature: float):
@@ -186,8 +186,7 @@ def lp_reg_loss(
         selected tokens that pass the filter), ``lp_reg/prob_threshold`` (probability of
         the k-th lowest selected token), ``lp_reg/penalty`` and ``lp_reg/mean_z``.
     """
-    if not 0.0 <= rho <= 1.0:
-        raise ValueError(f"rho must be in [0, 1] (the paper uses 0.01), got {rho}")
+    LpRegOptions(rho=rho, min_k=min_k)  # the bounds declared once, in LpRegOptions
     check_same_shape(log_prob=log_prob, old_log_prob=old_log_prob, proxy_log_prob=proxy_log_prob)
     if full_vocab and (proxy_rows is None or policy_rows is None):
         raise ValueError("full_vocab=True needs proxy_rows and policy_rows ([batch, len, vocab])")
