@@ -1,7 +1,9 @@
 """DPH stream weighting: hand-checked weights, and gradients equal to each weighting's formula."""
 
+import hypothesis.strategies as st
 import pytest
 import torch
+from hypothesis import given, settings
 
 from divrl.algorithms import divergence_generator, policy_loss, reference_divergence_loss
 from divrl.algorithms.dph_weighting import micro_batch_weights, stream_weights
@@ -180,3 +182,27 @@ def test_the_three_weightings_differ_on_this_step():
     }
     assert not torch.allclose(grads["authors"], grads["paper"], atol=1e-4)
     assert not torch.allclose(grads["authors"], grads["concat"], atol=1e-4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from([R, F]), st.integers(1, 50)), min_size=1, max_size=12),
+    st.floats(0.0, 2.0),
+)
+def test_stream_totals(jobs, eta):
+    kinds, counts = [k for k, _ in jobs], [n for _, n in jobs]
+    n_r, n_f = kinds.count(R), kinds.count(F)
+    # paper: each present stream sums to 1 (times eta for the reference one)
+    paper = stream_weights(kinds, counts, eta, "paper")
+    assert paper.rollout == pytest.approx(1.0 if n_r else 0.0)
+    assert paper.reference == pytest.approx(eta if n_f else 0.0)
+    # concat: token shares of one token-mean
+    concat = stream_weights(kinds, counts, eta, "concat")
+    tok_r = sum(n for k, n in jobs if k == R)
+    assert concat.rollout == pytest.approx(tok_r / sum(counts))
+    # authors: micro-batch shares, whatever the token counts
+    authors = stream_weights(kinds, counts, eta, "authors")
+    assert authors.rollout == pytest.approx(n_r / len(kinds))
+    assert authors.reference == pytest.approx(eta * n_f / len(kinds))
+    if n_r and n_f:
+        assert authors.effective_eta == pytest.approx(eta * n_f / n_r)
