@@ -127,8 +127,9 @@ class VanillaOptions(LossOptions):
 
 @dataclass(frozen=True)
 class GSPOOptions(LossOptions):
-    """GSPO: its own clip range (3e-4 / 4e-4, the GSPO paper and verl's GSPO recipe) and
-    sequence-level aggregation (``seq-mean-token-mean``)."""
+    """GSPO: its own clip range (3e-4 / 4e-4, the GSPO paper's; the Lp-Reg authors' verl copy
+    defaults to 3e-4 both sides, Lp-Reg-dev ``core_algos.py:433-440``) and sequence-level
+    aggregation (``seq-mean-token-mean``, which that copy forces, ``core_algos.py:486``)."""
 
     LOSS: ClassVar[str] = "gspo"
     REFUSED: ClassVar[dict[str, str]] = {
