@@ -13,25 +13,24 @@ import math
 import torch
 
 from divrl.algorithms._utils import (
-    LOG_RATIO_CLAMP,
     as_fp32,
     broadcast_advantages,
     check_same_shape,
+    clamped_ratio,
     float_mask,
+    k3,
     masked_mean,
     to_float,
 )
 from divrl.algorithms.aggregation import aggregate
 from divrl.algorithms.logits import FILTERED_LOG_PROB, _validate, map_rows
-from divrl.algorithms.policy_loss import POLICY_LOSSES, clipped_surrogate, surrogate_metrics
-
-# The authors clamp the k3 penalty to this range (it switches off where Z < ~0.073).
-K3_VALUE_CLAMP = 10.0
+from divrl.algorithms.loss_options import LpRegOptions
+from divrl.algorithms.policy_loss import clipped_surrogate, register_policy_loss, surrogate_metrics
 
 
 def _check_kappa(kappa: float) -> None:
-    if not 0.0 <= kappa <= 1.0:
-        raise ValueError(f"kappa must be in [0, 1] (the paper uses 0.02), got {kappa}")
+    # The bound is declared once, in LpRegOptions; building it validates kappa.
+    LpRegOptions(kappa=kappa)
 
 
 def _kept_and_scaled(rows: torch.Tensor, kappa: float, temperature: float):
@@ -136,21 +135,21 @@ def _full_vocab_kl(proxy_rows: torch.Tensor, policy_rows: torch.Tensor) -> torch
     return (q * diff).sum(-1)
 
 
-@POLICY_LOSSES.register("lp_reg")
+@register_policy_loss("lp_reg", LpRegOptions)
 def lp_reg_loss(
     log_prob: torch.Tensor,
     old_log_prob: torch.Tensor,
     proxy_log_prob: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    rho: float = 0.01,
-    beta: float = 1.0,
-    clip_low: float = 1.0,
-    clip_high: float = 9.0,
-    agg: str = "token-mean",
-    min_k: int = 2,
+    rho: float = LpRegOptions.rho,
+    beta: float = LpRegOptions.beta,
+    clip_low: float = LpRegOptions.clip_low,
+    clip_high: float = LpRegOptions.clip_high,
+    agg: str = LpRegOptions.agg,
+    min_k: int = LpRegOptions.min_k,
     log_normalizer: torch.Tensor | None = None,
-    full_vocab: bool = False,
+    full_vocab: bool = LpRegOptions.full_vocab,
     proxy_rows: torch.Tensor | None = None,
     policy_rows: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
@@ -187,8 +186,7 @@ def lp_reg_loss(
         selected tokens that pass the filter), ``lp_reg/prob_threshold`` (probability of
         the k-th lowest selected token), ``lp_reg/penalty`` and ``lp_reg/mean_z``.
     """
-    if not 0.0 <= rho <= 1.0:
-        raise ValueError(f"rho must be in [0, 1] (the paper uses 0.01), got {rho}")
+    LpRegOptions(rho=rho, min_k=min_k)  # the bounds declared once, in LpRegOptions
     check_same_shape(log_prob=log_prob, old_log_prob=old_log_prob, proxy_log_prob=proxy_log_prob)
     if full_vocab and (proxy_rows is None or policy_rows is None):
         raise ValueError("full_vocab=True needs proxy_rows and policy_rows ([batch, len, vocab])")
@@ -214,16 +212,9 @@ def lp_reg_loss(
         threshold = to_float(torch.exp(lowest.values.max()))
     regularized = selected & (lp_detached < proxy)
 
-    ratio = torch.exp(
-        (lp - as_fp32(old_log_prob.detach())).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    )
-    if full_vocab:
-        penalty = _full_vocab_kl(proxy_rows, policy_rows)
-    else:
-        # Clamping D first changes no value (the result saturates at 10 from |D| ~ 2.6 / 11
-        # on) but keeps exp(D) finite, so the clamp's zero gradient never meets an inf.
-        d = (proxy - lp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-        penalty = (torch.expm1(d) - d).clamp(-K3_VALUE_CLAMP, K3_VALUE_CLAMP)
+    _, ratio = clamped_ratio(lp - as_fp32(old_log_prob.detach()))
+    # The clamped k3 switches the penalty off where Z < ~0.073 (the authors' clamp).
+    penalty = _full_vocab_kl(proxy_rows, policy_rows) if full_vocab else k3(proxy - lp)
     replaced = -adv * ratio + beta * penalty
     loss_mat = torch.where(regularized, replaced, loss_mat)
     loss = aggregate(loss_mat, m, agg)
