@@ -99,8 +99,10 @@ def micro_batch_weights(
         if not token_mean:
             raise ValueError("the concat weighting is one token-mean over both streams")
         total = sum(token_counts)
+        # scale * (n / total): the trainer's historical rounding, kept bitwise
         return [
-            scale[k] * n / total if total else 0.0 for k, n in zip(kinds, token_counts, strict=True)
+            scale[k] * (n / total) if total else 0.0
+            for k, n in zip(kinds, token_counts, strict=True)
         ]
     per_kind_tokens = {
         k: sum(n for kk, n in zip(kinds, token_counts, strict=True) if kk == k) for k in KINDS
@@ -110,7 +112,7 @@ def micro_batch_weights(
     for k, n in zip(kinds, token_counts, strict=True):
         if token_mean:
             denom = per_kind_tokens[k]
-            weights.append(scale[k] * n / denom if denom else 0.0)
+            weights.append(scale[k] * (n / denom) if denom else 0.0)
         else:
             weights.append(scale[k] / per_kind_batches[k])
     return weights

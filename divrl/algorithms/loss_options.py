@@ -55,12 +55,14 @@ class LossOptions:
     Subclasses set ``LOSS`` (the registered name) and may set ``REFUSED`` (option name ->
     why this loss does not take it) and ``NOT_LOSS_ARGS`` (options the trainer uses around
     the loss, e.g. Lp-Reg's ``kappa`` for the proxy, which are not keyword arguments of the
-    loss function).
+    loss function). ``INPUTS`` names the tensors the loss takes beyond ``log_prob``,
+    ``old_log_prob``, ``advantages`` and ``mask`` (a trainer passes those it has).
     """
 
     LOSS: ClassVar[str] = ""
     REFUSED: ClassVar[dict[str, str]] = {}
     NOT_LOSS_ARGS: ClassVar[tuple[str, ...]] = ()
+    INPUTS: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -152,6 +154,7 @@ class LpRegOptions(LossOptions):
         "the clipped term; divrl refuses it rather than invent a semantics",
     }
     NOT_LOSS_ARGS: ClassVar[tuple[str, ...]] = ("kappa",)
+    INPUTS: ClassVar[tuple[str, ...]] = ("proxy_log_prob", "log_normalizer", "selected")
     rho: float = _opt(0.01, "share of negative-advantage tokens selected (32B: 0.005)", 0.0, 1.0)
     beta: float = _opt(1.0, "weight of the k3 penalty toward the proxy", 0.0)
     kappa: float = _opt(0.02, "min-p ratio of the proxy: keep p_v >= kappa * max p", 0.0, 1.0)
@@ -167,6 +170,7 @@ class HighEntropyOptions(LossOptions):
     """80/20: the clipped surrogate on the highest-entropy share of tokens only."""
 
     LOSS: ClassVar[str] = "high_entropy"
+    INPUTS: ClassVar[tuple[str, ...]] = ("entropy",)
     top_fraction: float = _opt(
         0.2, "share of highest-entropy valid tokens trained", 0.0, 1.0, low_open=True
     )

@@ -135,6 +135,22 @@ def _full_vocab_kl(proxy_rows: torch.Tensor, policy_rows: torch.Tensor) -> torch
     return (q * diff).sum(-1)
 
 
+def _select_lowest(
+    lp: torch.Tensor, candidates: torch.Tensor, rho: float, min_k: int
+) -> tuple[torch.Tensor, float]:
+    """The ``k = max(1, floor(rho * N_neg))`` candidates of lowest ``lp`` (none when
+    ``k < min_k``) and the probability of the highest of them."""
+    num_negative = int(candidates.sum())
+    k = max(1, math.floor(rho * num_negative))
+    selected = torch.zeros_like(candidates)
+    if num_negative == 0 or k < min_k:
+        return selected, 0.0
+    scores = torch.where(candidates, lp, torch.full_like(lp, math.inf))
+    lowest = torch.topk(scores.reshape(-1), k, largest=False)
+    selected.view(-1)[lowest.indices] = True
+    return selected, to_float(torch.exp(lowest.values.max()))
+
+
 @register_policy_loss("lp_reg", LpRegOptions)
 def lp_reg_loss(
     log_prob: torch.Tensor,
@@ -152,6 +168,7 @@ def lp_reg_loss(
     full_vocab: bool = LpRegOptions.full_vocab,
     proxy_rows: torch.Tensor | None = None,
     policy_rows: torch.Tensor | None = None,
+    selected: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Lp-Reg policy loss (the authors' code semantics).
 
@@ -179,6 +196,10 @@ def lp_reg_loss(
         rho: the selected share of negative-advantage tokens (paper: 0.01; 0.005 for 32B).
         beta: penalty weight (paper: 1).
         log_normalizer: optional ``[batch, len]`` ``log Z`` for the ``lp_reg/mean_z`` metric.
+        selected: optional ``[batch, len]`` bool, a selection made over a larger population
+            than this batch (the trainer's ``algorithm.lp_reg_scope``: a mini-batch or step);
+            it replaces step 2 (``rho`` and ``min_k`` were applied to that population), and
+            is intersected with this batch's candidates.
 
     Returns:
         ``(loss, metrics)``: the clipped-surrogate metrics plus ``lp_reg/num_negative``,
@@ -202,14 +223,12 @@ def lp_reg_loss(
 
     candidates = (m > 0) & (adv < 0)
     num_negative = int(candidates.sum())
-    k = max(1, math.floor(rho * num_negative))
-    selected = torch.zeros_like(candidates)
-    threshold = 0.0
-    if num_negative > 0 and k >= min_k:
-        scores = torch.where(candidates, lp_detached, torch.full_like(lp_detached, math.inf))
-        lowest = torch.topk(scores.reshape(-1), k, largest=False)
-        selected.view(-1)[lowest.indices] = True
-        threshold = to_float(torch.exp(lowest.values.max()))
+    if selected is not None:
+        selected = selected.to(candidates.device).bool() & candidates
+        picked = lp_detached[selected]
+        threshold = to_float(torch.exp(picked.max())) if picked.numel() else 0.0
+    else:
+        selected, threshold = _select_lowest(lp_detached, candidates, rho, min_k)
     regularized = selected & (lp_detached < proxy)
 
     _, ratio = clamped_ratio(lp - as_fp32(old_log_prob.detach()))

@@ -21,7 +21,7 @@ from divrl.training.experience import informative_groups, score_requests, shard_
 from divrl.training.loading import pad_token_id
 from divrl.training.metrics import StepMetrics
 from divrl.training.trainer import Trainer
-from divrl.training.update import chunks, micro_batch_weight, split
+from divrl.training.update import chunks, pack_by_tokens, split
 
 PROMPTS = [[5, 6], [7], [8, 9, 10], [11]]
 RESPONSES = [[1, 2, 3], [4], [], [12, 13]]
@@ -92,25 +92,12 @@ def test_informative_groups():
     assert informative_groups([1, 1, 0, 1, 0.5, 0.5], 2) == [False, True, False]
 
 
-def test_micro_batch_weights_add_up_to_one_per_stream():
-    # two processes; this process has micro-batches of 3 and 5 rollout tokens and one of 4
-    # reference tokens; over both processes 16 rollout and 8 reference tokens
-    common = dict(
-        policy_tokens=16,
-        reference_tokens=8,
-        policy_micro_batches=2,
-        reference_micro_batches=1,
-        world=2,
-        token_mean=True,
-        eta=0.2,
-    )
-    pg = [micro_batch_weight("pg", t, concat=False, **common) for t in (3, 5)]
-    assert pg == [3 * 2 / 16, 5 * 2 / 16]
-    assert micro_batch_weight("ref", 4, concat=False, **common) == pytest.approx(0.2 * 8 / 8)
-    assert micro_batch_weight("pg", 3, concat=True, **common) == 3 * 2 / 24
-    seq = {**common, "token_mean": False}
-    assert micro_batch_weight("pg", 3, concat=False, **seq) == 0.5
-    assert micro_batch_weight("ref", 4, concat=False, **seq) == pytest.approx(0.2)
+def test_pack_by_tokens_fills_each_micro_batch_up_to_the_budget():
+    lengths = [4, 4, 5, 9, 12, 3]
+    assert pack_by_tokens([0, 1, 2, 3, 4, 5], lengths, 10) == [[0, 1], [2], [3], [4], [5]]
+    assert pack_by_tokens([5, 0, 1, 2], lengths, 12) == [[5, 0, 1], [2]]
+    assert pack_by_tokens([4], lengths, 5) == [[4]]  # longer than the budget: alone
+    assert pack_by_tokens([], lengths, 5) == []
 
 
 def test_chunks_and_split():
