@@ -1,8 +1,8 @@
 """The paper presets carry the values of the authors' run scripts (docs/fidelity.md).
 
-Read as YAML data with their ``extends`` chains resolved here, so the pins hold whether or not
-the config dataclasses accept every key yet; each value's source is in the preset's comment
-and in docs/fidelity.md.
+Loaded through the real config loader (``extends`` chains, loss-option resolution), and
+through ``divrl train CONFIG --print-config``: the resolved values are the authors'. Each
+value's source is in the preset's comment and in docs/fidelity.md.
 """
 
 from pathlib import Path
@@ -10,21 +10,18 @@ from pathlib import Path
 import pytest
 import yaml
 
+from divrl.cli import main
+from divrl.training.config import load_config
+
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
-def _merge(base: dict, top: dict) -> dict:
-    out = dict(base)
-    for key, value in top.items():
-        both_maps = isinstance(value, dict) and isinstance(out.get(key), dict)
-        out[key] = _merge(out[key], value) if both_maps else value
-    return out
-
-
-def resolved(name: str) -> dict:
-    raw = yaml.safe_load((CONFIGS / name).read_text())
-    parent = raw.pop("extends", None)
-    return _merge(resolved(parent), raw) if parent else raw
+def _lookup(config: dict, dotted: str):
+    value = config
+    for part in dotted.split("."):
+        assert part in value, f"{dotted} is not in the resolved config"
+        value = value[part]
+    return value
 
 
 # DPH-RL scripts/llama/*.sh and the verl defaults they inherit
@@ -40,6 +37,7 @@ DPH_COMMON = {
     "train.ppo_epochs": 1,
     "algorithm.clip_low": 0.2,
     "algorithm.dual_clip": 3.0,
+    "algorithm.loss_options.dual_clip": 3.0,
     "algorithm.loss_agg": "token-mean",
     "optim.lr": 1.0e-6,
     "optim.weight_decay": 0.01,
@@ -66,6 +64,7 @@ MATH_COMMON = {
     "train.prompts_per_step": 256,
     "train.micro_batch_tokens": 30720,
     "algorithm.loss_agg": "token-mean",
+    "algorithm.loss_options.agg": "token-mean",
     "algorithm.dual_clip": None,
     "optim.lr": 1.0e-6,
     "optim.weight_decay": 0.0,
@@ -75,9 +74,12 @@ LP_REG = {
     "algorithm.policy_loss": "lp_reg",
     "algorithm.clip_low": 1.0,
     "algorithm.clip_high": 9.0,
-    "algorithm.lp_reg_rho": 0.01,
-    "algorithm.lp_reg_beta": 1.0,
-    "algorithm.lp_reg_kappa": 0.02,
+    "algorithm.loss_options.rho": 0.01,
+    "algorithm.loss_options.beta": 1.0,
+    "algorithm.loss_options.kappa": 0.02,
+    "algorithm.loss_options.clip_low": 1.0,
+    "algorithm.loss_options.clip_high": 9.0,
+    "algorithm.loss_options.min_k": 2,
     "algorithm.lp_reg_scope": "micro_batch",
 }
 
@@ -136,8 +138,8 @@ EXPECTED = {
     "kl_cov.yaml": {
         **MATH_COMMON,
         "algorithm.policy_loss": "kl_cov",
-        "algorithm.kl_cov_ratio": 0.002,
-        "algorithm.kl_cov_coef": 1.0,
+        "algorithm.loss_options": {"kl_cov_ratio": 0.002, "ppo_kl_coef": 1.0, "agg": "token-mean"},
+        "algorithm.clip_low": None,
         "train.mini_batch_size": 32,
     },
     "clip_cov.yaml": {
@@ -145,16 +147,16 @@ EXPECTED = {
         "algorithm.policy_loss": "clip_cov",
         "algorithm.clip_low": 1.0,
         "algorithm.clip_high": 1.0,
-        "algorithm.clip_cov_ratio": 0.0002,
-        "algorithm.clip_cov_lb": 1.0,
-        "algorithm.clip_cov_ub": 5.0,
+        "algorithm.loss_options.clip_ratio": 0.0002,
+        "algorithm.loss_options.clip_cov_lb": 1.0,
+        "algorithm.loss_options.clip_cov_ub": 5.0,
         "train.mini_batch_size": 32,
     },
     "entropy_bonus.yaml": {**MATH_COMMON, "algorithm.entropy_coef": 0.002},
     "high_entropy_8020.yaml": {
         **MATH_COMMON,
         "algorithm.policy_loss": "high_entropy",
-        "algorithm.high_entropy_fraction": 0.2,
+        "algorithm.loss_options.top_fraction": 0.2,
     },
 }
 
@@ -165,11 +167,27 @@ def test_every_paper_preset_is_pinned():
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_preset_values_come_from_the_authors_scripts(name):
-    config = resolved(name)
+    config = load_config(CONFIGS / name).to_dict()
     for dotted, value in EXPECTED[name].items():
-        section, key = dotted.split(".")
-        assert key in config.get(section, {}), f"{name}: {dotted} is not set"
-        assert config[section][key] == value, f"{name}: {dotted}"
+        assert _lookup(config, dotted) == value, f"{name}: {dotted}"
+
+
+@pytest.mark.parametrize("name", ["dph_js.yaml", "lp_reg_offpolicy.yaml", "kl_cov.yaml"])
+def test_print_config_shows_the_authors_values(name, capsys):
+    assert main(["train", str(CONFIGS / name), "--print-config"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    for dotted, value in EXPECTED[name].items():
+        assert _lookup(printed, dotted) == value, f"{name}: {dotted}"
+
+
+def test_the_dph_and_lp_reg_combination_loads():
+    algo = load_config(CONFIGS / "dph_js_lp_reg.yaml").algorithm
+    assert (algo.policy_loss, algo.divergence, algo.divergence_weighting) == (
+        "lp_reg",
+        "js",
+        "authors",
+    )
+    assert (algo.dual_clip, algo.options.rho, algo.options.kappa) == (None, 0.01, 0.02)
 
 
 def test_every_preset_value_cites_its_source():
