@@ -195,3 +195,39 @@ def test_the_trainer_needs_paths_and_the_command_fills_them(tmp_path):
         Trainer(cfg)
     given = load_config(None, ["model.path=/m", "data.train_path=/d.jsonl"])
     assert with_toy_defaults(given) is given and given.model.path == "/m"
+
+
+@pytest.mark.parametrize("mode", ["error", "drop", "left"])
+def test_prompts_over_max_prompt_length_follow_data_truncation(mode, tiny_world, tmp_path, caplog):
+    from transformers import AutoTokenizer
+
+    from divrl.training.loading import load_prompts
+
+    rows = [
+        {
+            "data_source": "math",
+            "prompt": text,
+            "reward_model": {"style": "rule", "ground_truth": "1"},
+            "extra_info": {"index": f"p{i}"},
+        }
+        for i, text in enumerate(["Q:1+2=", "Q:12345+67890=", "Q:3=", "Q:99999+99999+1="])
+    ]
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    overrides = tiny_overrides(tiny_world, tmp_path, **{"data.max_prompt_length": 8})
+    cfg = load_config(None, [*overrides, f"data.truncation={mode}"])
+    tokenizer = AutoTokenizer.from_pretrained(tiny_world["model"])
+    if mode == "error":
+        with pytest.raises(ValueError, match=r"2 of 4 prompts .* data.max_prompt_length=8"):
+            load_prompts(cfg, str(data), None, tokenizer)
+        return
+    with caplog.at_level("INFO", logger="divrl.training.loading"):
+        items, count = load_prompts(cfg, str(data), None, tokenizer)
+    assert count == 2 and "2 of 4 prompts longer than" in caplog.text
+    if mode == "drop":
+        assert [p.id for p in items] == ["p0", "p2"]
+    else:
+        assert [p.id for p in items] == ["p0", "p1", "p2", "p3"]
+        assert all(len(p.prompt_ids) <= 8 for p in items)
+        # the last 8 tokens of "Q:12345+67890=" (one token per character)
+        assert tokenizer.decode(items[1].prompt_ids) == "5+67890="
