@@ -314,15 +314,8 @@ class PolicyUpdate:
         """This process's micro-batch weights (times ``world``: DDP averages gradients) from
         all processes' micro-batch kinds and token counts, and the step's effective eta."""
         algo = self.config.algorithm
-        mine = [
-            (
-                kind,
-                int(
-                    (exp if kind == ROLLOUT else self.reference_samples).response_lengths[idx].sum()
-                ),
-            )
-            for kind, idx in jobs
-        ]
+        pairs = {ROLLOUT: exp, REFERENCE: self.reference_samples}
+        mine = [(kind, int(pairs[kind].response_lengths[idx].sum())) for kind, idx in jobs]
         parts = self.collective.all_gather_object(mine)
         offset = sum(len(p) for p in parts[: self.collective.rank])
         kinds = [k for part in parts for k, _ in part]
