@@ -206,9 +206,11 @@ class PolicyUpdate:
         negative = exp.advantages[rows] < 0
         candidates = (exp.response_mask[rows] > 0) & negative.view(-1, 1)
         threshold, population_size = self._lowest_share(lp[rows][candidates])
-        selected = torch.zeros(exp.responses.shape, dtype=torch.bool)
-        selected[rows] = candidates & (lp[rows] <= threshold)
-        exp.lp_reg_selected = selected
+        in_population = torch.zeros(exp.responses.shape, dtype=torch.bool)
+        in_population[rows] = candidates & (lp[rows] <= threshold)
+        # the mini-batch's rows only: the next mini-batch selects again, after this update
+        exp.lp_reg_selected = torch.zeros_like(in_population)
+        exp.lp_reg_selected[seqs] = in_population[seqs]
         meter.add({"lp_reg/population_negative": population_size})
 
     def _lowest_share(self, values: torch.Tensor) -> tuple[float, float]:

@@ -202,3 +202,25 @@ def test_lp_reg_scope_mini_batch_selects_over_the_whole_mini_batch(tiny_world, t
     local_counts = _count_selected(local)
     _step_gradient(local, exp, seqs, [])
     assert sum(local_counts) != whole_counts[0]
+
+
+def test_lp_reg_scope_step_selects_over_the_whole_step(tiny_world, tmp_path):
+    """Off-policy (2 mini-batches): the `step` population is every rollout of the step, the
+    `mini_batch` one the mini-batch's; the selection covers only the mini-batch's rows."""
+    counts = {}
+    for scope in ("step", "mini_batch"):
+        trainer = _lp_reg(
+            tiny_world,
+            tmp_path / scope,
+            **{"train.mini_batch_size": 2, "algorithm.lp_reg_scope": scope},
+        )
+        exp, _, _ = trainer.experience.make(0)
+        trainer.update.precompute(exp)
+        first = list(range(len(exp) // 2))
+        _, meter = _step_gradient(trainer, exp, first, [])
+        counts[scope] = meter.means()["lp_reg/population_negative"]
+        negative = (exp.response_mask > 0) & (exp.advantages < 0).view(-1, 1)
+        want = negative if scope == "step" else negative[first]
+        assert counts[scope] == int(want.sum())
+        assert not exp.lp_reg_selected[len(first) :].any()  # only the mini-batch's rows
+    assert counts["step"] > counts["mini_batch"]
