@@ -170,6 +170,8 @@ class Trainer:
             reference_store=self.reference_store,
             pad_id=self.pad_id,
         )
+        if cfg.algorithm.policy_loss == "lp_reg":
+            logger.info("Lp-Reg selection scope: %s", cfg.algorithm.lp_reg_scope)
         self.step = 0
         if resume:
             self._load_latest_checkpoint()
@@ -227,8 +229,9 @@ class Trainer:
         local.update(means)
         local.update(counts, reduce="sum")
         local.update(update)
-        if "loss/total" in update:  # already a sum over processes
-            local.put("loss/total", update["loss/total"], reduce="global")
+        for key in ("loss/total", "dph/effective_eta"):  # already the same on every process
+            if key in update:
+                local.put(key, update[key], reduce="global")
         metrics = local.reduced(self.collective)
         metrics["actor/skipped_steps"] = float(skipped)
         metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
