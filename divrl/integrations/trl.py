@@ -227,7 +227,7 @@ class DivRLGRPOTrainer(GRPOTrainer):
                 _raise_on_internal_problems(["_compute_loss no longer computes log-probs"])
             loss = loss + self._lp_reg_replacement(inputs, cap)
         if self._reference is not None and train:
-            loss = loss + self._dph_term(model)
+            loss = loss + self._dph_term(model, int(inputs["completion_ids"].shape[0]))
         return loss
 
     # ------------------------------------------------------------------ the two methods
@@ -288,8 +288,19 @@ class DivRLGRPOTrainer(GRPOTrainer):
         self._log_divrl(metrics)
         return replacement
 
-    def _dph_term(self, model: torch.nn.Module) -> torch.Tensor:
-        """``divergence_coef * D_f`` on a micro-batch of reference samples, divided by the GA steps."""
+    def _dph_scale(self, rollouts: int) -> float:
+        """The factor on the reference micro-batch's divergence: ``divergence_coef``
+        (``paper``), or ``divergence_coef * reference_batch_size / rollouts`` (``authors``:
+        the reference stream weighs
+        eta times its share of the samples, as in the DPH-RL authors' actor)."""
+        eta = self.args.divergence_coef
+        if self.args.divergence_weighting == "paper":
+            return eta
+        return eta * self.args.reference_batch_size / max(rollouts, 1)
+
+    def _dph_term(self, model: torch.nn.Module, rollouts: int) -> torch.Tensor:
+        """``divergence_coef * D_f`` (scaled per ``divergence_weighting``) on a micro-batch of reference
+        samples, divided by the GA steps; ``rollouts`` = completions in this micro-batch."""
         ref = self._reference
         assert ref is not None
         acc = self.accelerator
@@ -315,8 +326,8 @@ class DivRLGRPOTrainer(GRPOTrainer):
             self.args.divergence,
             self.args.divergence_alpha,
         )
-        term = self.args.divergence_coef * divergence / self._grad_accum()
-        metrics["dph/loss"] = self.args.divergence_coef * metrics["dph/divergence"]
+        term = self._dph_scale(rollouts) * divergence / self._grad_accum()
+        metrics["dph/loss"] = self._dph_scale(rollouts) * metrics["dph/divergence"]
         metrics["dph/response_length"] = float(batch.mask.sum(-1).mean())
         self._log_divrl(metrics)
         return term

@@ -8,9 +8,12 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from divrl.algorithms import DIVERGENCES, divergence_generator
+from divrl.algorithms import DIVERGENCES, LpRegOptions, divergence_generator
 
-__all__ = ["DEPRECATED_NAMES", "LP_REG_LOSS_TYPES", "DivRLGRPOConfig"]
+__all__ = ["DEPRECATED_NAMES", "LP_REG_LOSS_TYPES", "TRL_DPH_WEIGHTINGS", "DivRLGRPOConfig"]
+
+# divrl's DPH stream weightings the adapter offers (docs/trl.md)
+TRL_DPH_WEIGHTINGS = ("authors", "paper")
 
 #: deprecated field -> its name now (the name `divrl train`'s config uses)
 DEPRECATED_NAMES = {
@@ -19,6 +22,7 @@ DEPRECATED_NAMES = {
     "dph_alpha": "divergence_alpha",
     "dph_reference_store": "reference_store",
     "dph_batch_size": "reference_batch_size",
+    "dph_weighting": "divergence_weighting",
 }
 
 
@@ -71,6 +75,18 @@ class DivRLGRPOConfig(GRPOConfig):
             "per-token log-probs. Required with divergence.",
         },
     )
+    divergence_weighting: str = field(
+        default="authors",
+        metadata={
+            "help": "How divergence_coef weighs the reference samples against TRL's loss "
+            "(algorithm.divergence_weighting in `divrl train`). 'authors' (default): the term "
+            "is multiplied by reference_batch_size / (completions in the micro-batch), so the "
+            "reference stream weighs divergence_coef times its share of the samples, the "
+            "balance of the DPH-RL authors' actor (one kind per micro-batch, equal micro-batch "
+            "sizes), under which the paper's eta values were tuned. 'paper': loss = TRL's loss "
+            "+ divergence_coef * D_f (an absolute weight). See docs/trl.md.",
+        },
+    )
     reference_batch_size: int = field(
         default=1,
         metadata={
@@ -101,6 +117,9 @@ class DivRLGRPOConfig(GRPOConfig):
     )
     dph_batch_size: int | None = field(
         default=None, metadata={"help": "Deprecated: use reference_batch_size."}
+    )
+    dph_weighting: str | None = field(
+        default=None, metadata={"help": "Deprecated: use divergence_weighting."}
     )
     lp_reg: bool = field(
         default=False,
@@ -173,6 +192,12 @@ class DivRLGRPOConfig(GRPOConfig):
             raise ValueError(
                 f"divergence_coef must be a finite number >= 0, got {self.divergence_coef}"
             )
+        if self.divergence_weighting not in TRL_DPH_WEIGHTINGS:
+            raise ValueError(
+                f"divergence_weighting={self.divergence_weighting!r}: use one of "
+                f"{list(TRL_DPH_WEIGHTINGS)} ('concat' of divrl's trainer is not offered: TRL's "
+                "loss normalisation depends on loss_type)"
+            )
         if self.reference_batch_size < 1:
             raise ValueError(f"reference_batch_size must be >= 1, got {self.reference_batch_size}")
         if self.beta != 0.0:
@@ -182,14 +207,12 @@ class DivRLGRPOConfig(GRPOConfig):
             )
 
     def _validate_lp_reg(self) -> None:
-        if not 0.0 <= self.lp_reg_kappa <= 1.0:
-            raise ValueError(
-                f"lp_reg_kappa must be in [0, 1] (paper: 0.02), got {self.lp_reg_kappa}"
-            )
-        if not 0.0 < self.lp_reg_rho <= 1.0:
-            raise ValueError(f"lp_reg_rho must be in (0, 1] (paper: 0.01), got {self.lp_reg_rho}")
-        if not self.lp_reg_beta >= 0.0:
-            raise ValueError(f"lp_reg_beta must be >= 0 (paper: 1.0), got {self.lp_reg_beta}")
+        # the bounds live in one place: divrl's Lp-Reg options dataclass
+        for name in ("kappa", "rho", "beta"):
+            try:
+                LpRegOptions(**{name: getattr(self, f"lp_reg_{name}")})
+            except ValueError as exc:
+                raise ValueError(f"lp_reg_{name}: {exc}") from exc
         # Lp-Reg replaces TRL's clipped per-token loss on a few tokens; the settings below
         # change that per-token loss in ways the replacement would not reproduce.
         if self.loss_type not in LP_REG_LOSS_TYPES:

@@ -98,34 +98,50 @@ def load_policy(config: Config, model_path: str) -> tuple[torch.nn.Module, Any]:
 def load_prompts(
     config: Config, train_path: str, db_dir: str | None, tokenizer: Any
 ) -> tuple[list[PromptItem], int]:
-    """Tokenised training prompts and the number dropped for exceeding max_prompt_length.
+    """Tokenised training prompts and the number longer than ``data.max_prompt_length``
+    (dropped or left-truncated per ``data.truncation``; ``error`` raises when any is).
 
     Raises:
+        ValueError: ``data.truncation=error`` and some prompts are too long (the message
+            gives their count and the settings that change it).
         NoUsablePromptsError: no prompt is left; the message says how many rows were read
             and which setting dropped them.
     """
     from divrl.data import load_examples, render_prompt
 
-    examples = load_examples(train_path, db_dir=db_dir, limit=config.data.limit)
+    data = config.data
+    examples = load_examples(
+        train_path, db_dir=db_dir, limit=data.limit, skip_invalid=data.skip_invalid
+    )
     items, too_long = [], []
     for ex in examples:
-        text = render_prompt(ex, template=config.data.template, tokenizer=tokenizer)
+        text = render_prompt(ex, template=data.template, tokenizer=tokenizer)
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-        if len(ids) > config.data.max_prompt_length:
+        if len(ids) > data.max_prompt_length:
             too_long.append(len(ids))
-            continue
+            if data.truncation == "drop":
+                continue
+            ids = ids[-data.max_prompt_length :]  # 'left' (verl's truncation='left')
         items.append(PromptItem(str(ex.id), ids, ex.data_source, ex.ground_truth, ex.extra_info))
+    if too_long and data.truncation == "error":
+        raise ValueError(
+            f"{len(too_long)} of {len(examples)} prompts in {train_path} are longer than "
+            f"data.max_prompt_length={data.max_prompt_length} tokens (the longest has "
+            f"{max(too_long)}): raise data.max_prompt_length, or set data.truncation=drop "
+            "(leave them out) or data.truncation=left (keep their last max_prompt_length tokens)"
+        )
     if not items:
         raise NoUsablePromptsError(_no_prompts_message(config, train_path, len(examples), too_long))
-    if too_long:
-        logger.warning(
-            "dropped %d of %d prompts longer than data.max_prompt_length=%d tokens "
-            "(the longest has %d)",
-            len(too_long),
-            len(examples),
-            config.data.max_prompt_length,
-            max(too_long),
-        )
+    action = {"error": "refused", "drop": "dropped", "left": "left-truncated"}[data.truncation]
+    # always reported, also when 0: a silent drop once hid most of a dataset
+    (logger.warning if too_long else logger.info)(
+        "%d of %d prompts longer than data.max_prompt_length=%d tokens (%s, data.truncation=%s)",
+        len(too_long),
+        len(examples),
+        data.max_prompt_length,
+        action,
+        data.truncation,
+    )
     return items, len(too_long)
 
 
@@ -136,10 +152,11 @@ def _no_prompts_message(config: Config, train_path: str, rows: int, too_long: li
         return f"{where}: it has no rows{limit}"
     return (
         f"{where}: all {rows} rows were dropped by data.max_prompt_length="
-        f"{config.data.max_prompt_length} (their prompts, rendered with the "
-        f"{config.data.template!r} template, have {min(too_long)} to {max(too_long)} tokens): "
-        f"set data.max_prompt_length={max(too_long)} or more (the model's context must hold "
-        f"it plus rollout.max_new_tokens={config.rollout.max_new_tokens}), or shorten the prompts"
+        f"{config.data.max_prompt_length} with data.truncation=drop (their prompts, rendered "
+        f"with the {config.data.template!r} template, have {min(too_long)} to "
+        f"{max(too_long)} tokens): set data.max_prompt_length={max(too_long)} or more (the "
+        f"model's context must hold it plus rollout.max_new_tokens="
+        f"{config.rollout.max_new_tokens}), data.truncation=left, or shorten the prompts"
     )
 
 

@@ -120,7 +120,9 @@ def test_config_validation_messages(tmp_path, store):
     with pytest.raises(ValueError, match="lp_reg_kappa"):
         make_args(tmp_path, lp_reg=True, lp_reg_kappa=2.0)
     with pytest.raises(ValueError, match="lp_reg_rho"):
-        make_args(tmp_path, lp_reg=True, lp_reg_rho=0.0)
+        make_args(tmp_path, lp_reg=True, lp_reg_rho=1.5)
+    with pytest.raises(ValueError, match="divergence_weighting"):
+        make_args(tmp_path, divergence="js", reference_store=str(store), divergence_weighting="x")
     args = make_args(tmp_path, divergence="alpha", divergence_alpha=0.5, reference_store=str(store))
     assert args.divergence == "alpha" and args.beta == 0.0
     # every added field carries help text, like TRL's own
@@ -131,6 +133,7 @@ def test_config_validation_messages(tmp_path, store):
         "divergence",
         "divergence_coef",
         "divergence_alpha",
+        "divergence_weighting",
         "reference_store",
         "reference_batch_size",
         "allow_store_mismatch",
@@ -223,15 +226,22 @@ def test_eta_zero_and_lp_reg_off_equals_plain_grpo(tmp_path, tokenizer, store):
     assert adapter._metrics["train"]["divrl/dph/divergence"]
 
 
-@pytest.mark.parametrize("kind", ["js", "forward_kl"])
-def test_dph_term_is_eta_times_divergence_over_grad_accum(tmp_path, tokenizer, foreign_store, kind):
+@pytest.mark.parametrize(
+    ("kind", "weighting"), [("js", "paper"), ("forward_kl", "paper"), ("js", "authors")]
+)
+def test_dph_term_is_eta_times_divergence_over_grad_accum(
+    tmp_path, tokenizer, foreign_store, kind, weighting
+):
     """Loss and gradient added by DPH = eta / GA * D_f on the seeded reference draw, with
-    D_f recomputed here sample by sample on unpadded sequences."""
+    D_f recomputed here sample by sample on unpadded sequences; under the `authors`
+    weighting eta is further multiplied by the reference samples' share of the samples
+    (reference samples per micro-batch / completions in it)."""
     eta, ga, per_step = 0.5, 2, 3
     common = dict(
         divergence=kind,
         reference_store=str(foreign_store),
         reference_batch_size=per_step,
+        divergence_weighting=weighting,
         gradient_accumulation_steps=ga,
     )
     base = build(DivRLGRPOTrainer, make_args(tmp_path, divergence_coef=0.0, **common), tokenizer)
@@ -242,6 +252,9 @@ def test_dph_term_is_eta_times_divergence_over_grad_accum(tmp_path, tokenizer, f
     batch = rollout_batch(base)
     loss0, grads0 = loss_and_grads(base, batch)
     loss1, grads1 = loss_and_grads(with_dph, batch)
+    if weighting == "authors":
+        assert batch["completion_ids"].shape[0] == 8  # 2 prompts x 4 generations
+        eta = eta * per_step / 8
 
     samples = ReferenceStore(foreign_store).samples
     drawn = [samples[i] for i in EpochSampler(len(samples), seed=0).take(per_step)]
