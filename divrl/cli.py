@@ -44,6 +44,7 @@ USER_ERRORS = (
     ("divrl.rollout.model_source", "ModelSourceError"),
     ("divrl.data.reference_store", "StoreMismatchError"),
     ("divrl.training.loading", "NoUsablePromptsError"),
+    ("divrl.training.loading", "PromptLengthError"),
 )
 # Built-in errors that, raised inside divrl, name a missing or unreadable input.
 USER_OS_ERRORS = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)

@@ -103,8 +103,8 @@ def output_dir(command: str) -> str | None:
     argv = shlex.split(command)
     if "--out" in argv:
         return argv[argv.index("--out") + 1]
-    if "train" not in argv or "--resume" in argv:
-        return None
+    if "train" not in argv or "--resume" in argv or "--overwrite" in argv:
+        return None  # writes nothing, or continues / replaces a run on purpose
     override = [a.split("=", 1)[1] for a in argv if a.startswith("logging.output_dir=")]
     config = next(a for a in argv if a.endswith(".yaml"))
     return override[0] if override else load_config(ROOT / config).logging.output_dir

@@ -31,12 +31,14 @@ def trl_dataset(
     db_dir: str | None = None,
     limit: int | None = None,
     max_prompt_length: int = 512,
+    truncation: str = "error",
 ) -> Any:
     """A ``datasets.Dataset`` of the prompts divrl trains on, for TRL's ``GRPOTrainer``.
 
     Pass the ``data.*`` settings of the config you presampled with: the prompts are loaded
-    and filtered by the same code as ``divrl train`` (``divrl.training.loading``), so their
-    ids are the store's.
+    and filtered by the same code as ``divrl train`` (``divrl.training.loading``; a prompt
+    over ``max_prompt_length`` is an error, dropped or left-truncated per ``truncation``, as
+    ``data.truncation``), so their ids are the store's.
 
     Columns: ``prompt`` (the rendered prompt text), ``prompt_id`` (divrl's id),
     ``data_source``, ``ground_truth`` and ``extra_info`` (JSON strings: Arrow needs one type
@@ -51,6 +53,7 @@ def trl_dataset(
         "data.template": template,
         "data.limit": "null" if limit is None else limit,
         "data.max_prompt_length": max_prompt_length,
+        "data.truncation": truncation,
     }
     config = load_config(None, [f"{k}={v}" for k, v in settings.items()])
     prompts, _ = load_prompts(config, str(train_path), db_dir, tokenizer)

@@ -19,6 +19,7 @@ from divrl.training.config import Config
 __all__ = [
     "NoUsablePromptsError",
     "PromptItem",
+    "PromptLengthError",
     "build_optimizer",
     "load_policy",
     "load_prompts",
@@ -34,6 +35,10 @@ logger = logging.getLogger(__name__)
 
 class NoUsablePromptsError(ValueError):
     """Every training row was dropped (the message says how many and by which setting)."""
+
+
+class PromptLengthError(ValueError):
+    """Prompts over ``data.max_prompt_length`` with ``data.truncation=error``."""
 
 
 @dataclass
@@ -102,8 +107,8 @@ def load_prompts(
     (dropped or left-truncated per ``data.truncation``; ``error`` raises when any is).
 
     Raises:
-        ValueError: ``data.truncation=error`` and some prompts are too long (the message
-            gives their count and the settings that change it).
+        PromptLengthError: ``data.truncation=error`` and some prompts are too long (the
+            message gives their count, the longest and the settings that change it).
         NoUsablePromptsError: no prompt is left; the message says how many rows were read
             and which setting dropped them.
     """
@@ -124,7 +129,7 @@ def load_prompts(
             ids = ids[-data.max_prompt_length :]  # 'left' (verl's truncation='left')
         items.append(PromptItem(str(ex.id), ids, ex.data_source, ex.ground_truth, ex.extra_info))
     if too_long and data.truncation == "error":
-        raise ValueError(
+        raise PromptLengthError(
             f"{len(too_long)} of {len(examples)} prompts in {train_path} are longer than "
             f"data.max_prompt_length={data.max_prompt_length} tokens (the longest has "
             f"{max(too_long)}): raise data.max_prompt_length, or set data.truncation=drop "

@@ -85,7 +85,9 @@ def test_trl_dataset_has_divrl_ids_and_prompts_and_the_verifier_scores_them(tmp_
     ]
     path = tmp_path / "train.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    data = trl_dataset(path, tokenizer, max_prompt_length=10)
+    with pytest.raises(ValueError, match=r"1 of 4 prompts .* longer than data\.max_prompt_length"):
+        trl_dataset(path, tokenizer, max_prompt_length=10)  # truncation="error", as divrl's
+    data = trl_dataset(path, tokenizer, max_prompt_length=10, truncation="drop")
     assert data["prompt_id"] == ["m0", "m1", "m2"]  # m3 has 13 tokens > 10
     assert data["prompt"][1] == "1+1=111"
     assert trl_dataset(path, tokenizer, limit=2)["prompt_id"] == ["m0", "m1"]

@@ -105,5 +105,7 @@ def test_store_mismatch_and_dropped_prompts_are_one_paragraph(tiny_world, tmp_pa
     assert last.startswith("divrl train: the reference store") and "Traceback" not in err
     assert "data.limit" in last and "--allow-store-mismatch" in last
     too_short = tiny_overrides(tiny_world, tmp_path, **{"data.max_prompt_length": 2})
-    assert main(["train", *too_short]) == 2
+    assert main(["train", *too_short]) == 2  # data.truncation=error (the default)
+    assert "16 of 16 prompts in" in capsys.readouterr().err
+    assert main(["train", *too_short, "data.truncation=drop"]) == 2
     assert "all 16 rows were dropped by data.max_prompt_length=2" in capsys.readouterr().err

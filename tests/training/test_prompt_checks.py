@@ -12,11 +12,23 @@ from divrl.training.config import load_config
 from divrl.training.trainer import Trainer
 
 
-def test_all_prompts_too_long_names_the_count_and_the_setting(tiny_world, tmp_path):
-    # the tiny prompts "Q:0+1=" .. "Q:15+16=" are 6 to 8 characters (= tokens)
+def test_too_long_prompts_are_an_error_naming_count_longest_and_settings(tiny_world, tmp_path):
+    from divrl.training.loading import PromptLengthError
+
     config = load_config(
-        None, tiny_overrides(tiny_world, tmp_path, **{"data.max_prompt_length": 5})
+        None, tiny_overrides(tiny_world, tmp_path, **{"data.max_prompt_length": 7})
     )
+    with pytest.raises(PromptLengthError) as err:
+        Trainer(config)
+    message = str(err.value)
+    assert "6 of 16 prompts in" in message and "data.max_prompt_length=7" in message
+    assert "(the longest has 8)" in message and "data.truncation=drop" in message
+
+
+def test_all_prompts_dropped_names_the_count_and_the_setting(tiny_world, tmp_path):
+    # the tiny prompts "Q:0+1=" .. "Q:15+16=" are 6 to 8 characters (= tokens)
+    too_short = {"data.max_prompt_length": 5, "data.truncation": "drop"}
+    config = load_config(None, tiny_overrides(tiny_world, tmp_path, **too_short))
     with pytest.raises(ValueError) as err:
         Trainer(config)
     message = str(err.value)
@@ -26,13 +38,12 @@ def test_all_prompts_too_long_names_the_count_and_the_setting(tiny_world, tmp_pa
 
 
 def test_some_prompts_too_long_is_a_warning_with_the_count(tiny_world, tmp_path, caplog):
-    config = load_config(
-        None, tiny_overrides(tiny_world, tmp_path, **{"data.max_prompt_length": 7})
-    )
+    some = {"data.max_prompt_length": 7, "data.truncation": "drop"}
+    config = load_config(None, tiny_overrides(tiny_world, tmp_path, **some))
     with caplog.at_level(logging.WARNING):
         trainer = Trainer(config)
     assert len(trainer.prompts) == 10  # "Q:0+1=" .. "Q:9+10=" (6 and 7 tokens)
-    assert "dropped 6 of 16 prompts longer than data.max_prompt_length=7" in caplog.text
+    assert "6 of 16 prompts longer than data.max_prompt_length=7 tokens (dropped" in caplog.text
 
 
 def test_an_empty_data_file_says_so(tiny_world, tmp_path):
