@@ -26,6 +26,7 @@ TRAIN_SCALE = [
     "data.limit=24",
     "train.total_steps=2",
     "train.prompts_per_step=4",
+    "train.mini_batch_size=null",  # (the presets take 16 of 32 prompts per optimiser step)
     "train.micro_batch_size=16",
     "rollout.n=4",
     "rollout.max_new_tokens=40",

@@ -39,6 +39,13 @@ def test_the_doc_names_the_new_fields_and_the_presample_store():
     config = ROOT / shlex.split(bash.split("#")[0])[2]
     store = re.search(r'store = "([^"]+)"', python).group(1)
     assert f"store: {store}" in config.read_text()  # where `divrl presample` writes
+    # the dataset is built with the presample config's data settings
+    from divrl.training.config import load_config
+
+    data = load_config(config).data
+    call = python[python.index("trl_dataset(\n") :].split(")\n")[0]
+    assert f"max_prompt_length={data.max_prompt_length}" in call
+    assert f'truncation="{data.truncation}"' in call
     (readme_diff,) = blocks((ROOT / "README.md").read_text(), "diff")
     assert f'reference_store="{store}"' in readme_diff  # the README's TRL snippet agrees
 
