@@ -13,8 +13,8 @@ the data a training run uses, without hashing gigabytes of weights:
   tensors in the middle of a file larger than 2 MiB is not. Modification times are not
   used: a copied model is the same model. A name that is not a local directory (a hub id)
   is fingerprinted by the name.
-- :func:`prompts_fingerprint` hashes every prompt's id and token ids in order (the token
-  ids cover the text, the template and the tokenizer).
+- :func:`prompts_fingerprint` hashes every prompt's id and token ids, in any order (the
+  token ids cover the text, the template and the tokenizer).
 """
 
 from __future__ import annotations
@@ -75,9 +75,10 @@ def model_fingerprint(path: str | Path) -> str:
 
 
 def prompts_fingerprint(prompts: Iterable[tuple[str, Sequence[int]]]) -> str:
-    """``sha256:<hex>`` of ``(prompt id, prompt token ids)`` pairs, in order."""
+    """``sha256:<hex>`` of the set of ``(prompt id, prompt token ids)`` pairs: their order
+    does not count (a store does not depend on the order of the data file)."""
+    rows = sorted(json.dumps([str(pid), [int(t) for t in ids]]) for pid, ids in prompts)
     digest = hashlib.sha256()
-    for prompt_id, token_ids in prompts:
-        digest.update(json.dumps([str(prompt_id), [int(t) for t in token_ids]]).encode())
-        digest.update(b"\n")
+    for row in rows:
+        digest.update(row.encode() + b"\n")
     return f"sha256:{digest.hexdigest()}"

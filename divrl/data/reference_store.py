@@ -116,7 +116,7 @@ class StoreExpectation:
     Args:
         model: :func:`~divrl.data.fingerprint.model_fingerprint` of the model trained.
         model_name: its path or hub id (for messages).
-        prompts: ``(prompt id, prompt token ids)`` of every training prompt, in order.
+        prompts: ``(prompt id, prompt token ids)`` of every training prompt.
         sampling: the presample settings, keyed as ``manifest["sampling"]``
             (see :data:`SAMPLING_SETTINGS`).
         threshold: the near-perfect threshold (the split rule), correct of k.
@@ -170,7 +170,7 @@ class StoreExpectation:
             self.failed_to_exploration,
         ):
             found.append(
-                f"split rule: presampled with failed_to_exploration={before}, "
+                f"reference.failed_to_exploration (the split rule): presampled with {before}, "
                 f"this run has {self.failed_to_exploration}"
             )
         return found

@@ -41,10 +41,11 @@ def test_model_fingerprint_reads_content_not_location(tiny_world, tmp_path):
     assert model_fingerprint("org/not-a-local-dir") == "name:org/not-a-local-dir"
 
 
-def test_prompts_fingerprint_covers_ids_tokens_and_order():
+def test_prompts_fingerprint_covers_ids_and_tokens_not_order():
     base = prompts_fingerprint([("a", [1, 2]), ("b", [3])])
-    assert base == prompts_fingerprint([("a", [1, 2]), ("b", [3])])
-    assert base != prompts_fingerprint([("b", [3]), ("a", [1, 2])])
+    assert base == prompts_fingerprint([("b", [3]), ("a", [1, 2])])
+    assert base != prompts_fingerprint([("a", [1, 2])])
+    assert base != prompts_fingerprint([("a", [1]), ("b", [2, 3])])
     assert base != prompts_fingerprint([("a", [1, 2]), ("b", [4])])
     assert base != prompts_fingerprint([("a", [1, 2]), ("c", [3])])
 
@@ -126,7 +127,7 @@ def test_sampling_settings_and_split_rule_are_compared(tiny_world, reference_sto
     message = str(err.value)
     assert "reference.top_p: presampled with 0.95, this run has 0.9" in message
     assert "reference.threshold (the split rule): presampled with 4" in message
-    assert "failed_to_exploration=False, this run has True" in message
+    assert "reference.failed_to_exploration (the split rule): presampled with False" in message
 
 
 def test_a_store_without_fingerprints_is_trained_on_with_a_warning(
