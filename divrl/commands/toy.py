@@ -22,12 +22,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ):
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.add_argument("--cache-dir", help="default: $DIVRL_CACHE_DIR/toy or ~/.cache/divrl/toy")
+        p.add_argument(
+            "--world",
+            choices=("sql", "countdown"),
+            default="sql",
+            help="'sql': toy SQL + math (divrl.toy.world); 'countdown': countdown arithmetic "
+            "with search traces (divrl.toy.countdown_world)",
+        )
         p.add_argument("--seed", type=int, default=0, help="generator and training seed")
         p.add_argument(
             "--size", default="full", help="'full' (minutes) or 'tiny' (seconds, for tests)"
         )
         p.add_argument("--max-prompts", type=int, default=256, help="prompts measured per split")
-        p.add_argument("--samples", type=int, default=16, help="samples per prompt (Pass@k)")
+        p.add_argument(
+            "--samples",
+            type=int,
+            default=None,
+            help="samples per prompt (Pass@k; default 16, countdown 32)",
+        )
         p.add_argument("--json", action="store_true", help="print the measurements as JSON")
         p.add_argument("--quiet", action="store_true", help="no progress bars")
         if name == "build":
@@ -60,15 +72,30 @@ def run(args: argparse.Namespace) -> int:
         measure_base_model,
     )
 
-    if args.size not in SIZES:
+    world_name = getattr(args, "world", "sql")
+    if world_name == "countdown":
+        from divrl.toy.countdown_world import SIZES as CD_SIZES
+        from divrl.toy.countdown_world import ensure_countdown_world
+
+        if args.size not in CD_SIZES:
+            raise SystemExit(f"divrl toy: unknown --size {args.size!r} for countdown")
+        world = ensure_countdown_world(
+            args.cache_dir,
+            size=args.size,
+            seed=args.seed,
+            progress=not args.quiet,
+            use_shipped=not getattr(args, "retrain", False),
+        )
+    elif args.size not in SIZES:
         raise SystemExit(f"divrl toy: unknown --size {args.size!r}; choose from {sorted(SIZES)}")
-    world = ensure_toy_world(
-        args.cache_dir,
-        seed=args.seed,
-        size=args.size,
-        progress=not args.quiet,
-        use_shipped=not getattr(args, "retrain", False),
-    )
+    else:
+        world = ensure_toy_world(
+            args.cache_dir,
+            seed=args.seed,
+            size=args.size,
+            progress=not args.quiet,
+            use_shipped=not getattr(args, "retrain", False),
+        )
     man = world.manifest
     print(f"toy world: {world.root}")
     print(
@@ -79,15 +106,39 @@ def run(args: argparse.Namespace) -> int:
     for split, path in world.splits.items():
         print(f"  {split:<13} {path} ({man['splits'][split]} prompts)")
     if getattr(args, "ship", False):
-        from divrl.toy.world import ship_model
+        if world_name == "countdown":
+            from divrl.toy.countdown_world import ship_model
+        else:
+            from divrl.toy.world import ship_model
 
         print(f"  shipped the model to {ship_model(world)}")
     if args.toy_command == "build" and args.no_measure:
         return 0
-    cfg = MeasureConfig(n_samples=args.samples, max_prompts=args.max_prompts)
+    if world_name == "countdown":
+        return _measure_countdown(args, world)
+    cfg = MeasureConfig(n_samples=args.samples or 16, max_prompts=args.max_prompts)
     stored = load_measurements(world) if args.toy_command == "build" else None
     if stored is None or stored.get("config") != cfg.__dict__:
         stored = measure_base_model(world, cfg, progress=not args.quiet)
     print()
     print(json.dumps(stored, indent=2) if args.json else format_measurements(stored))
+    return 0
+
+
+def _measure_countdown(args: argparse.Namespace, world) -> int:
+    """Measure (or read the stored measurements of) a countdown world's base model."""
+    from divrl.toy.countdown_measure import (
+        CountdownMeasureConfig,
+        format_countdown_measurements,
+        measure_countdown_model,
+    )
+    from divrl.toy.measure import load_measurements
+
+    cfg = CountdownMeasureConfig(n_samples=args.samples or 32, max_prompts=args.max_prompts)
+    stored = load_measurements(world) if args.toy_command == "build" else None
+    wanted = {**cfg.__dict__, "splits": list(cfg.splits)}
+    if stored is None or stored.get("config") != wanted:
+        stored = measure_countdown_model(world, cfg, progress=not args.quiet)
+    print()
+    print(json.dumps(stored, indent=2) if args.json else format_countdown_measurements(stored))
     return 0

@@ -77,6 +77,11 @@ class ModelConfig:
     toy_size: Literal["full", "tiny"] = _help(
         "size of the toy world used when path is null ('tiny' builds in seconds)", "full"
     )
+    toy_world: Literal["sql", "countdown"] = _help(
+        "which toy world path null means: 'sql' (toy SQL + math, divrl.toy.world) or "
+        "'countdown' (countdown arithmetic with search traces, divrl.toy.countdown_world)",
+        "sql",
+    )
     dtype: Literal["float32", "bfloat16", "float16"] = _help(
         "dtype the policy is loaded in", "float32"
     )

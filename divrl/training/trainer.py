@@ -96,9 +96,14 @@ def resolve_model_and_data(config: Config) -> tuple[str, str, str | None]:
     """(model path, train data path, db dir), the toy world filling what is null."""
     model_path, train_path, db_dir = config.model.path, config.data.train_path, config.data.db_dir
     if model_path is None or train_path is None:
-        from divrl.toy import ensure_toy_world
+        if config.model.toy_world == "countdown":
+            from divrl.toy.countdown_world import ensure_countdown_world
 
-        world = ensure_toy_world(size=config.model.toy_size, progress=False)
+            world = ensure_countdown_world(size=config.model.toy_size, progress=False)
+        else:
+            from divrl.toy import ensure_toy_world
+
+            world = ensure_toy_world(size=config.model.toy_size, progress=False)
         model_path = model_path or str(world.model_dir)
         train_path = train_path or str(world.splits["train"])
         db_dir = db_dir or (str(world.db_dir) if world.db_dir else None)
