@@ -142,9 +142,9 @@ def _toy_math_style(text: str, extracted: str | None) -> str | None:
 
 
 def _countdown_style(text: str, extracted: str | None) -> str | None:
-    from divrl.rewards.countdown_reward import final_attempt, operator_style
+    from divrl.rewards.countdown_reward import answer_attempt, operator_style
 
-    return operator_style(extracted if extracted is not None else final_attempt(text))
+    return operator_style(extracted if extracted is not None else answer_attempt(text))
 
 
 def _sql_style(text: str, extracted: str | None) -> str | None:

@@ -6,7 +6,10 @@ A response is a search trace of attempts; each attempt is a chain of steps writt
 
     7+9=16,16*3=48 no; 9-3=6,6*7=42 ok
 
-The answer is the attempt just before the first `` ok``. It is correct when every step
+The answer is the first attempt that *claims* the target (its last written result is the
+target) or says `` ok``, whichever comes first: a search that reaches the target has found
+it even when its verdict missed it, and an `` ok`` on a wrong attempt is a wrong answer
+(:func:`answer_attempt`). It is correct when every step
 combines two values still available (a given number, each used at most once, or the
 result of an earlier step, used once), every step's written result is the true result
 (``-`` must not go below zero), and the last step's result is the target. Numbers and
@@ -33,6 +36,8 @@ OPERATORS = ("+", "-", "*")
 _STEP = re.compile(r"^(\d{1,4})([-+*])(\d{1,4})=(\d{1,5})$")
 _GOLD = re.compile(r"^numbers=([\d,]+);target=(\d+)$")
 _MAX_ANSWER_CHARS = 200
+_MAX_TEXT_CHARS = 4000
+_LAST_RESULT = re.compile(r"=(\d{1,5})$")
 
 
 def format_ground_truth(numbers: list[int] | tuple[int, ...], target: int) -> str:
@@ -55,15 +60,28 @@ def apply(op: str, a: int, b: int) -> int:
     return a + b if op == "+" else a - b if op == "-" else a * b
 
 
-def final_attempt(text: str) -> str | None:
-    """The attempt just before the first `` ok`` (None when the response never says ok)."""
-    end = text.find(OK_MARK)
-    if end < 0:
-        return None
-    start = text.rfind(NO_MARK, 0, end)
-    start = 0 if start < 0 else start + len(NO_MARK)
-    attempt = text[start:end].strip()
-    return attempt[:_MAX_ANSWER_CHARS] if attempt else None
+def split_attempts(text: str) -> list[tuple[str, bool]]:
+    """[(attempt, said ok)] in order; the text after the first `` ok`` is dropped."""
+    ok_at = text.find(OK_MARK)
+    head = text if ok_at < 0 else text[:ok_at]
+    parts = [a.strip() for a in head[:_MAX_TEXT_CHARS].split(NO_MARK.strip())]
+    out = [(a[:_MAX_ANSWER_CHARS], False) for a in parts if a]
+    if ok_at >= 0 and out and not head.rstrip().endswith(NO_MARK.strip()):
+        out[-1] = (out[-1][0], True)
+    return out
+
+
+def answer_attempt(text: str, target: int | None = None) -> str | None:
+    """The answer of a trace: the first attempt whose last written result is ``target`` or
+    that says `` ok`` (only the latter when ``target`` is None); None when there is none."""
+    for attempt, said_ok in split_attempts(text):
+        if said_ok:
+            return attempt
+        if target is not None:
+            m = _LAST_RESULT.search(attempt)
+            if m is not None and int(m.group(1)) == target:
+                return attempt
+    return None
 
 
 def parse_steps(attempt: str) -> list[tuple[int, str, int, int]] | None:
@@ -134,14 +152,14 @@ class CountdownVerifier(Verifier):
     default_timeout = 2.0
 
     def extract(self, solution_str: str, extra_info: dict[str, Any]) -> str | None:
-        return final_attempt(solution_str)
+        return answer_attempt(solution_str)
 
     def check_inputs(self, ground_truth: str, extra_info: dict[str, Any]) -> None:
         parse_ground_truth(ground_truth)
 
     def quick(self, solution_str, ground_truth, extra_info):
         numbers, target = parse_ground_truth(ground_truth)
-        attempt = final_attempt(solution_str)
+        attempt = answer_attempt(solution_str, target)
         if attempt is None:
             return ScoreResult(0.0, None, "no_answer")
         ok, reason = check_attempt(attempt, numbers, target)

@@ -21,7 +21,12 @@ import numpy as np
 import torch
 
 from divrl.evaluation.pass_at_k import pass_at_k_array
-from divrl.rewards.countdown_reward import canonical_expression, final_attempt, operator_style
+from divrl.rewards.countdown_reward import (
+    answer_attempt,
+    canonical_expression,
+    operator_style,
+    parse_ground_truth,
+)
 from divrl.toy.measure import sample_responses, score_samples, split_stats
 from divrl.toy.world import ToyWorld, read_rows
 
@@ -76,8 +81,9 @@ def countdown_split_stats(
     n = correct.shape[1]
     c = correct.sum(axis=1)
     solved_distinct, styles_all, styles_ok = [], [], []
-    for group, ok in zip(samples, correct, strict=True):
-        answers = [final_attempt(s) for s in group]
+    for row, group, ok in zip(rows, samples, correct, strict=True):
+        _, target = parse_ground_truth(row["reward_model"]["ground_truth"])
+        answers = [answer_attempt(s, target) for s in group]
         good = [a for a, g in zip(answers, ok, strict=True) if g]
         if good:
             solved_distinct.append(len({canonical_expression(a) for a in good}))

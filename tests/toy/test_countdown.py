@@ -10,9 +10,9 @@ import pytest
 from divrl.evaluation.styles import solution_style
 from divrl.rewards import compute_score, compute_score_detailed
 from divrl.rewards.countdown_reward import (
+    answer_attempt,
     canonical_expression,
     check_attempt,
-    final_attempt,
     format_ground_truth,
     operator_style,
     parse_ground_truth,
@@ -38,7 +38,10 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "toy"
     [
         ("9*5=45,45-3=42 ok", 1.0),
         ("7+9=16,16*3=48 no; 9*5=45,45-3=42 ok", 1.0),
-        ("9*5=45,45-3=42 no; ", 0.0),  # never says ok: no answer
+        ("9*5=45,45-3=42 no; ", 1.0),  # reached the target, missed it in its verdict
+        ("7*5=35,35+7=42 no; 9*5=45,45-3=42 ok", 0.0),  # first claim of 42 is invalid
+        ("7*5=35,35+9=44 ok 9*5=45,45-3=42 ok", 0.0),  # a wrong ok is the answer
+        ("7*5=35,35+9=44 no; ", 0.0),  # never reaches the target: no answer
         ("9*5=45,45-3=41 ok", 0.0),  # written result is not the target
         ("9*5=44,44-2=42 ok", 0.0),  # arithmetic slip (and 2 is not given)
         ("7*5=35,35+7=42 ok", 0.0),  # 7 used twice
@@ -57,6 +60,8 @@ def test_verifier_reports_the_answer_and_reason():
     res = compute_score_detailed("countdown", "7+9=16,16*3=48 no; 9*5=45,45-3=42 ok", GOLD)
     assert (res.extracted, res.reason) == ("9*5=45,45-3=42", "correct")
     assert compute_score_detailed("countdown", "9*5=45 no; ", GOLD).reason == "no_answer"
+    res = compute_score_detailed("countdown", "3+7=10,10*5=50 no; 9-3=6,6*7=42 no; ", GOLD)
+    assert (res.extracted, res.score) == ("9-3=6,6*7=42", 1.0)
     assert parse_ground_truth(GOLD) == ([3, 7, 9, 5], 42)
     with pytest.raises(ValueError):
         parse_ground_truth("42")
@@ -70,7 +75,9 @@ def test_canonical_expression_and_style():
     assert operator_style("7+2=9,9*3=27") == "+*" == operator_style("3*2=6,6+7=13")
     assert operator_style("9-5=4,7-4=3") == "--"
     assert operator_style(None) is None and operator_style("junk") is None
-    assert final_attempt("1+2=3,3*4=12 no; 2*4=8,8+1=9 ok") == "2*4=8,8+1=9"
+    assert answer_attempt("1+2=3,3*4=12 no; 2*4=8,8+1=9 ok") == "2*4=8,8+1=9"
+    assert answer_attempt("1+2=3,3*4=12 no; 2*4=8,8+1=9 ok", target=12) == "1+2=3,3*4=12"
+    assert answer_attempt("1+2=3,3*4=12 no; ") is None
     # `divrl eval` styles: the final attempt's operator multiset
     assert solution_style("countdown", "1+2=3,3*4=12 no; 2*4=8,8+1=9 ok", None) == "+*"
 
