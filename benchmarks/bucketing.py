@@ -30,11 +30,12 @@ def child(args: dict) -> dict:
     import torch
 
     from benchmarks.common import peak_rss_bytes
+    from divrl.commands.train import with_toy_defaults
     from divrl.training.config import load_config
     from divrl.training.trainer import Trainer
 
     torch.set_num_threads(args["threads"])
-    trainer = Trainer(load_config(str(PRESET), args["overrides"]))
+    trainer = Trainer(with_toy_defaults(load_config(str(PRESET), args["overrides"])))
     update, padding = [], []
     for step in range(args["steps"] + 1):
         metrics = trainer.train_step()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import time
 
-from benchmarks import bucketing, logits, rollout, step_time, trl_compare
+from benchmarks import bucketing, fsdp, logits, rollout, step_time, trl_compare
 from benchmarks.common import RESULTS_DIR, machine
 
 BENCHMARKS = {
@@ -21,6 +21,7 @@ BENCHMARKS = {
     "rollout": (rollout.main, ["--repeats", "3"]),
     "logits": (logits.main, ["--lengths", "1024", "4096", "8192", "--repeats", "2"]),
     "bucketing": (bucketing.main, ["--steps", "3", "--repeats", "2"]),
+    "fsdp": (fsdp.main, ["--steps", "3"]),
 }
 
 

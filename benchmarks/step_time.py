@@ -40,13 +40,13 @@ CASES = {
 }
 
 
-def reward_fn(items: list[dict]) -> list[float]:
+def reward_fn(items: list) -> list[float]:
     """Deterministic, cheap: a quarter of the prompts always 'solved', else by text parity."""
     out = []
     for item in items:
-        gt = str(item["ground_truth"])
+        gt = str(item.ground_truth)
         solved = sum(map(ord, gt)) % 4 == 0
-        out.append(1.0 if solved else float(sum(map(ord, item["solution_str"])) % 2))
+        out.append(1.0 if solved else float(sum(map(ord, item.solution_str)) % 2))
     return out
 
 

@@ -36,9 +36,7 @@ def run_divrl(args: dict) -> dict:
     from divrl.training.trainer import Trainer
 
     config = load_config(None, args["overrides"])
-    trainer = Trainer(
-        config, reward_fn=lambda items: text_reward([i["solution_str"] for i in items])
-    )
+    trainer = Trainer(config, reward_fn=lambda items: text_reward([i.solution_str for i in items]))
     times = []
     for step in range(args["steps"] + 1):
         t0 = time.perf_counter()

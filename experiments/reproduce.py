@@ -1,15 +1,17 @@
 """Toy-scale reproduction of the DPH-RL and Lp-Reg papers' claims, side by side (issue 7).
 
 For every method (base, GRPO, DAPO, GRPO + reverse KL, DPH-F, DPH-JS, DPH-alpha, Lp-Reg,
-entropy bonus, 80/20, KL-Cov, DPH-JS + Lp-Reg) and every seed, on the toy world:
+entropy bonus, 80/20, KL-Cov, DPH-JS + Lp-Reg) and every seed, on a toy world chosen by name
+(``--world``, default ``sql``; the stages are :mod:`divrl.pipeline`'s, shared with
+``divrl demo``):
 
 1. presample the DPH-RL reference store once per seed (``divrl presample``; shared by the
    DPH methods of that seed);
 2. train with the method's toy preset ``configs/toy/<method>.yaml``, overriding only the
    seed, the output directory, the pinned toy world paths and (``--steps``) the number of
    steps, so every method gets the same rollout budget (``divrl train``);
-3. evaluate the final checkpoint, and the base model, on the in-domain test, cross-domain
-   and out-of-domain math splits: ``--n`` samples at T = 1 plus one greedy response per
+3. evaluate the final checkpoint, and the base model, on every eval split of the world (for
+   ``sql``: the in-domain test, cross-domain and out-of-domain math splits): ``--n`` samples at T = 1 plus one greedy response per
    prompt (``divrl eval``);
 4. write a small per-run summary JSON (accuracy, Pass@k, styles, retention of base-solved
    prompts, the entropy curve from ``metrics.jsonl``, wall-clock) and rebuild the
@@ -22,10 +24,10 @@ re-scored with ``divrl eval --reuse`` when its samples were written and redone o
 
 Usage (from the repository root)::
 
-    .venv/bin/python experiments/reproduce.py                       # the full experiment
-    .venv/bin/python experiments/reproduce.py --methods grpo dph_js --seeds 1 --steps 3 \\
+    .venv/bin/python -m experiments.reproduce                       # the full experiment
+    .venv/bin/python -m experiments.reproduce --methods grpo dph_js --seeds 1 --steps 3 \\
         --toy-size tiny --n 4 --eval-prompts 8 --out runs/reproduce_smoke   # a smoke test
-    .venv/bin/python experiments/reproduce.py --report-only           # rebuild the report
+    .venv/bin/python -m experiments.reproduce --report-only           # rebuild the report
 
 The work directory (``--out``, default ``runs/reproduce``) holds checkpoints and samples;
 the per-run summaries (``--results``/summaries/*.json), the plots and the report (``--report``)
@@ -36,36 +38,41 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shlex
 import shutil
-import subprocess
 import sys
-import threading
-import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import reproduce_report as rr  # (next to this script: experiments is not a package)
+from divrl.pipeline import (
+    check_same_budget,
+    divrl_command,
+    eval_cli_args,
+    final_checkpoint,
+    open_world,
+    preset_overrides,
+    reference_samples,
+    run_logged,
+    split_summary,
+    training_curve,
+)
+from divrl.toy.worlds import DEFAULT_WORLD, WORLDS, eval_splits
+from experiments import reproduce_report as rr
+from experiments.reproduce_publish import (
+    SUMMARIES,
+    add_time,
+    command_line,
+    read_json,
+    say,
+    write_json,
+    write_report,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 TRAINED = [m for m in rr.METHODS if m != "base"]
 #: training curve points kept in a summary (metrics.jsonl is downsampled evenly)
 CURVE_POINTS = 200
-TITLE = "Toy-scale reproduction of the DPH-RL and Lp-Reg claims"
-#: sub-directory of --results for the per-run summaries (not "runs": .gitignore ignores runs/)
-SUMMARIES = "summaries"
-_print_lock = threading.Lock()
-
-
-def say(text: str) -> None:
-    stamp = datetime.now(UTC).strftime("%H:%M:%S")
-    with _print_lock:
-        print(f"[reproduce {stamp}] {text}", flush=True)
 
 
 # --------------------------------------------------------------------------- arguments
@@ -73,7 +80,7 @@ def say(text: str) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="experiments/reproduce.py",
+        prog="python -m experiments.reproduce",
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -117,7 +124,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "for testing this script, whose model solves nothing, so the DPH methods get an "
         "empty reference store and are refused)",
     )
-    p.add_argument("--world", help="an already built toy world directory (wins over --toy-size)")
+    p.add_argument(
+        "--world",
+        default=DEFAULT_WORLD,
+        choices=list(WORLDS),
+        help="the toy world (divrl.toy.WORLDS)",
+    )
+    p.add_argument("--world-dir", help="an already built world directory (wins over --toy-size)")
     p.add_argument("--n", type=int, default=16, help="eval samples per prompt at T = 1")
     p.add_argument("--eval-prompts", type=int, default=None, help="first N prompts per split (all)")
     p.add_argument("--eval-batch-size", type=int, default=32, help="prompts per generate call")
@@ -172,29 +185,6 @@ def store_dir(out: Path, seed: int) -> Path:
     return out / "presample" / f"seed{seed}" / "store"
 
 
-def _read_json(path: Path, default: Any = None) -> Any:
-    return json.loads(path.read_text()) if path.is_file() else default
-
-
-def _write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
-
-
-def _add_time(path: Path, key: str, seconds: float, sub: str | None = None) -> None:
-    timing = _read_json(path, {})
-    if sub is None:
-        timing[key] = timing.get(key, 0.0) + seconds
-        timing[f"{key.removesuffix('_seconds')}_attempts"] = (
-            timing.get(f"{key.removesuffix('_seconds')}_attempts", 0) + 1
-        )
-    else:
-        timing.setdefault(key, {})[sub] = timing.get(key, {}).get(sub, 0.0) + seconds
-    _write_json(path, timing)
-
-
 # --------------------------------------------------------------------------- the experiment
 
 
@@ -213,28 +203,26 @@ class Experiment:
     # ------------------------------------------------------------------ setup
 
     def setup(self) -> None:
-        from divrl.toy import ToyWorld, ensure_toy_world
-
-        if self.args.world:
-            self.world = ToyWorld.load(self.args.world)
+        if self.args.world_dir:
+            self.world = open_world(self.args.world, world_dir=self.args.world_dir)
         else:
-            say(f"toy world ({self.args.toy_size}): loading or building ...")
-            self.world = ensure_toy_world(size=self.args.toy_size)
+            say(f"{self.args.world} world ({self.args.toy_size}): loading or building ...")
+            self.world = open_world(self.args.world, size=self.args.toy_size)
         say(f"toy world: {self.world.root}")
+        self.splits = eval_splits(self.world)
         from divrl.training.config import load_config
 
         for m in self.args.methods:
             self.cfgs[m] = load_config(self.configs / f"{m}.yaml", self.overrides(m, 0))
+        try:
+            check_same_budget(self.cfgs)
+        except ValueError as exc:
+            raise SystemExit(str(exc)) from None
         steps = {c.train.total_steps for c in self.cfgs.values()}
-        budgets = {(c.train.prompts_per_step, c.rollout.n) for c in self.cfgs.values()}
-        if len(steps) > 1 or len(budgets) > 1:
-            raise SystemExit(
-                f"the presets differ in steps {steps} or (prompts per step, samples) "
-                f"{budgets}: the rollout budget would not be the same for every method"
-            )
         self.steps = steps.pop() if steps else self.args.steps
         self.max_new_tokens = next(iter(self.cfgs.values())).rollout.max_new_tokens
         self.settings = {
+            **({"world_name": self.args.world} if self.args.world != DEFAULT_WORLD else {}),
             "world": self.world.root.name,
             "toy_size": self.world.size,
             "steps": self.steps,
@@ -242,13 +230,17 @@ class Experiment:
             "eval_prompts": self.args.eval_prompts,
             "max_new_tokens": self.max_new_tokens,
         }
-        recorded = _read_json(self.out / "settings.json")
+        self._check_settings()
+
+    def _check_settings(self) -> None:
+        """Refuse to mix runs or summaries made with other settings."""
+        recorded = read_json(self.out / "settings.json")
         if recorded is not None and recorded != self.settings:
             raise SystemExit(
                 f"{self.out} holds runs made with other settings:\n  {recorded}\nnow:\n  "
                 f"{self.settings}\nuse another --out (or delete it) to avoid mixing them"
             )
-        _write_json(self.out / "settings.json", self.settings)
+        write_json(self.out / "settings.json", self.settings)
         other = [
             p.name
             for p in sorted((self.results / SUMMARIES).glob("*.json"))
@@ -264,13 +256,9 @@ class Experiment:
     def overrides(self, method: str, seed: int) -> list[str]:
         paths = Paths(self.out, method, seed)
         o = [
-            f"model.path={self.world.model_dir}",
-            f"data.train_path={self.world.splits['train']}",
-            f"data.db_dir={self.world.db_dir}",
-            f"train.seed={seed}",
-            f"logging.output_dir={paths.train}",
-            f"reference.store={store_dir(self.out, seed)}",
-            "logging.tensorboard=false",
+            *preset_overrides(
+                self.world, seed=seed, run_dir=paths.train, store=store_dir(self.out, seed)
+            ),
             "logging.progress=false",  # progress comes from metrics.jsonl (a log file is no tty)
         ]
         if self.args.steps is not None:
@@ -294,26 +282,15 @@ class Experiment:
         Its wall-clock seconds are added to ``timing`` = (file, key, sub-key) whether it
         succeeds or fails, so a run's cost includes its interrupted attempts.
         """
-        log.parent.mkdir(parents=True, exist_ok=True)
-        env = {
-            **os.environ,
-            "OMP_NUM_THREADS": str(self.args.threads),
-            "MKL_NUM_THREADS": str(self.args.threads),
-            "PYTHONUNBUFFERED": "1",
-        }
-        t0 = time.perf_counter()
-        with log.open("a") as f:
-            f.write(f"\n$ {shlex.join(cmd)}\n")
-            f.flush()
-            proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=REPO, env=env)
-            while True:
-                try:
-                    rc = proc.wait(timeout=self.args.poll)
-                    break
-                except subprocess.TimeoutExpired:
-                    say(f"{what}: {self._progress(metrics)} ({time.perf_counter() - t0:.0f} s)")
-        seconds = time.perf_counter() - t0
-        _add_time(timing[0], timing[1], seconds, sub=timing[2])
+        rc, seconds = run_logged(
+            cmd,
+            log,
+            threads=self.args.threads,
+            cwd=REPO,
+            poll=self.args.poll,
+            on_poll=lambda t: say(f"{what}: {self._progress(metrics)} ({t:.0f} s)"),
+        )
+        add_time(timing[0], timing[1], seconds, sub=timing[2])
         if rc != 0:
             tail = "\n".join(log.read_text().splitlines()[-15:])
             raise RuntimeError(f"{what} failed (exit {rc}); end of {log}:\n{tail}")
@@ -332,9 +309,6 @@ class Experiment:
             f"{m.get('time/step', float('nan')):.1f} s/step"
         )
 
-    def _cli(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "divrl.cli", *args]
-
     # ------------------------------------------------------------------ stages
 
     def presample(self, seed: int) -> None:
@@ -346,12 +320,14 @@ class Experiment:
         dph = next(m for m in self.args.methods if self.cfgs[m].uses_reference_samples)
         say(f"presample seed {seed}: sampling the reference store ({dph}'s preset) ...")
         secs = self._run(
-            self._cli("presample", str(self.configs / f"{dph}.yaml"), *self.overrides(dph, seed)),
+            divrl_command(
+                "presample", str(self.configs / f"{dph}.yaml"), *self.overrides(dph, seed)
+            ),
             store.parent / "presample.log",
             f"presample seed {seed}",
             (store.parent / "timing.json", "presample_seconds", None),
         )
-        stats = _read_json(store / "manifest.json", {}).get("stats", {})
+        stats = read_json(store / "manifest.json", {}).get("stats", {})
         say(
             f"presample seed {seed}: {secs:.0f} s, {stats.get('near_perfect')} of "
             f"{stats.get('prompts')} prompts near-perfect, {stats.get('reference_samples')} "
@@ -360,10 +336,10 @@ class Experiment:
 
     def check_store(self, seed: int, failed: bool) -> None:
         """Refuse a DPH run whose seed has no usable reference store (with the reason)."""
-        manifest = _read_json(store_dir(self.out, seed) / "manifest.json")
-        if failed or manifest is None:
+        samples = reference_samples(store_dir(self.out, seed))
+        if failed or samples is None:
             raise RuntimeError(f"presampling seed {seed} failed: no reference store")
-        if not manifest.get("stats", {}).get("reference_samples"):
+        if not samples:
             raise RuntimeError(
                 f"the reference store of seed {seed} is empty: the base model solves no "
                 "training prompt reliably enough for DPH-RL (a base model this weak cannot "
@@ -371,8 +347,7 @@ class Experiment:
             )
 
     def final_checkpoint(self, paths: Paths) -> Path | None:
-        model = paths.train / "checkpoints" / f"step_{self.steps:06d}" / "model"
-        return model if (model / "config.json").is_file() else None
+        return final_checkpoint(paths.train, self.steps)
 
     def train(self, paths: Paths) -> Path:
         what = f"train {paths.method} seed {paths.seed}"
@@ -384,7 +359,7 @@ class Experiment:
         if not resume and paths.train.exists():  # started, no checkpoint yet: start over
             shutil.rmtree(paths.train)
         say(f"{what}: {'resuming' if resume else 'starting'} ({self.steps} steps)")
-        cmd = self._cli(
+        cmd = divrl_command(
             "train",
             str(self.configs / f"{paths.method}.yaml"),
             *self.overrides(paths.method, paths.seed),
@@ -403,30 +378,28 @@ class Experiment:
         return ckpt
 
     def evaluate(self, paths: Paths, model: Path) -> None:
-        for split in rr.SPLITS:
+        for split in self.splits:
             what = f"eval {paths.method} seed {paths.seed} {split}"
             d = paths.eval / split
             if (d / "summary.json").is_file():
                 say(f"{what}: done, reusing")
                 continue
             reuse = (d / "samples.jsonl").is_file()
-            args = [
-                "eval",
-                "--data", f"{split}={self.world.splits[split]}",
-                "--out", str(paths.eval),
-                "--n", str(self.args.n),
-                "--max-new-tokens", str(self.max_new_tokens),
-                "--batch-size", str(self.args.eval_batch_size),
-                "--seed", str(paths.seed),
-                "--group-by", "hard",
-                "--no-progress",
-            ]  # fmt: skip
+            args = eval_cli_args(
+                self.world,
+                split,
+                paths.eval,
+                n=self.args.n,
+                max_new_tokens=self.max_new_tokens,
+                batch_size=self.args.eval_batch_size,
+                seed=paths.seed,
+            )
             if self.args.eval_prompts is not None:
                 args += ["--limit", str(self.args.eval_prompts)]
             args += ["--reuse"] if reuse else ["--model", str(model)]
             say(f"{what}: {'re-scoring the samples (--reuse)' if reuse else 'sampling'} ...")
             self._run(
-                self._cli(*args),
+                divrl_command(*args),
                 paths.root / "eval.log",
                 what,
                 (paths.timing, "eval_seconds", split),
@@ -442,7 +415,7 @@ class Experiment:
         model = self.world.model_dir if method == "base" else self.train(paths)
         self.evaluate(paths, model)
         summary = self.summarise(paths)
-        _write_json(paths.summary, summary)
+        write_json(paths.summary, summary)
         self._publish(paths)
         say(f"{method} seed {seed}: finished")
         return paths.summary
@@ -460,33 +433,15 @@ class Experiment:
 
         base = Paths(self.out, "base", paths.seed)
         evals = {}
-        for split in rr.SPLITS:
-            s = _read_json(paths.eval / split / "summary.json")
-            div = s["diversity"]
-            ev = {
-                "n_prompts": s["n_prompts"],
-                "n_samples": s["n_samples_per_prompt"],
-                "greedy": s.get("greedy_accuracy"),
-                "pass@k": s["pass@k"],
-                "maj@k": s["maj@k"],
-                "share_one_style": div["share_one_style"],
-                "share_3plus_styles": div["share_3plus_styles"],
-                "mean_distinct_styles": div["mean_distinct_styles"],
-                "style_counts": div["style_counts"],
-                "mean_nll_per_token": s["tokens"]["mean_nll_per_token"],
-                "groups": {
-                    g: {"n_prompts": v["n_prompts"], "pass@k": v["pass@k"]}
-                    for g, v in s.get("groups", {}).items()
-                },
-                "retention": None,
-            }
+        for split in self.splits:
+            ev = split_summary(read_json(paths.eval / split / "summary.json"))
             base_results = base.eval / split / "results.jsonl"
             if paths.method != "base" and base_results.is_file():
                 ev["retention"] = retention(
                     read_jsonl(base_results), read_jsonl(paths.eval / split / "results.jsonl")
                 )
             evals[split] = ev
-        timing = _read_json(paths.timing, {})
+        timing = read_json(paths.timing, {})
         eval_secs = timing.get("eval_seconds", {})
         summary: dict[str, Any] = {
             "schema": rr.SCHEMA,
@@ -511,7 +466,7 @@ class Experiment:
                 "prompts_per_step": cfg.train.prompts_per_step,
                 "rollout_n": cfg.rollout.n,
             }
-            summary["training"] = self.curve(paths.train / "metrics.jsonl")
+            summary["training"] = training_curve(paths.train / "metrics.jsonl", CURVE_POINTS)
             # from every logged step (the curve is downsampled); excludes start-up
             step_times = [
                 json.loads(x).get("time/step")
@@ -523,24 +478,6 @@ class Experiment:
                 sum(step_times) / len(step_times) if step_times else None
             )
         return summary
-
-    @staticmethod
-    def curve(metrics: Path) -> dict[str, list]:
-        rows = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
-        if len(rows) > CURVE_POINTS:  # evenly spaced, always keeping the last step
-            idx = sorted(
-                {round(i * (len(rows) - 1) / (CURVE_POINTS - 1)) for i in range(CURVE_POINTS)}
-            )
-            rows = [rows[i] for i in idx]
-        return {
-            "step": [r["step"] for r in rows],
-            "entropy": [r.get("actor/entropy") for r in rows],
-            "pass1": [r.get("reward/pass@1") for r in rows],
-            "seconds_per_step": [r.get("time/step") for r in rows],
-            # Lp-Reg only (None elsewhere): how many tokens it selected and regularised
-            "lp_reg_selected": [r.get("lp_reg/num_selected") for r in rows],
-            "lp_reg_regularized": [r.get("lp_reg/num_regularized") for r in rows],
-        }
 
     # ------------------------------------------------------------------ driver
 
@@ -601,80 +538,6 @@ class Experiment:
         return write_report(self.results, self.report, self.out, missing=missing)
 
 
-def command_line() -> str:
-    """This script's command line, as run from the repository root."""
-    return shlex.join(["python", "experiments/reproduce.py", *sys.argv[1:]])
-
-
-def write_report(
-    results: Path, report: Path, out: Path | None, missing: list[str] | None = None
-) -> Path:
-    """Rebuild the report from ``results``/summaries/*.json (and presample timings in ``out``)."""
-    summaries = rr.load_summaries(results / SUMMARIES)
-    presample_file = results / "presample_seconds.json"
-    presample = _read_json(presample_file, {})
-    if out is not None:
-        for t in sorted((out / "presample").glob("seed*/timing.json")):
-            presample[t.parent.name.removeprefix("seed")] = _read_json(t)["presample_seconds"]
-        if presample:
-            _write_json(presample_file, presample)
-    groups = rr.by_method(summaries)
-    plots = {}
-    rel = os.path.relpath(results, report.parent)
-    if rr.plot_entropy(groups, results / "entropy.png"):
-        plots["entropy"] = f"{rel}/entropy.png"
-    if rr.plot_pass_at_k(groups, results / "pass_at_k.png"):
-        plots["pass_at_k"] = f"{rel}/pass_at_k.png"
-    settings = sorted({json.dumps(s["settings"], sort_keys=True) for s in summaries})
-    seeds = {m: sorted(r["seed"] for r in rs) for m, rs in groups.items()}
-    commands = sorted({s.get("command", "?") for s in summaries})
-    if not summaries:
-        md = rr.build_markdown([], title=TITLE, preamble=[f"Written by `{command_line()}`.", ""])
-        report.parent.mkdir(parents=True, exist_ok=True)
-        report.write_text(md)
-        say(f"report (no finished runs): {report}")
-        return report
-    preamble = [
-        f"Written by `{command_line()}` on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC from "
-        f"{len(summaries)} per-run summaries in `{rel}/{SUMMARIES}/` (every number below "
-        "comes from them). The runs were made by:",
-        "",
-        *[f"    {c}" for c in commands],
-        "",
-        "Settings: " + "; ".join(f"`{s}`" for s in settings) if settings else "",
-        "",
-        "Runs per method (seeds): "
-        + ", ".join(f"{rr.METHODS.get(m, m)} {v}" for m, v in seeds.items())
-        + ".",
-        "",
-    ]
-    reading = report.with_name(f"{report.stem}_reading.md")
-    if reading.is_file():  # written by hand from the generated tables, kept across rebuilds
-        preamble += [
-            f"What these tables say, claim by claim, and what was tried: [{reading.name}]"
-            f"({reading.name}) (written by hand from the numbers below).",
-            "",
-        ]
-    if missing:
-        preamble += [
-            "**Not finished** (failed or not run yet; see the work directory's logs): "
-            + ", ".join(missing)
-            + ".",
-            "",
-        ]
-    md = rr.build_markdown(
-        summaries,
-        title=TITLE,
-        preamble=preamble,
-        presample_seconds=presample,
-        plots=plots,
-    )
-    report.parent.mkdir(parents=True, exist_ok=True)
-    report.write_text(md)
-    say(f"report: {report}")
-    return report
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.report_only:
@@ -686,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return Experiment(args).run()
     except (ValueError, FileNotFoundError) as exc:  # a bad --toy-size or --world
-        print(f"experiments/reproduce.py: {exc}", file=sys.stderr)
+        print(f"experiments.reproduce: {exc}", file=sys.stderr)
         return 2
 
 

@@ -2,7 +2,9 @@
 
 Pure functions on the per-run summary dicts (one JSON file per (method, seed), written by
 ``reproduce.py``), so the report can be rebuilt from committed summaries alone
-(``reproduce.py --report-only``) and tested on synthetic ones.
+(``reproduce.py --report-only``) and tested on synthetic ones. The plots are in
+``experiments/reproduce_plots.py``, the files (summaries in, report out) in
+``experiments/reproduce_publish.py``.
 
 A per-run summary (``schema`` 1) holds::
 
@@ -46,6 +48,7 @@ METHODS: dict[str, str] = {
     "kl_cov": "KL-Cov",
     "dph_js_lp_reg": "DPH-JS + Lp-Reg",
 }
+#: eval split -> heading, in the report's order; a world's other splits follow, by name
 SPLITS: dict[str, str] = {
     "test": "in domain (test)",
     "cross_domain": "cross domain",
@@ -147,6 +150,12 @@ def metric(summary: dict[str, Any], name: str, kmax: int | None = None) -> float
         r = ev.get("retention")
         return None if r is None else r.get("retention")
     return ev.get(key)
+
+
+def report_splits(groups: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """The eval splits found in the summaries: :data:`SPLITS`' order, then others by name."""
+    found = {sp for rs in groups.values() for r in rs for sp in r["eval"]}
+    return [sp for sp in SPLITS if sp in found] + sorted(found - set(SPLITS))
 
 
 def by_method(summaries: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -265,93 +274,6 @@ def judge(claim: Claim, groups: dict[str, list[dict[str, Any]]], kmax: int | Non
     return Verdict(claim, sa, sb, diff, se, outcome)
 
 
-# --------------------------------------------------------------------------- plots
-
-
-def _line_style(method: str) -> dict[str, Any]:
-    """A fixed colour per method (tab20: the 10 dark shades first, then the light ones), so
-    13 methods get 13 colours and a method keeps its colour in every plot."""
-    import matplotlib
-
-    i = list(METHODS).index(method) if method in METHODS else len(METHODS)
-    color = matplotlib.colormaps["tab20"]((2 * i) % 20 + (2 * i) // 20 % 2)
-    return {"color": color, "ls": "--" if method == "base" else "-"}
-
-
-def plot_entropy(groups: dict[str, list[dict[str, Any]]], path: Path) -> Path | None:
-    """Mean policy entropy over training per method (shaded: min-max over seeds)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    drawn = False
-    for method, runs in groups.items():
-        curves = [
-            (r["training"]["step"], r["training"]["entropy"]) for r in runs if r.get("training")
-        ]
-        curves = [(s, e) for s, e in curves if s]
-        if not curves:
-            continue
-        steps = curves[0][0]
-        same = [e for s, e in curves if s == steps]
-        mean = [sum(col) / len(col) for col in zip(*same, strict=True)]
-        style = _line_style(method)
-        ax.plot(steps, mean, label=METHODS.get(method, method), **style)
-        if len(same) > 1:
-            ax.fill_between(
-                steps, [min(c) for c in zip(*same, strict=True)],
-                [max(c) for c in zip(*same, strict=True)], alpha=0.12, color=style["color"],
-            )  # fmt: skip
-        drawn = True
-    if not drawn:
-        plt.close(fig)
-        return None
-    ax.set_xlabel("training step")
-    ax.set_ylabel("policy entropy (nats/token, actor/entropy)")
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
-def plot_pass_at_k(groups: dict[str, list[dict[str, Any]]], path: Path) -> Path | None:
-    """Mean Pass@k over seeds against k, one panel per split."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    splits = [sp for sp in SPLITS if any(sp in r["eval"] for rs in groups.values() for r in rs)]
-    if not splits:
-        return None
-    fig, axes = plt.subplots(1, len(splits), figsize=(5 * len(splits), 4), squeeze=False)
-    for ax, split in zip(axes[0], splits, strict=True):
-        for method, runs in groups.items():
-            evs = [r["eval"][split] for r in runs if split in r["eval"]]
-            if not evs:
-                continue
-            ks = sorted(set.intersection(*({int(k) for k in e["pass@k"]} for e in evs)))
-            ys = [stat(e["pass@k"][str(k)] for e in evs).mean for k in ks]
-            ax.plot(ks, ys, marker="o", ms=3, label=METHODS.get(method, method),
-                    **_line_style(method))  # fmt: skip
-        ax.set_xscale("log", base=2)
-        ax.set_title(SPLITS[split])
-        ax.set_xlabel("k")
-        ax.set_ylabel("Pass@k (mean over seeds)")
-        ax.grid(alpha=0.3)
-    axes[0][-1].legend(fontsize=7)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
 # --------------------------------------------------------------------------- Markdown
 
 
@@ -426,7 +348,7 @@ def _accuracy_section(groups, split: str, kmax: int | None) -> list[str]:
 
 
 def _style_section(groups) -> list[str]:
-    splits = [sp for sp in SPLITS if any(sp in r["eval"] for rs in groups.values() for r in rs)]
+    splits = report_splits(groups)
     header = ["method"]
     for sp in splits:
         header += [f"{sp}: 1 style", f"{sp}: >= 3 styles", f"{sp}: mean styles"]
@@ -524,7 +446,7 @@ def _lp_reg_section(groups) -> list[str]:
 
 
 def _retention_section(groups) -> list[str]:
-    splits = [sp for sp in SPLITS if any(sp in r["eval"] for rs in groups.values() for r in rs)]
+    splits = report_splits(groups)
     rows = []
     for method, runs in groups.items():
         if method == "base":
@@ -590,7 +512,7 @@ def build_markdown(
         return "\n".join([*lines, "No finished runs yet.", ""])
     lines += _cost_section(groups, presample_seconds or {})
     lines += ["## Accuracy: Pass@1 and Pass@k", ""]
-    for split in SPLITS:
+    for split in report_splits(groups):
         lines += _accuracy_section(groups, split, kmax)
     if plots.get("pass_at_k"):
         lines += [f"![Pass@k per split]({plots['pass_at_k']})", ""]

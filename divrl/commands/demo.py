@@ -1,10 +1,13 @@
-"""``divrl demo`` (``make demo``): the toy world end to end, GRPO vs DPH-JS vs Lp-Reg.
+"""``divrl demo`` (``make demo``): a toy world end to end, GRPO vs DPH-JS vs Lp-Reg.
 
-From nothing: builds (or loads the cached) toy base model, presamples DPH-RL's reference
+From nothing: builds (or loads the cached) toy base model of the world ``--world`` (default
+``sql``; see ``divrl.toy.WORLDS``), presamples DPH-RL's reference
 store, trains GRPO, DPH-JS and Lp-Reg for a short budget with the toy presets
-(``configs/toy/*.yaml``, only scale overridden), evaluates the three and the base model in
-domain (``test``), cross domain (held-out databases) and out of domain (math), prints the
-comparison table and writes a report (``OUT/report/report.md``).
+(``configs/toy/*.yaml``, only scale overridden), evaluates the three and the base model on
+every eval split of the world (for ``sql``: in domain ``test``, cross domain on held-out
+databases, out of domain math), prints the comparison table and writes a report
+(``OUT/report/report.md``). The stages are :mod:`divrl.pipeline`'s, shared with
+``experiments/reproduce.py``; this module holds the demo's own choices.
 
 Every stage whose output already exists is reused (and said so), so a second run only
 re-prints; ``--fresh`` starts over. The numbers printed are whatever was measured: with a
@@ -18,13 +21,23 @@ import json
 import shlex
 import shutil
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
+from divrl.pipeline import (
+    Clock,
+    configs_dir,
+    evaluate_splits,
+    final_checkpoint,
+    open_world,
+    preset_overrides,
+    reference_samples,
+    run_parallel,
+)
+from divrl.toy.worlds import DEFAULT_WORLD, WORLDS, eval_splits
+
 #: method name (configs/toy/<name>.yaml) -> label in tables
 METHODS = {"grpo": "GRPO", "dph_js": "DPH-JS", "lp_reg": "Lp-Reg"}
-EVAL_SPLITS = ("test", "cross_domain", "ood_math")
 #: the first piece where a toy SQL style departs from the majority one: CTE, join (aliased
 #: columns), IN sub-query, scalar sub-query, COUNT(column)
 TOY_SPARKS = ("WITH s AS (", "a.nm", " IN (", "=(SELECT ", "COUNT(nm")
@@ -53,13 +66,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fresh", action="store_true", help="delete --out first")
     parser.add_argument(
         "--spark-words",
-        default=",".join(TOY_SPARKS),
+        default=None,
         help="comma-separated words whose probability the report compares between the base "
-        "model and each final checkpoint ('' = skip); default: the toy SQL styles' opening "
-        "pieces, the toy analogue of Lp-Reg's 'wait' / 'however'",
+        "model and each final checkpoint ('' = skip); default for the sql world: the toy SQL "
+        "styles' opening pieces, the toy analogue of Lp-Reg's 'wait' / 'however'",
     )
     parser.add_argument(
-        "--world", help="use this already built toy world directory instead of --size's"
+        "--world",
+        default=DEFAULT_WORLD,
+        help=f"toy world, one of {', '.join(WORLDS)} (default {DEFAULT_WORLD})",
+    )
+    parser.add_argument(
+        "--world-dir", help="use this already built world directory instead of --size's"
     )
     parser.add_argument(
         "--jobs",
@@ -85,43 +103,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _argv(args: argparse.Namespace) -> list[str]:
     """The demo's settings as a command line (for the report's provenance line)."""
     argv = ["--out", args.out]
-    argv += ["--world", args.world] if args.world else ["--size", args.size]
+    if args.world != DEFAULT_WORLD:
+        argv += ["--world", args.world]
+    argv += ["--world-dir", args.world_dir] if args.world_dir else ["--size", args.size]
     for flag in ("steps", "train_prompts", "eval_prompts", "n", "methods", "seed", "jobs"):
         argv += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
-    if args.spark_words != ",".join(TOY_SPARKS):
+    if args.spark_words is not None:
         argv += ["--spark-words", args.spark_words]
     return argv
 
 
-def _configs_dir(arg: str | None) -> Path:
-    if arg:
-        return Path(arg)
-    for root in (Path.cwd(), Path(__file__).resolve().parents[2]):
-        if (root / "configs" / "toy").is_dir():
-            return root / "configs" / "toy"
-    raise FileNotFoundError(
-        "configs/toy not found: run from the divrl checkout or pass --configs DIR"
-    )
-
-
-class _Clock:
-    """Wall-clock seconds per stage, printed at the end."""
-
-    def __init__(self) -> None:
-        self.start = time.perf_counter()
-        self.stages: dict[str, float] = {}
-
-    def run(self, name: str, fn, *args, **kwargs):
-        t0 = time.perf_counter()
-        _say(f"{name} ...")
-        out = fn(*args, **kwargs)
-        self.stages[name] = time.perf_counter() - t0
-        _say(f"{name}: {self.stages[name]:.0f} s")
-        return out
-
-    @property
-    def total(self) -> float:
-        return time.perf_counter() - self.start
+def _spark_words(args: argparse.Namespace) -> list[str]:
+    if args.spark_words is None:
+        return list(TOY_SPARKS) if args.world == "sql" else []
+    return [w for w in args.spark_words.split(",") if w]
 
 
 def _say(text: str) -> None:
@@ -131,18 +126,12 @@ def _say(text: str) -> None:
 def _overrides(method: str, args: argparse.Namespace, out: Path, world) -> list[str]:
     """What the demo changes in a toy preset: paths, steps, prompts, seed, checkpoints."""
     return [
-        f"model.path={world.model_dir}",
-        f"data.train_path={world.splits['train']}",
-        f"data.db_dir={world.db_dir}",
+        *preset_overrides(world, seed=args.seed, run_dir=out / method, store=out / "dph_reference"),
         f"train.total_steps={args.steps}",
-        f"train.seed={args.seed}",
         f"data.limit={args.train_prompts}",
-        f"logging.output_dir={out / method}",
-        "logging.tensorboard=false",
         # one generate call per batch instead of one per prompt: same distribution, and on a
         # CPU several times faster for the toy model
         "rollout.seeded=false",
-        f"reference.store={out / 'dph_reference'}",
         "checkpoint.save_every=0",
         "checkpoint.keep_last=1",
     ]
@@ -154,71 +143,6 @@ def _config(configs: Path, method: str, args: argparse.Namespace, out: Path, wor
     return load_config(configs / f"{method}.yaml", _overrides(method, args, out, world))
 
 
-def _count_lines(path: Path) -> int:
-    try:
-        with path.open() as f:
-            return sum(1 for line in f if line.strip())
-    except FileNotFoundError:
-        return 0
-
-
-def _parallel(tasks: list[tuple[str, list[str], Path, int]], jobs: int, logs: Path) -> None:
-    """Run ``divrl`` subprocesses, at most ``jobs`` at a time, one progress bar each.
-
-    ``tasks``: (name, divrl arguments, file whose line count is the progress, total). Each
-    subprocess runs on one torch thread; its output goes to ``logs/<name>.log``.
-    """
-    import os
-    import subprocess
-
-    from tqdm.auto import tqdm
-
-    logs.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    pending = list(tasks)
-    bars = {
-        name: tqdm(total=total, desc=name, position=i, dynamic_ncols=True, leave=True)
-        for i, (name, _, _, total) in enumerate(tasks)
-    }
-    running: dict[str, tuple[subprocess.Popen, Path, Path]] = {}
-    failed: list[str] = []
-    try:
-        while pending or running:
-            while pending and len(running) < jobs:
-                name, argv, progress_file, _ = pending.pop(0)
-                log = logs / f"{name.replace(' ', '_')}.log"
-                with log.open("w") as f:
-                    proc = subprocess.Popen(
-                        [sys.executable, "-m", "divrl.cli", *argv],
-                        stdout=f,
-                        stderr=subprocess.STDOUT,
-                        env=env,
-                    )
-                running[name] = (proc, progress_file, log)
-                bars[name].reset(total=bars[name].total)  # its clock starts now, not at launch
-            time.sleep(1.0)
-            for name, (proc, progress_file, log) in list(running.items()):
-                bars[name].n = min(_count_lines(progress_file), bars[name].total)
-                bars[name].refresh()
-                rc = proc.poll()
-                if rc is not None:
-                    del running[name]
-                    if rc != 0:
-                        failed.append(f"{name} (exit {rc}, log {log})")
-    finally:
-        for proc, _, _ in running.values():
-            proc.terminate()
-        for bar in bars.values():
-            bar.close()
-    if failed:
-        raise RuntimeError("failed: " + "; ".join(failed))
-
-
-def _final_checkpoint(run_dir: Path, steps: int) -> Path | None:
-    model = run_dir / "checkpoints" / f"step_{steps:06d}" / "model"
-    return model if (model / "config.json").is_file() else None
-
-
 def _train(config, steps: int) -> Path:
     from divrl.training.trainer import Trainer
 
@@ -226,16 +150,16 @@ def _train(config, steps: int) -> Path:
     if run_dir.exists():  # an unfinished earlier attempt: start it over
         shutil.rmtree(run_dir)
     Trainer(config).train()
-    ckpt = _final_checkpoint(run_dir, steps)
+    ckpt = final_checkpoint(run_dir, steps)
     if ckpt is None:
         raise RuntimeError(f"training finished without a final checkpoint in {run_dir}")
     return ckpt
 
 
-def _evaluate(model_path: Path, world, eval_dir: Path, args, max_new_tokens: int) -> dict:
-    from divrl.evaluation.runner import EvalConfig, evaluate, load_model
+def _eval_config(args: argparse.Namespace, max_new_tokens: int):
+    from divrl.evaluation.runner import EvalConfig
 
-    cfg = EvalConfig(
+    return EvalConfig(
         n=args.n,
         temperature=1.0,
         top_p=1.0,
@@ -245,18 +169,6 @@ def _evaluate(model_path: Path, world, eval_dir: Path, args, max_new_tokens: int
         group_by=("hard",),
         seed=args.seed,
     )
-    model, tokenizer = load_model(model_path)
-    summaries = {}
-    for split in EVAL_SPLITS:
-        if (eval_dir / split / "summary.json").is_file():
-            summaries[split] = json.loads((eval_dir / split / "summary.json").read_text())
-            _say(f"  {split}: reusing {eval_dir / split}")
-            continue
-        _say(f"  {split}")
-        summaries[split] = evaluate(
-            model_path, world.splits[split], eval_dir / split, cfg, model=model, tokenizer=tokenizer
-        )
-    return summaries
 
 
 def _print_table(models, splits) -> None:
@@ -284,68 +196,55 @@ def _print_table(models, splits) -> None:
     Console().print(table)
 
 
-def run(args: argparse.Namespace) -> int:
-    try:
-        methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-        unknown = [m for m in methods if m not in METHODS]
-        if unknown or not methods:
-            raise ValueError(f"--methods: unknown {unknown}; choose from {list(METHODS)}")
-        if min(args.steps, args.train_prompts, args.eval_prompts, args.n, args.jobs) < 1:
-            raise ValueError("--steps, --train-prompts, --eval-prompts, --n, --jobs must be >= 1")
-        configs = _configs_dir(args.configs)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"divrl demo: {exc}", file=sys.stderr)
-        return 2
-    import torch
+def _check_args(args: argparse.Namespace) -> tuple[list[str], Path]:
+    """The methods and the presets' directory; ValueError/FileNotFoundError when invalid."""
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown or not methods:
+        raise ValueError(f"--methods: unknown {unknown}; choose from {list(METHODS)}")
+    if min(args.steps, args.train_prompts, args.eval_prompts, args.n, args.jobs) < 1:
+        raise ValueError("--steps, --train-prompts, --eval-prompts, --n, --jobs must be >= 1")
+    if args.world not in WORLDS:
+        raise ValueError(f"--world: unknown {args.world!r}; choose from {list(WORLDS)}")
+    return methods, configs_dir(args.configs)
 
-    torch.set_num_threads(args.threads)
-    out = Path(args.out).resolve()
-    if args.fresh and out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
-    clock = _Clock()
 
-    from divrl.toy import ToyWorld, ensure_toy_world
-
-    try:
-        if args.world:
-            world = ToyWorld.load(args.world)
-        else:
-            world = clock.run(f"toy world ({args.size})", ensure_toy_world, size=args.size)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"divrl demo: {exc}", file=sys.stderr)
-        return 2
-    _say(f"toy world: {world.root}")
-    cfgs = {m: _config(configs, m, args, out, world) for m in methods}
-    max_new_tokens = next(iter(cfgs.values())).rollout.max_new_tokens
-
+def _presample(cfgs: dict[str, Any], methods: list[str], clock: Clock) -> list[str]:
+    """Presample the DPH reference store once (reused when there); the methods that can
+    run (the DPH ones are dropped when the store is empty)."""
     needs_store = [c for c in cfgs.values() if c.uses_reference_samples]
-    if needs_store:
-        store = needs_store[0].reference_store
-        if (store / "manifest.json").is_file():
-            _say(f"presample: reusing {store}")
-        else:
-            from divrl.training.presample import presample
+    if not needs_store:
+        return methods
+    store = needs_store[0].reference_store
+    if reference_samples(store) is not None:
+        _say(f"presample: reusing {store}")
+    else:
+        from divrl.training.presample import presample
 
-            manifest = clock.run("presample (DPH reference store)", presample, needs_store[0])
-            stats = manifest["stats"]
-            _say(
-                f"presample: {stats['near_perfect']} of {stats['prompts']} prompts near-perfect, "
-                f"{stats['reference_samples']} reference samples"
-            )
-        from divrl.training.reference_store import ReferenceStore
+        manifest = clock.run("presample (DPH reference store)", presample, needs_store[0])
+        stats = manifest["stats"]
+        _say(
+            f"presample: {stats['near_perfect']} of {stats['prompts']} prompts near-perfect, "
+            f"{stats['reference_samples']} reference samples"
+        )
+    if reference_samples(store) == 0:
+        dropped = [m for m, c in cfgs.items() if c.uses_reference_samples]
+        _say(
+            f"skipping {', '.join(dropped)}: the base model solves no training prompt "
+            "reliably enough for a reference sample (an empty DPH-RL store)"
+        )
+        methods = [m for m in methods if m not in dropped]
+    return methods
 
-        if len(ReferenceStore(store)) == 0:
-            dropped = [m for m, c in cfgs.items() if c.uses_reference_samples]
-            _say(
-                f"skipping {', '.join(dropped)}: the base model solves no training prompt "
-                "reliably enough for a reference sample (an empty DPH-RL store)"
-            )
-            methods = [m for m in methods if m not in dropped]
 
+def _train_all(
+    methods: list[str], cfgs: dict[str, Any], args, configs: Path, out: Path, world, clock
+) -> dict[str, Path]:
+    """Train the methods without a final checkpoint (in parallel subprocesses with
+    ``--jobs`` > 1); every method's final checkpoint."""
     todo = []
     for m in methods:
-        ckpt = _final_checkpoint(out / m, args.steps)
+        ckpt = final_checkpoint(out / m, args.steps)
         if ckpt is not None:
             _say(f"train {m}: reusing {ckpt}")
         else:
@@ -367,63 +266,22 @@ def run(args: argparse.Namespace) -> int:
             )
             for m in todo
         ]
-        clock.run(
-            f"train {', '.join(todo)} ({args.steps} steps, {args.jobs} at a time)",
-            _parallel,
-            tasks,
-            args.jobs,
-            out / "logs",
-        )
+        label = f"train {', '.join(todo)} ({args.steps} steps, {args.jobs} at a time)"
+        clock.run(label, run_parallel, tasks, args.jobs, out / "logs")
     else:
         for m in todo:
             clock.run(f"train {m} ({args.steps} steps)", _train, cfgs[m], args.steps)
     checkpoints: dict[str, Path] = {}
     for m in methods:
-        ckpt = _final_checkpoint(out / m, args.steps)
+        ckpt = final_checkpoint(out / m, args.steps)
         if ckpt is None:
             raise RuntimeError(f"train {m}: no final checkpoint in {out / m}")
         checkpoints[m] = ckpt
+    return checkpoints
 
-    clock.run(
-        "evaluate base",
-        _evaluate,
-        world.model_dir,
-        world,
-        out / "base" / "eval",
-        args,
-        max_new_tokens,
-    )
-    for m in methods:
-        clock.run(
-            f"evaluate {m}",
-            _evaluate,
-            checkpoints[m],
-            world,
-            out / m / "eval",
-            args,
-            max_new_tokens,
-        )
 
-    from divrl.evaluation.report import build_report, load_model_eval
-
-    base = load_model_eval(out / "base", "base")
-    runs = [load_model_eval(out / m, METHODS[m]) for m in methods]
-    command = "divrl demo " + shlex.join(_argv(args))
-    report = clock.run(
-        "report",
-        build_report,
-        runs,
-        base,
-        out / "report",
-        title="divrl demo: GRPO vs DPH-JS vs Lp-Reg on the toy world",
-        command=command,
-        spark_words=[w for w in args.spark_words.split(",") if w],
-        spark_split="test",
-    )
-    timings: dict[str, Any] = {"stages_seconds": clock.stages, "total_seconds": clock.total}
-    (out / "demo_timings.json").write_text(json.dumps(timings, indent=2) + "\n")
-
-    _print_table([base, *runs], list(EVAL_SPLITS))
+def _print_summary(args, cfgs, clock: Clock, report: Path, models, splits) -> None:
+    _print_table(models, splits)
     print(
         f"P@1 / P@{args.n}: unbiased Pass@k from {args.n} samples at T=1 on {args.eval_prompts} "
         f"prompts per set; greedy: temperature 0. Training: {args.steps} steps x "
@@ -433,4 +291,70 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {name}: {secs:.0f} s")
     print(f"total: {clock.total / 60:.1f} min")
     print(f"report: {report}")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        methods, configs = _check_args(args)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"divrl demo: {exc}", file=sys.stderr)
+        return 2
+    import torch
+
+    torch.set_num_threads(args.threads)
+    out = Path(args.out).resolve()
+    if args.fresh and out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    clock = Clock(_say)
+    try:
+        if args.world_dir:
+            world = open_world(args.world, world_dir=args.world_dir)
+        else:
+            world = clock.run(
+                f"{args.world} world ({args.size})", open_world, args.world, size=args.size
+            )
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"divrl demo: {exc}", file=sys.stderr)
+        return 2
+    _say(f"toy world: {world.root}")
+    cfgs = {m: _config(configs, m, args, out, world) for m in methods}
+    max_new_tokens = next(iter(cfgs.values())).rollout.max_new_tokens
+    methods = _presample(cfgs, methods, clock)
+    checkpoints = _train_all(methods, cfgs, args, configs, out, world, clock)
+
+    splits = eval_splits(world)
+    eval_cfg = _eval_config(args, max_new_tokens)
+    models = {"base": world.model_dir, **checkpoints}
+    for name, path in models.items():
+        clock.run(
+            f"evaluate {name}",
+            evaluate_splits,
+            path,
+            world,
+            out / name / "eval",
+            eval_cfg,
+            splits,
+            _say,
+        )
+
+    from divrl.evaluation.report import build_report, load_model_eval
+
+    base = load_model_eval(out / "base", "base")
+    runs = [load_model_eval(out / m, METHODS[m]) for m in methods]
+    report = clock.run(
+        "report",
+        build_report,
+        runs,
+        base,
+        out / "report",
+        title="divrl demo: GRPO vs DPH-JS vs Lp-Reg on the "
+        + ("toy world" if args.world == DEFAULT_WORLD else f"{args.world} toy world"),
+        command="divrl demo " + shlex.join(_argv(args)),
+        spark_words=_spark_words(args),
+        spark_split="test",
+    )
+    timings: dict[str, Any] = {"stages_seconds": clock.stages, "total_seconds": clock.total}
+    (out / "demo_timings.json").write_text(json.dumps(timings, indent=2) + "\n")
+    _print_summary(args, cfgs, clock, report, [base, *runs], splits)
     return 0

@@ -13,7 +13,7 @@ import json
 import logging
 import sys
 
-from divrl.commands.train import _split_config_arg
+from divrl.commands.train import _split_config_arg, with_toy_defaults
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,7 +45,9 @@ def run(args: argparse.Namespace) -> int:
     from divrl.training.presample import presample
 
     manifest = presample(
-        config, failed_to_exploration=args.failed_to_exploration, progress=config.logging.progress
+        with_toy_defaults(config),
+        failed_to_exploration=args.failed_to_exploration,
+        progress=config.logging.progress,
     )
     print(json.dumps(manifest["stats"], indent=2))
     print(f"reference store: {config.reference_store}")

@@ -10,12 +10,16 @@ string or a list of strings). Output (``--out``): one line per input line with `
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import tempfile
 from collections import Counter
 from pathlib import Path
 
 from divrl.data import load_examples
 from divrl.rewards import ScoreRequest, score_batch
+from divrl.rewards.scoring import check_timeout
 from divrl.rewards.types import DECIDED_REASONS
 
 
@@ -30,9 +34,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--skip-invalid", action="store_true", help="skip (and count) invalid dataset rows"
     )
     parser.add_argument(
-        "--timeout", type=float, default=None, help="hard limit per completion, seconds"
+        "--timeout",
+        type=_timeout_arg,
+        default=None,
+        help="hard limit per completion, seconds, finite and > 0 (default: the verifier's, "
+        "5 s for math and SQL)",
     )
-    parser.add_argument("--workers", type=int, default=None, help="verifier worker processes")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="verifier worker processes (default: min(8, CPU count))",
+    )
+
+
+def _timeout_arg(text: str) -> float:
+    try:
+        return check_timeout(float(text))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _write_scores(out: Path, records: list[dict]) -> None:
+    """Write all records to a temp file beside ``out``, then rename it over ``out``.
+
+    The previous contents stay whole until the new file is complete. Completions may hold
+    lone surrogates (invalid UTF-16 from a tokenizer): they are written as ``\\udcff``
+    escapes (``backslashreplace``), which JSON readers decode back to the same string.
+    """
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    try:
+        with open(fd, "w", encoding="utf-8", errors="backslashreplace") as f:
+            for record in records:
+                f.write(json.dumps(record, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, out)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _read_completions(path: Path) -> list[tuple[int, str, list[str]]]:
@@ -80,19 +122,19 @@ def run(args: argparse.Namespace) -> int:
     batch = score_batch(requests, max_workers=args.workers, timeout=args.timeout, progress=True)
 
     if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with out.open("w", encoding="utf-8") as f:
-            for (_, rid, _), (start, n) in zip(rows, spans, strict=True):
-                res = batch.results[start : start + n]
-                record = {
+        records = []
+        for (_, rid, _), (start, n) in zip(rows, spans, strict=True):
+            res = batch.results[start : start + n]
+            records.append(
+                {
                     "id": rid,
                     "score": sum(r.score for r in res) / n if n else 0.0,
                     "scores": [r.score for r in res],
                     "reasons": [r.reason for r in res],
                     "extracted": [r.extracted for r in res],
                 }
-                f.write(json.dumps(record, ensure_ascii=False) + "\n")
+            )
+        _write_scores(Path(args.out), records)
 
     reasons = Counter(r.reason for r in batch.results)
     print(f"data: {args.data} ({len(examples)} examples", end="")

@@ -5,7 +5,7 @@ base model, then samples the model and prints the measured properties (Pass@k, t
 of near-perfect train prompts, distinct solution styles). A second call returns the cached
 world and its stored measurements at once. ``divrl toy measure`` re-measures with other
 sampling settings. ``--world countdown`` does the same for the countdown world (search
-traces; :mod:`divrl.toy.countdown_world`), measured with 32 samples per prompt.
+traces; :mod:`divrl.toy.countdown_world`); its documented numbers use ``--samples 32``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ("build", "build the toy world (cached) and print its measured properties"),
         ("measure", "sample and measure the base model of a built toy world again"),
     ):
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        p = sub.add_parser(
+            name, help=help_text, description=help_text, formatter_class=parser.formatter_class
+        )
         p.add_argument("--cache-dir", help="default: $DIVRL_CACHE_DIR/toy or ~/.cache/divrl/toy")
         p.add_argument(
             "--world",
@@ -35,12 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "--size", default="full", help="'full' (minutes) or 'tiny' (seconds, for tests)"
         )
         p.add_argument("--max-prompts", type=int, default=256, help="prompts measured per split")
-        p.add_argument(
-            "--samples",
-            type=int,
-            default=None,
-            help="samples per prompt (Pass@k; default 16, countdown 32)",
-        )
+        p.add_argument("--samples", type=int, default=16, help="samples per prompt (Pass@k)")
         p.add_argument("--json", action="store_true", help="print the measurements as JSON")
         p.add_argument("--quiet", action="store_true", help="no progress bars")
         if name == "build":
@@ -117,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if world_name == "countdown":
         return _measure_countdown(args, world)
-    cfg = MeasureConfig(n_samples=args.samples or 16, max_prompts=args.max_prompts)
+    cfg = MeasureConfig(n_samples=args.samples, max_prompts=args.max_prompts)
     stored = load_measurements(world) if args.toy_command == "build" else None
     if stored is None or stored.get("config") != cfg.__dict__:
         stored = measure_base_model(world, cfg, progress=not args.quiet)
@@ -135,7 +132,7 @@ def _measure_countdown(args: argparse.Namespace, world) -> int:
     )
     from divrl.toy.measure import load_measurements
 
-    cfg = CountdownMeasureConfig(n_samples=args.samples or 32, max_prompts=args.max_prompts)
+    cfg = CountdownMeasureConfig(n_samples=args.samples, max_prompts=args.max_prompts)
     stored = load_measurements(world) if args.toy_command == "build" else None
     wanted = {**cfg.__dict__, "splits": list(cfg.splits)}
     if stored is None or stored.get("config") != wanted:

@@ -2,7 +2,9 @@
 
 Runs on one process or under ``accelerate launch`` / ``torchrun`` (one shard of the
 prompts per process). ``--resume`` continues from the newest checkpoint of the run's
-``logging.output_dir``.
+``logging.output_dir``; a folder that holds another run is refused unless ``--resume`` or
+``--overwrite`` is given (see docs/reliability.md). Ctrl-C stops with one line and exit
+code 130; the last checkpoint is intact.
 """
 
 from __future__ import annotations
@@ -26,8 +28,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="delete the run already in logging.output_dir (config, metrics, checkpoints) and "
+        "start a new one there; without it (or --resume) such a folder is refused",
+    )
+    parser.add_argument(
+        "--resume-with-changes",
+        metavar="KEYS",
+        action="append",
+        default=[],
+        help="with --resume: config keys (comma-separated, e.g. optim.lr,train.total_steps) "
+        "that may differ from the run's config.yaml; recorded in its history.jsonl",
+    )
+    parser.add_argument(
         "--print-config", action="store_true", help="print the resolved config and exit"
     )
+
+
+def with_toy_defaults(config):
+    """``config`` with a null ``model.path`` / ``data.train_path`` (and ``data.db_dir``)
+    filled from the toy world ``model.toy_world`` (built on first use at ``model.toy_size``); a config with
+    both paths set is returned unchanged. The trainer itself never guesses paths."""
+    if config.model.path is not None and config.data.train_path is not None:
+        return config
+    from divrl.toy import get_world
+
+    world = get_world(config.model.toy_world, size=config.model.toy_size, progress=False)
+    config.model.path = config.model.path or str(world.model_dir)
+    config.data.train_path = config.data.train_path or str(world.splits["train"])
+    if config.data.db_dir is None and world.db_dir:
+        config.data.db_dir = str(world.db_dir)
+    return config
 
 
 def _split_config_arg(args: argparse.Namespace) -> tuple[str | None, list[str]]:
@@ -54,10 +86,33 @@ def run(args: argparse.Namespace) -> int:
         print(dump_config(config), end="")
         return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    from divrl.fileio import DiskFullError
+    from divrl.runs import RunLockedError
+    from divrl.training.run_session import RunDirError
     from divrl.training.trainer import Trainer
 
-    trainer = Trainer(config, resume=args.resume)
-    history = trainer.train()
+    allowed = tuple(k.strip() for arg in args.resume_with_changes for k in arg.split(",") if k)
+    trainer = None
+    try:
+        trainer = Trainer(
+            with_toy_defaults(config),
+            resume=args.resume,
+            overwrite=args.overwrite,
+            resume_with_changes=allowed,
+        )
+        if _already_finished(trainer):
+            return 0
+        history = trainer.train()
+    except (RunDirError, RunLockedError) as exc:
+        print(f"divrl train: {exc}", file=sys.stderr)
+        return 2
+    except DiskFullError as exc:
+        print(f"divrl train: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        step = trainer.step if trainer is not None else 0
+        print(f"interrupted at step {step}; resume with --resume", file=sys.stderr)
+        return 130
     if trainer.accelerator.is_main_process and history:
         last = history[-1]
         print(
@@ -66,3 +121,17 @@ def run(args: argparse.Namespace) -> int:
             f"metrics in {trainer.metrics_path}"
         )
     return 0
+
+
+def _already_finished(trainer) -> bool:
+    """Say so (and return True) when a resumed run has nothing left to do."""
+    total = trainer.config.train.total_steps
+    if trainer.step < total:
+        return False
+    if trainer.accelerator.is_main_process:
+        print(
+            f"{trainer.run.root}: the run already finished at step {trainer.step} "
+            f"(train.total_steps={total}); nothing to do. To train further, pass "
+            "train.total_steps=N --resume-with-changes train.total_steps"
+        )
+    return True

@@ -1,7 +1,7 @@
 """Datasets: load/validate verl-schema examples, prompt templates, shipped fixtures.
 
-See docs/data.md. Toy-world generators live in their own submodules
-(``divrl.data.toy_math``, ``divrl.data.toy_sql``) and are not imported here.
+See docs/data.md. The toy world's generators live with the rest of the toy world
+(``divrl.toy.toy_sql``, ``divrl.toy.toy_math``).
 """
 
 from __future__ import annotations

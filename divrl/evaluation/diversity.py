@@ -17,12 +17,13 @@ model) spells it out, which this handles the same way.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from divrl.runs import RunDir
 
 __all__ = [
     "DEFAULT_SPARK_WORDS",
@@ -117,12 +118,7 @@ def spark_word_probability(
 
 def checkpoint_models(run_dir: str | Path) -> list[tuple[int, Path]]:
     """(step, model directory) of every checkpoint of a training run, by step."""
-    found = []
-    for path in Path(run_dir).glob("checkpoints/step_*/model"):
-        m = re.fullmatch(r"step_(\d+)", path.parent.name)
-        if m and (path / "config.json").is_file():
-            found.append((int(m.group(1)), path))
-    return sorted(found)
+    return [(c.step, c.model_dir) for c in RunDir(run_dir).checkpoints() if c.has_model()]
 
 
 def spark_word_curve(

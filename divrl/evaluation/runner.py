@@ -29,6 +29,7 @@ from divrl.evaluation.equivalence import ClusterRequest, cluster_answers
 from divrl.evaluation.stats import cluster_correctness
 from divrl.evaluation.styles import solution_style
 from divrl.rewards.types import DECIDED_REASONS
+from divrl.runs import RunDir
 
 __all__ = [
     "EvalConfig",
@@ -128,9 +129,10 @@ def resolve_model_path(path: str | Path) -> str:
         return str(p)
     if (p / "model" / "config.json").is_file():
         return str(p / "model")
-    ckpts = sorted((p / "checkpoints").glob("step_*/model")) if p.is_dir() else []
-    if ckpts:
-        return str(ckpts[-1])
+    final = RunDir(p).final_model() if p.is_dir() else None
+    if final is not None:
+        logger.info("%s is a run directory: evaluating its checkpoint %s", p, final.parent)
+        return str(final)
     if p.exists():
         raise FileNotFoundError(
             f"{p} is neither a model directory (config.json), a checkpoint (model/) nor a "
@@ -153,7 +155,6 @@ def load_model(path: str | Path):
 # --------------------------------------------------------------------------- sampling
 
 
-@torch.no_grad()
 def greedy_generate(
     model: torch.nn.Module,
     tokenizer,
@@ -163,45 +164,24 @@ def greedy_generate(
     stop: Sequence[str] = (),
     batch_size: int = 16,
     progress: bool = False,
+    engine=None,
 ) -> list[dict[str, Any]]:
-    """Greedy responses (``do_sample=False``), batched with left padding.
+    """Greedy responses (the rollout engine at temperature 0), batched with left padding.
 
-    Returns one dict per prompt: ``text``, ``n_tokens``, ``truncated``.
+    ``engine``: a :class:`divrl.rollout.RolloutEngine` (default: an ``HFEngine`` on
+    ``model``). Returns one dict per prompt: ``text``, ``n_tokens``, ``truncated``.
     """
-    from divrl.rollout.hf import response_length
+    from divrl.rollout import HFEngine, SamplingParams
 
-    eos = tokenizer.eos_token_id
-    eos_ids = {eos} if isinstance(eos, int) else set(eos)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos_ids)
-
-    def decode(ids):
-        return tokenizer.decode(list(ids), skip_special_tokens=True)
-
-    device = next(model.parameters()).device
+    engine = engine or HFEngine(model, tokenizer, batch_size=batch_size)
+    params = SamplingParams(n=1, temperature=0.0, max_new_tokens=max_new_tokens, stop=tuple(stop))
     out: list[dict[str, Any]] = []
     bar = _bar(len(prompt_ids), "greedy", progress)
     for start in range(0, len(prompt_ids), batch_size):
         chunk = prompt_ids[start : start + batch_size]
-        plen = max(len(p) for p in chunk)
-        ids = torch.full((len(chunk), plen), pad, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for i, p in enumerate(chunk):
-            ids[i, plen - len(p) :] = torch.as_tensor(list(p), dtype=torch.long)
-            mask[i, plen - len(p) :] = 1
-        gen = model.generate(
-            input_ids=ids.to(device),
-            attention_mask=mask.to(device),
-            do_sample=False,
-            temperature=None,
-            top_p=None,
-            top_k=None,
-            max_new_tokens=max_new_tokens,
-            pad_token_id=pad,
-            eos_token_id=sorted(eos_ids),
-        )
-        for row in gen[:, plen:].cpu().tolist():
-            length, ended = response_length(row, eos_ids, stop, decode)
-            out.append({"text": decode(row[:length]), "n_tokens": length, "truncated": not ended})
+        gen = engine.generate(chunk, params)
+        for text, ids, truncated in zip(gen.texts, gen.response_ids, gen.truncated, strict=True):
+            out.append({"text": text, "n_tokens": len(ids), "truncated": bool(truncated)})
         if bar is not None:
             bar.update(len(chunk))
     if bar is not None:
@@ -275,6 +255,7 @@ def generate_samples(
             stop=cfg.stop,
             batch_size=cfg.batch_size,
             progress=progress,
+            engine=engine,
         )
         if cfg.greedy
         else [None] * len(examples)

@@ -22,14 +22,9 @@ A query with none of them is ``plain``; one sqlglot cannot parse is ``unparsable
 and table names, constants and comparison operators do not change the label, so
 ``SELECT COUNT(*) FROM t WHERE a>1`` and ``select count(*) from u where b<=7`` share one.
 
-**Countdown** (data source ``countdown``): the operator multiset of the final attempt,
-e.g. ``+*`` (:func:`divrl.rewards.countdown_reward.operator_style`).
-
-**Toy math** (data source ``toy_math``): the toy world's method, ``steps`` / ``expr`` /
-``direct`` (:func:`divrl.data.toy_math.math_style`).
-
 Other data sources have no style (``None``) unless one is added with
-:func:`register_style`.
+:func:`register_style`; the toy world registers toy math's (``divrl/toy/styles.py``, on
+``import divrl.toy``, which every ``divrl`` command does).
 """
 
 from __future__ import annotations
@@ -135,24 +130,12 @@ def _aggregate_form(select, exp) -> list[str]:
     return ordered
 
 
-def _toy_math_style(text: str, extracted: str | None) -> str | None:
-    from divrl.data.toy_math import math_style
-
-    return math_style(text)
-
-
-def _countdown_style(text: str, extracted: str | None) -> str | None:
-    from divrl.rewards.countdown_reward import answer_attempt, operator_style
-
-    return operator_style(extracted if extracted is not None else answer_attempt(text))
-
-
 def _sql_style(text: str, extracted: str | None) -> str | None:
     return sql_shape(extracted)
 
 
 # data source (lower case) -> style function; SQL verifiers fall back to sql_shape
-_REGISTRY: dict[str, StyleFn] = {"toy_math": _toy_math_style, "countdown": _countdown_style}
+_REGISTRY: dict[str, StyleFn] = {}
 
 
 def register_style(data_source: str, fn: StyleFn) -> None:

@@ -15,447 +15,64 @@ TRL's own code for rollouts, rewards, advantages and the policy loss, and adds:
 
 Which TRL internals are used, and how their change is caught, is listed in
 :data:`TRL_HOOKS` and checked by :func:`check_trl_internals`; docs/trl.md has the details.
+
+This module holds the trainer; its pieces live beside it: ``trl_hooks`` (the TRL internals
+relied on and their checks), ``trl_config`` (:class:`DivRLGRPOConfig`), ``trl_dph`` (the
+reference-sample stream) and ``trl_lp_reg`` (the proxy from captured hidden states). Every
+public name is importable from here.
 """
 
 from __future__ import annotations
 
-import inspect
-import math
-import os
-import warnings
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import trl
-from packaging.specifiers import SpecifierSet
-from packaging.version import Version
-from trl import GRPOConfig, GRPOTrainer
+from trl import GRPOTrainer
 
 from divrl.algorithms import (
-    DIVERGENCES,
-    divergence_generator,
     lp_reg_loss,
-    minp_log_normalizer,
     policy_loss,
-    proxy_log_prob,
     reference_divergence_loss,
-    token_log_probs,
 )
-from divrl.training.reference_store import ReferenceStore
-from divrl.training.sampling import EpochSampler
+from divrl.integrations.trl_config import LP_REG_LOSS_TYPES, DivRLGRPOConfig
+from divrl.integrations.trl_dph import _ReferenceStream
+from divrl.integrations.trl_hooks import (
+    ALLOW_UNTESTED_ENV,
+    REQUIRED_INPUT_KEYS,
+    REQUIRED_TRAINER_ATTRIBUTES,
+    TESTED_TRL_VERSIONS,
+    TRL_HOOKS,
+    _raise_on_internal_problems,
+    check_trl_internals,
+    check_trl_version,
+)
+from divrl.integrations.trl_lp_reg import (
+    LOG_Z_KEY,
+    PROXY_CHUNK_POSITIONS,
+    PROXY_CONSISTENCY_TOL,
+    PROXY_KEY,
+    _Capture,
+    _hidden_state_hook,
+    _proxy_from_hidden,
+    _unwrapped_causal_lm,
+)
 
 __all__ = [
+    "ALLOW_UNTESTED_ENV",
+    "LOG_Z_KEY",
+    "LP_REG_LOSS_TYPES",
+    "PROXY_CHUNK_POSITIONS",
+    "PROXY_CONSISTENCY_TOL",
+    "PROXY_KEY",
+    "REQUIRED_INPUT_KEYS",
+    "REQUIRED_TRAINER_ATTRIBUTES",
     "TESTED_TRL_VERSIONS",
+    "TRL_HOOKS",
     "DivRLGRPOConfig",
     "DivRLGRPOTrainer",
     "check_trl_internals",
     "check_trl_version",
 ]
-
-# The TRL releases this adapter was tested against; pyproject's `trl` extra pins the same.
-TESTED_TRL_VERSIONS = SpecifierSet(">=1.16,<1.17")
-# Set to 1 to run an untested TRL release anyway (a warning instead of an error).
-ALLOW_UNTESTED_ENV = "DIVRL_ALLOW_UNTESTED_TRL"
-
-# TRL methods the adapter overrides or calls, with the parameters it passes or relies on.
-TRL_HOOKS: dict[str, tuple[str, ...]] = {
-    "_compute_loss": ("model", "inputs"),
-    "_get_per_token_logps_and_entropies": (
-        "model",
-        "input_ids",
-        "attention_mask",
-        "logits_to_keep",
-        "batch_size",
-        "compute_entropy",
-    ),
-    "_generate_and_score_completions": ("inputs",),
-}
-# Keys of the batch dict that `_generate_and_score_completions` returns and the adapter reads.
-REQUIRED_INPUT_KEYS = frozenset(
-    {
-        "prompt_ids",
-        "prompt_mask",
-        "completion_ids",
-        "completion_mask",
-        "advantages",
-        "num_items_in_batch",
-    }
-)
-# Trainer attributes set by GRPOTrainer.__init__ that the adapter reads.
-REQUIRED_TRAINER_ATTRIBUTES = (
-    "_metrics",
-    "accelerator",
-    "temperature",
-    "loss_type",
-    "epsilon_low",
-    "epsilon_high",
-    "max_completion_length",
-    "beta",
-)
-# Batch keys the adapter adds (off-policy Lp-Reg): TRL splits and shuffles them with the rest.
-PROXY_KEY, LOG_Z_KEY = "divrl_proxy_log_probs", "divrl_proxy_log_z"
-
-# Loss types whose per-token loss is the clipped surrogate Lp-Reg replaces, with the divrl
-# aggregation mode that matches TRL's reduction (a further scale is applied in the trainer).
-LP_REG_LOSS_TYPES = {
-    "grpo": "seq-mean-token-mean",
-    "bnpo": "token-mean",
-    "dr_grpo": "token-mean",
-    "dapo": "token-mean",
-}
-# Proxy positions projected through the LM head at once (bounds the fp32 logits' memory).
-PROXY_CHUNK_POSITIONS = 1024
-# Largest mean |log p| gap between the adapter's LM-head projection and TRL's log-probs
-# before the proxy is declared inconsistent (bf16 autocast noise is far below this; a
-# logit scale or soft-cap the adapter does not apply is far above).
-PROXY_CONSISTENCY_TOL = 0.05
-
-
-# --------------------------------------------------------------------------- checks
-
-
-def check_trl_version(version: str | None = None) -> None:
-    """Raise if the installed TRL is outside :data:`TESTED_TRL_VERSIONS`.
-
-    Set the environment variable ``DIVRL_ALLOW_UNTESTED_TRL=1`` to get a warning instead;
-    the internals check (:func:`check_trl_internals`) still runs.
-    """
-    version = trl.__version__ if version is None else version
-    if Version(version) in TESTED_TRL_VERSIONS:
-        return
-    message = (
-        f"divrl's TRL integration is tested with trl{TESTED_TRL_VERSIONS}, found trl {version}: "
-        f'install a tested release (pip install "divrl[trl]") or set {ALLOW_UNTESTED_ENV}=1 '
-        "to try this one"
-    )
-    if os.environ.get(ALLOW_UNTESTED_ENV) == "1":
-        warnings.warn(message, stacklevel=2)
-        return
-    raise RuntimeError(message)
-
-
-def check_trl_internals(trainer_cls: type = GRPOTrainer) -> list[str]:
-    """Problems with the TRL internals the adapter relies on (empty when all is well).
-
-    Checks that every method in :data:`TRL_HOOKS` exists on ``trainer_cls`` and accepts the
-    listed parameters. The batch keys (:data:`REQUIRED_INPUT_KEYS`) and trainer attributes
-    (:data:`REQUIRED_TRAINER_ATTRIBUTES`) are checked at run time by the trainer itself.
-    """
-    problems = []
-    for name, params in TRL_HOOKS.items():
-        method = getattr(trainer_cls, name, None)
-        if not callable(method):
-            problems.append(f"{trainer_cls.__name__}.{name} is missing")
-            continue
-        accepted = inspect.signature(method).parameters
-        missing = [p for p in params if p not in accepted]
-        if missing:
-            problems.append(f"{trainer_cls.__name__}.{name} no longer accepts {missing}")
-    return problems
-
-
-def _raise_on_internal_problems(problems: list[str]) -> None:
-    if problems:
-        raise RuntimeError(
-            f"trl {trl.__version__} changed internals divrl's TRL integration relies on: "
-            + "; ".join(problems)
-            + f". Use trl{TESTED_TRL_VERSIONS} (see docs/trl.md)."
-        )
-
-
-# --------------------------------------------------------------------------- config
-
-
-@dataclass
-class DivRLGRPOConfig(GRPOConfig):
-    """TRL's ``GRPOConfig`` plus the DPH-RL and Lp-Reg fields (see docs/trl.md).
-
-    DPH-RL is on when ``dph_divergence`` is set, Lp-Reg when ``lp_reg`` is true; both may
-    be on together. Everything else is TRL's own configuration.
-    """
-
-    dph_divergence: str | None = field(
-        default=None,
-        metadata={
-            "help": "DPH-RL divergence on the reference samples: 'forward_kl' (DPH-F), 'js' "
-            "(DPH-JS), 'reverse_kl' or 'alpha'. None (default) turns DPH-RL off.",
-        },
-    )
-    dph_eta: float = field(
-        default=0.2,
-        metadata={
-            "help": "Weight of the divergence term: loss = TRL's loss + dph_eta * D_f. The "
-            "authors use 0.2 for JS (0.05 to 0.2 recommended) and 0.01 to 0.05 for forward "
-            "KL. 0 computes and logs the divergence without training on it.",
-        },
-    )
-    dph_alpha: float | None = field(
-        default=None,
-        metadata={"help": "alpha in (0, 1) for dph_divergence='alpha' (paper: 0.2, 0.5, 0.8)."},
-    )
-    dph_reference_store: str | None = field(
-        default=None,
-        metadata={
-            "help": "Directory of a divrl reference store (written by `divrl presample`): "
-            "responses of the initial policy with their per-token log-probs. Required with "
-            "dph_divergence.",
-        },
-    )
-    dph_batch_size: int = field(
-        default=1,
-        metadata={
-            "help": "Reference samples per device per micro-batch (each compute_loss call). "
-            "They cycle through the store in a seeded order (args.seed).",
-        },
-    )
-    lp_reg: bool = field(
-        default=False,
-        metadata={
-            "help": "Turn Lp-Reg on: regularise the lowest-probability negative-advantage tokens "
-            "toward a min-p proxy of the policy. The authors also set epsilon=1.0 and "
-            "epsilon_high=9.0 (the clip range of every other token).",
-        },
-    )
-    lp_reg_kappa: float = field(
-        default=0.02,
-        metadata={"help": "Min-p ratio of the Lp-Reg proxy: keep tokens with p >= kappa * max p."},
-    )
-    lp_reg_rho: float = field(
-        default=0.01,
-        metadata={
-            "help": "Share of the micro-batch's negative-advantage tokens selected (lowest "
-            "probability first); paper 0.01, 0.005 for 32B models. As in the authors' code "
-            "nothing is selected while floor(rho * N_negative) < 2.",
-        },
-    )
-    lp_reg_beta: float = field(
-        default=1.0,
-        metadata={"help": "Weight of the Lp-Reg penalty toward the proxy (paper: 1.0)."},
-    )
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self._validate_dph()
-        if self.lp_reg:
-            self._validate_lp_reg()
-
-    def _validate_dph(self) -> None:
-        if self.dph_divergence is None:
-            if self.dph_reference_store is not None:
-                raise ValueError(
-                    "dph_reference_store is set but dph_divergence is None: set dph_divergence "
-                    f"(one of {sorted(DIVERGENCES)}) to use the store, or drop the store"
-                )
-            return
-        if self.dph_divergence not in DIVERGENCES:
-            raise ValueError(
-                f"unknown dph_divergence {self.dph_divergence!r}: use one of {sorted(DIVERGENCES)}"
-            )
-        divergence_generator(self.dph_divergence, self.dph_alpha)  # validates alpha
-        if self.dph_reference_store is None:
-            raise ValueError(
-                "DPH-RL needs a reference store: set dph_reference_store to the directory "
-                "`divrl presample` wrote"
-            )
-        if not (self.dph_eta >= 0 and math.isfinite(self.dph_eta)):
-            raise ValueError(f"dph_eta must be a finite number >= 0, got {self.dph_eta}")
-        if self.dph_batch_size < 1:
-            raise ValueError(f"dph_batch_size must be >= 1, got {self.dph_batch_size}")
-        if self.beta != 0.0:
-            raise ValueError(
-                f"beta={self.beta} loads a reference model for TRL's reverse-KL term; DPH-RL "
-                "replaces it with the divergence on stored reference samples: set beta=0.0"
-            )
-
-    def _validate_lp_reg(self) -> None:
-        if not 0.0 <= self.lp_reg_kappa <= 1.0:
-            raise ValueError(
-                f"lp_reg_kappa must be in [0, 1] (paper: 0.02), got {self.lp_reg_kappa}"
-            )
-        if not 0.0 < self.lp_reg_rho <= 1.0:
-            raise ValueError(f"lp_reg_rho must be in (0, 1] (paper: 0.01), got {self.lp_reg_rho}")
-        if not self.lp_reg_beta >= 0.0:
-            raise ValueError(f"lp_reg_beta must be >= 0 (paper: 1.0), got {self.lp_reg_beta}")
-        # Lp-Reg replaces TRL's clipped per-token loss on a few tokens; the settings below
-        # change that per-token loss in ways the replacement would not reproduce.
-        if self.loss_type not in LP_REG_LOSS_TYPES:
-            raise ValueError(
-                f"lp_reg needs a clipped-surrogate loss_type, one of {sorted(LP_REG_LOSS_TYPES)}; "
-                f"got {self.loss_type!r}"
-            )
-        unsupported = {
-            "importance_sampling_level='sequence' (set 'token')": (
-                self.importance_sampling_level != "token"
-            ),
-            "delta (set delta=None)": self.delta is not None,
-            "off_policy_mask_threshold (set it to None)": self.off_policy_mask_threshold
-            is not None,
-            "top_entropy_quantile < 1 (set 1.0)": self.top_entropy_quantile < 1.0,
-            "vLLM importance-sampling correction (set vllm_importance_sampling_correction=False)": (
-                self.use_vllm and self.vllm_importance_sampling_correction
-            ),
-        }
-        bad = [name for name, on in unsupported.items() if on]
-        if bad:
-            raise ValueError("lp_reg does not support " + "; ".join(bad))
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-@dataclass
-class _Capture:
-    """What one wrapped ``_get_per_token_logps_and_entropies`` call records."""
-
-    want_proxy: bool
-    only_model: torch.nn.Module | None = None  # record only a call on this model
-    log_probs: torch.Tensor | None = None  # [B, K], with grad when the forward had it
-    proxy: torch.Tensor | None = None  # [B, K] log proxy(token), detached
-    log_z: torch.Tensor | None = None  # [B, K] log Z of the proxy, detached
-    done: bool = False
-
-
-@contextmanager
-def _hidden_state_hook(backbone: torch.nn.Module, logits_to_keep: int, out: list) -> Iterator:
-    """Collect the detached hidden states that predict the last ``logits_to_keep`` tokens."""
-
-    def hook(module, args, output):
-        hidden = getattr(output, "last_hidden_state", None)
-        if hidden is None:
-            hidden = output[0]
-        out.append(hidden[:, -(logits_to_keep + 1) : -1].detach())
-
-    handle = backbone.register_forward_hook(hook)
-    try:
-        yield
-    finally:
-        handle.remove()
-
-
-@torch.no_grad()
-def _proxy_from_hidden(
-    lm_head: torch.nn.Module,
-    hidden: torch.Tensor,
-    tokens: torch.Tensor,
-    kappa: float,
-    temperature: float,
-    autocast: Callable[[], AbstractContextManager] = nullcontext,
-    chunk: int = PROXY_CHUNK_POSITIONS,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Proxy log-prob, ``log Z`` and plain log-prob of ``tokens`` from ``hidden`` ``[B, K, H]``.
-
-    The LM head runs under ``autocast()`` (the trainer passes the one TRL's forward runs
-    under, so the logits match TRL's), on ``chunk`` positions at a time, so the
-    ``[B, K, vocab]`` logits never exist at once. Returns three ``[B, K]`` fp32 tensors.
-    """
-    flat_h = hidden.reshape(-1, hidden.shape[-1])
-    flat_t = tokens.reshape(-1)
-    parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
-    for start in range(0, flat_h.shape[0], chunk):
-        with autocast():
-            logits = lm_head(flat_h[start : start + chunk])
-        logits = logits.float()
-        toks = flat_t[start : start + chunk]
-        parts.append(
-            (
-                proxy_log_prob(logits, toks, kappa, temperature),
-                minp_log_normalizer(logits, kappa, temperature),
-                token_log_probs(logits, toks, temperature),
-            )
-        )
-    return tuple(torch.cat(p).view(tokens.shape) for p in zip(*parts, strict=True))  # type: ignore[return-value]
-
-
-def _unwrapped_causal_lm(accelerator, model: torch.nn.Module) -> torch.nn.Module:
-    unwrapped = accelerator.unwrap_model(model)
-    get_base = getattr(unwrapped, "get_base_model", None)  # PEFT
-    return get_base() if callable(get_base) else unwrapped
-
-
-@dataclass
-class _ReferenceBatch:
-    input_ids: torch.Tensor  # [B, T] prompt + response, right-padded
-    attention_mask: torch.Tensor  # [B, T]
-    logits_to_keep: int  # the last K positions hold every response token
-    columns: torch.Tensor  # [B, R] column of each response token in the [B, K] log-probs
-    ref_log_probs: torch.Tensor  # [B, R]
-    mask: torch.Tensor  # [B, R]
-
-
-class _ReferenceStream:
-    """Seeded, cycling draws from a divrl reference store, identical on every process.
-
-    Draw ``n`` (counted over the run, all processes together) is a pure function of the seed
-    and ``n``, so a resumed run continues the same order (the count restarts from the resumed
-    optimizer step).
-    """
-
-    def __init__(self, path: str, temperature: float, seed: int, pad_token_id: int) -> None:
-        store = ReferenceStore(path)
-        if len(store) == 0:
-            raise ValueError(f"the reference store {store.path} holds no samples")
-        stored_t = store.manifest.get("log_prob_temperature")
-        if stored_t is not None and abs(float(stored_t) - temperature) > 1e-9:
-            raise ValueError(
-                f"the reference store's log-probs are at temperature {stored_t} but the trainer "
-                f"uses temperature={temperature}: presample again at {temperature} or set "
-                f"temperature={stored_t}"
-            )
-        self.samples = store.samples
-        self.sampler = EpochSampler(len(store), seed, shuffle=True)
-        self.pad_token_id = pad_token_id
-        self.drawn = 0  # samples drawn so far, all processes
-
-    def seek(self, drawn: int) -> None:
-        n = len(self.samples)
-        self.sampler.load_state_dict({"epoch": drawn // n, "position": drawn % n, "size": n})
-        self.drawn = drawn
-
-    def next_batch(
-        self, per_device: int, rank: int, world: int, device: torch.device
-    ) -> _ReferenceBatch:
-        indices = self.sampler.take(per_device * world)[rank * per_device : (rank + 1) * per_device]
-        self.drawn += per_device * world
-        rows = [self.samples[i] for i in indices]
-        prompt_lens = [len(r.prompt_ids) for r in rows]
-        resp_lens = [len(r.response_ids) for r in rows]
-        if min(resp_lens) == 0:
-            raise ValueError("the reference store holds an empty response; presample again")
-        total = max(p + r for p, r in zip(prompt_lens, resp_lens, strict=True))
-        # Right padding keeps every row's positions at 0..len-1, as when the reference
-        # log-probs were computed, so u = pi_theta / pi_ref is exactly 1 at initialisation.
-        input_ids = torch.full((len(rows), total), self.pad_token_id, dtype=torch.long)
-        attention = torch.zeros((len(rows), total), dtype=torch.long)
-        width = max(resp_lens)
-        ref = torch.zeros((len(rows), width), dtype=torch.float32)
-        mask = torch.zeros((len(rows), width), dtype=torch.float32)
-        keep = total - min(prompt_lens)
-        columns = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, row in enumerate(rows):
-            seq = list(row.prompt_ids) + list(row.response_ids)
-            input_ids[i, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-            attention[i, : len(seq)] = 1
-            if len(row.ref_log_probs) != resp_lens[i]:
-                raise ValueError(
-                    f"reference sample of prompt {row.prompt_id!r} has {resp_lens[i]} response "
-                    f"tokens but {len(row.ref_log_probs)} log-probs"
-                )
-            ref[i, : resp_lens[i]] = torch.tensor(row.ref_log_probs, dtype=torch.float32)
-            mask[i, : resp_lens[i]] = 1.0
-            first = prompt_lens[i] - (total - keep)
-            columns[i] = torch.clamp(torch.arange(first, first + width), max=keep - 1)
-        return _ReferenceBatch(
-            input_ids.to(device),
-            attention.to(device),
-            keep,
-            columns.to(device),
-            ref.to(device),
-            mask.to(device),
-        )
-
 
 # --------------------------------------------------------------------------- trainer
 
@@ -601,7 +218,7 @@ class DivRLGRPOTrainer(GRPOTrainer):
                 _raise_on_internal_problems(["_compute_loss no longer computes log-probs"])
             loss = loss + self._lp_reg_replacement(inputs, cap)
         if self._reference is not None and train:
-            loss = loss + self._dph_term(model)
+            loss = loss + self._dph_term(model, int(inputs["completion_ids"].shape[0]))
         return loss
 
     # ------------------------------------------------------------------ the two methods
@@ -662,8 +279,18 @@ class DivRLGRPOTrainer(GRPOTrainer):
         self._log_divrl(metrics)
         return replacement
 
-    def _dph_term(self, model: torch.nn.Module) -> torch.Tensor:
-        """``dph_eta * D_f`` on a micro-batch of reference samples, divided by the GA steps."""
+    def _dph_scale(self, rollouts: int) -> float:
+        """The factor on the reference micro-batch's divergence: ``dph_eta`` (``paper``), or
+        ``dph_eta * dph_batch_size / rollouts`` (``authors``: the reference stream weighs
+        eta times its share of the samples, as in the DPH-RL authors' actor)."""
+        eta = self.args.dph_eta
+        if self.args.dph_weighting == "paper":
+            return eta
+        return eta * self.args.dph_batch_size / max(rollouts, 1)
+
+    def _dph_term(self, model: torch.nn.Module, rollouts: int) -> torch.Tensor:
+        """``dph_eta * D_f`` (scaled per ``dph_weighting``) on a micro-batch of reference
+        samples, divided by the GA steps; ``rollouts`` = completions in this micro-batch."""
         ref = self._reference
         assert ref is not None
         acc = self.accelerator
@@ -689,8 +316,8 @@ class DivRLGRPOTrainer(GRPOTrainer):
             self.args.dph_divergence,
             self.args.dph_alpha,
         )
-        term = self.args.dph_eta * divergence / self._grad_accum()
-        metrics["dph/loss"] = self.args.dph_eta * metrics["dph/divergence"]
+        term = self._dph_scale(rollouts) * divergence / self._grad_accum()
+        metrics["dph/loss"] = self._dph_scale(rollouts) * metrics["dph/divergence"]
         metrics["dph/response_length"] = float(batch.mask.sum(-1).mean())
         self._log_divrl(metrics)
         return term

@@ -11,7 +11,15 @@ worker cost milliseconds instead of an interpreter start.
 
 Worker protocol: it sends ``"ready"``, then answers each pickled ``(verifier_bytes,
 solution, ground_truth, extra_info, timeout)`` with a :class:`ScoreResult`; ``None`` asks
-it to exit; end of file (the pool's process died) makes it exit too.
+it to exit; end of file (the pool's process died) makes it exit too. A worker that runs out
+of memory answers ``worker_error`` and exits (its heap may be unusable); the pool replaces
+it and retries the item once.
+
+Lifetime: workers must not outlive the caller, even when it is killed with SIGKILL while a
+worker is deep in C code (``9^9^9^9`` holds the GIL, so no watchdog thread could run). On
+Linux every worker asks the kernel for SIGKILL when its parent dies (``PR_SET_PDEATHSIG``):
+a forked worker's parent is the single-threaded spawner, which exits as soon as the caller's
+end of its control socket closes; a stand-alone worker's parent is the caller itself.
 """
 
 from __future__ import annotations
@@ -29,13 +37,36 @@ def _setup() -> None:
     # off on purpose, the pool kills the worker at the time limit instead.
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     import math_verify  # noqa: F401  (preload: the first item should not pay the import)
+    import sqlglot  # noqa: F401  (SQL: the gold's outer ORDER BY is decided by parsing)
 
     import divrl.rewards  # noqa: F401  (registers the built-in verifiers)
     from divrl.rewards.math_reward import _math_verify
 
     # math-verify builds its parsers on first use (~0.3 s): do it once here, so that
     # workers forked from the spawner start warm
-    _math_verify("\\frac{\\sqrt{2}}{2}", "\\frac{1}{\\sqrt{2}}")
+    _math_verify("\\boxed{\\frac{\\sqrt{2}}{2}}", "\\frac{1}{\\sqrt{2}}")
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """SIGKILL this process when ``parent_pid`` (its parent) exits; Linux only.
+
+    The parent may already be gone when this runs (then we were re-parented): exit at once.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent_pid:
+        os._exit(1)
 
 
 def _limit_memory() -> None:
@@ -81,13 +112,24 @@ def serve(recv: Connection, send: Connection) -> None:
         except RecursionError:
             result = ScoreResult(0.0, None, "unparsable", "too deeply nested")
         except MemoryError:
-            result = ScoreResult(0.0, None, "error", "out of memory")
+            result = None
         except Exception as e:
             result = ScoreResult(0.0, None, "error", f"{type(e).__name__}: {e}"[:500])
+        if result is None:  # after MemoryError: report it, then let the pool replace us
+            result = ScoreResult(0.0, None, "worker_error", "the worker ran out of memory")
+            with _suppress_send_errors():
+                send.send(result)
+            return
         try:
             send.send(result)
         except (OSError, ValueError):
             return
+
+
+def _suppress_send_errors():
+    import contextlib
+
+    return contextlib.suppress(OSError, ValueError, MemoryError)
 
 
 def spawner(ctl_fd: int) -> None:
@@ -108,10 +150,12 @@ def spawner(ctl_fd: int) -> None:
         if not request:
             return
         ours, theirs = socket.socketpair()
+        spawner_pid = os.getpid()
         pid = os.fork()
         if pid == 0:  # the worker
             code = 0
             try:
+                die_with_parent(spawner_pid)
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 ctl.close()
                 ours.close()
@@ -131,6 +175,9 @@ def spawner(ctl_fd: int) -> None:
 
 
 def main(argv: list[str]) -> None:
+    parent = os.environ.get("DIVRL_REWARD_PARENT_PID")
+    if parent:  # set by the pool when the parent-death signal is safe to use (main thread)
+        die_with_parent(int(parent))
     if argv[0] == "--spawner":
         spawner(int(argv[1]))
     else:

@@ -1,24 +1,38 @@
-"""Math answers: extract the final answer, compare with math-verify.
+"""Math answers: math-verify's own extraction and comparison, as verl's ``math_verify`` scorer.
 
-Extraction (first rule that finds something wins):
+Profiles (chosen by ``data_source``, see :data:`MATH_SOURCES` / :data:`GSM8K_SOURCES`):
 
-1. ``extra_info["answer_pattern"]`` or the verifier's ``answer_pattern``: a regular
-   expression; its last match is the answer (group 1 if the pattern has groups);
-2. the last ``\\boxed{...}`` / ``\\fbox{...}`` (nested braces handled);
-3. the last ``<answer>...</answer>`` (the R1 template's answer tags);
-4. if ``fallback_last_number`` is on (the default), the last number in the text, so that
-   short answers such as ``85`` or ``70+15=85`` (the toy task) are scored too.
+``math``
+    The prediction is what ``math_verify.parse`` extracts from the *whole* completion with
+    ``[ExprExtractionConfig(), LatexExtractionConfig()]`` (verl's ``math_verify.compute_score``
+    targets): "final answer is" phrases and ``\\boxed{}`` first, then "answer: ..." and
+    finally the last LaTeX/plain expression; several boxes written as ``\\boxed{a}, \\boxed{b}``
+    are joined into one set, as math-verify joins them. The gold is ``\\boxed{ground_truth}``
+    parsed with ``LatexExtractionConfig()``; the verdict is ``math_verify.verify``. There is
+    no last-number fallback of our own and no fallback to an earlier box when the last one is
+    cut off (math-verify would take it; we score ``no_answer``): otherwise whatever
+    math-verify extracts is what is compared.
+``gsm8k``
+    GSM8K's own rule first: when the completion ends in ``#### <number>``, that number is
+    compared exactly (thousands separators and a leading ``$`` removed) with the number after
+    the gold's last ``####`` (or the whole gold). Otherwise the ``math`` profile decides.
 
-Integers and exactly equal strings are decided in the caller's process; everything else
-(fractions, decimals, LaTeX, sets, intervals) goes to math-verify in a worker process
-with a hard time limit, because math-verify's own timeouts rely on ``signal.alarm`` (main
-thread only) and cannot interrupt C-level work such as ``9^9^9^9``.
+``extra_info["answer_pattern"]`` (or the verifier's ``answer_pattern``): a regular
+expression whose last match (group 1 if it has groups) replaces the extraction step; the
+matched text is then parsed by math-verify. It is validated at load time
+(:func:`check_answer_pattern`) and applied in the worker, under the time limit.
+
+Everything above runs in a worker process with a hard time limit (math-verify's own
+timeouts use ``signal.alarm`` and cannot interrupt C-level work such as ``9^9^9^9``, and a
+10 MB completion takes seconds to scan). The caller only decides the one case that provably
+agrees with math-verify (:meth:`MathVerifier.quick`): text with no digit and no LaTeX
+delimiter (math-verify extracts nothing from it), and plain integers on both sides.
 """
 
 from __future__ import annotations
 
 import re
-from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 from divrl.rewards.registry import Verifier, register_verifier
@@ -26,9 +40,37 @@ from divrl.rewards.types import ScoreResult
 
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 _MAX_BOX_TRIES = 5  # bounded look-back over unclosed boxes keeps extraction linear
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
-_INT = re.compile(r"[-+]?\d+")
-_MAX_QUICK_LEN = 64
+_MAX_QUICK_CHARS = 4096
+# A plain integer as both math-verify's number regex and sympy read it: no sign other than
+# "-", no leading zeros, no separators, short enough to stay an exact Integer.
+_PLAIN_INT = r"-?(?:0|[1-9]\d{0,29})"
+_QUICK_BOXED = re.compile(rf"([^$\\]*)\\boxed\{{({_PLAIN_INT})\}}[\s.]*")
+_QUICK_BARE = re.compile(rf"\s*({_PLAIN_INT})\s*")
+# Every extraction target of math-verify needs a digit (numbers, expressions) or a LaTeX
+# delimiter ("$", "\(", "\[", "\boxed"): text without them has nothing to extract.
+_ANSWER_MATERIAL = re.compile(r"[\d$\\]")
+_GSM8K_TAIL = re.compile(r"####\s*\$?\s*(-?[\d,]*\.?\d+)\s*\.?\s*")
+_GSM8K_NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|-?\.\d+")
+_MAX_GSM8K_TAIL = 200
+
+MATH_SOURCES = (
+    "math",
+    "math500",
+    "huggingfaceh4/math-500",
+    "lighteval/math",
+    "digitallearninggmbh/math-lighteval",
+    "aime",
+    "aime24",
+    "aime25",
+    "amc",
+    "amc23",
+    "minerva",
+    "olympiadbench",
+    "deepscaler",
+    "dapo_math",
+    "toy_math",
+)
+GSM8K_SOURCES = ("gsm8k", "openai/gsm8k")
 
 
 def _balanced_from(text: str, start: int) -> str | None:
@@ -46,7 +88,11 @@ def _balanced_from(text: str, start: int) -> str | None:
 
 
 def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` (or ``\\boxed x``, ``\\fbox{...}``) in ``text``."""
+    """Content of the last closed ``\\boxed{...}`` (or ``\\boxed x``, ``\\fbox{...}``).
+
+    Used for gold answers (the converters take the last box of a MATH solution); scoring
+    uses math-verify's extraction instead.
+    """
     positions = []
     for cmd in _BOX_COMMANDS:
         end = len(text)
@@ -74,48 +120,56 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
-def last_answer_tag(text: str) -> str | None:
-    """Content of the last ``<answer>...</answer>`` (a ``\\boxed{}`` inside wins)."""
-    end = text.rfind("</answer>")
-    start = text.rfind("<answer>", 0, end) if end >= 0 else -1
-    if start < 0:
+def check_answer_pattern(pattern: Any) -> re.Pattern[str]:
+    """Compile an ``answer_pattern``; ``ValueError`` saying what is wrong with it."""
+    if not isinstance(pattern, str) or not pattern:
+        raise ValueError(f"answer_pattern must be a non-empty string, got {pattern!r:.80}")
+    return _compile_answer_pattern(pattern)
+
+
+@lru_cache(maxsize=1024)
+def _compile_answer_pattern(pattern: str) -> re.Pattern[str]:
+    try:
+        compiled = re.compile(pattern)
+    except re.error as e:
+        raise ValueError(f"answer_pattern {pattern!r:.80} is not a valid regex: {e}") from None
+    if compiled.groups > 1:
+        raise ValueError(f"answer_pattern {pattern!r:.80} has {compiled.groups} groups; use 0 or 1")
+    return compiled
+
+
+def _quick_int(text: str, boxed: bool) -> int | None:
+    """The completion's answer when math-verify provably extracts exactly this integer.
+
+    Two shapes only, both checked against math-verify's extraction order (parser.py):
+    the whole completion is a plain integer, or it is text without ``$`` or ``\\`` followed
+    by a single ``\\boxed{<plain integer>}`` and nothing but spaces/periods. With no
+    "final answer" phrase (the only patterns ranked before ``\\boxed``) and no LaTeX
+    delimiters, math-verify's first match is that box (or that number).
+    """
+    if len(text) > _MAX_QUICK_CHARS:
         return None
-    inner = text[start + len("<answer>") : end]
-    boxed = last_boxed(inner)
-    return boxed if boxed is not None else inner.strip()
-
-
-def _normalize(ans: str) -> str:
-    ans = ans.strip().strip("$").strip()
-    ans = ans.removeprefix("\\(").removesuffix("\\)").strip()
-    ans = ans.rstrip(".").replace("\\!", "").replace("\\,", "").replace(" ", "")
-    return ans
-
-
-_FRAC = re.compile(r"-?\\d?frac\{(-?\d+)\}\{(\d+)\}")
-_SLASH = re.compile(r"(-?\d+)/(\d+)")
-_DECIMAL = re.compile(r"-?\d+(?:\.\d+)?")
-
-
-def _as_rational(ans: str) -> Fraction | None:
-    """A plain integer, decimal, ``a/b`` or ``\\frac{a}{b}`` as an exact fraction."""
-    if len(ans) > _MAX_QUICK_LEN:
+    m = _QUICK_BOXED.fullmatch(text) if boxed else _QUICK_BARE.fullmatch(text)
+    if m is None or (boxed and "final answer" in m.group(1).lower()):
         return None
-    s = ans.replace(",", "") if re.fullmatch(r"-?\d{1,3}(,\d{3})+(\.\d+)?", ans) else ans
-    if _DECIMAL.fullmatch(s):
-        return Fraction(s)
-    m = _SLASH.fullmatch(s) or _FRAC.fullmatch(s)
-    if m and int(m.group(2)) != 0:
-        sign = -1 if s.startswith("-") and not m.group(1).startswith("-") else 1
-        return sign * Fraction(int(m.group(1)), int(m.group(2)))
-    return None
+    return int(m.group(m.lastindex))
 
 
-def _as_int(ans: str) -> int | None:
-    s = ans.replace(",", "") if re.fullmatch(r"-?\d{1,3}(,\d{3})+", ans) else ans
-    if len(s) <= _MAX_QUICK_LEN and _INT.fullmatch(s):
-        return int(s)
-    return None
+def _gsm8k_number(text: str) -> str | None:
+    """The number after the last ``####`` when the text ends with it, without separators."""
+    pos = text.rfind("####")
+    if pos < 0 or len(text) - pos > _MAX_GSM8K_TAIL:
+        return None
+    m = _GSM8K_TAIL.fullmatch(text, pos)
+    if m is None or not _GSM8K_NUMBER.fullmatch(m.group(1)):
+        return None
+    return m.group(1).replace(",", "")
+
+
+def _same_number(a: str, b: str) -> bool:
+    from fractions import Fraction
+
+    return Fraction(a) == Fraction(b)
 
 
 class MathVerifier(Verifier):
@@ -123,121 +177,114 @@ class MathVerifier(Verifier):
 
     default_timeout = 5.0
 
-    def __init__(
-        self,
-        answer_pattern: str | None = None,
-        fallback_last_number: bool = True,
-        max_answer_chars: int | None = 10_000,
-    ):
+    def __init__(self, answer_pattern: str | None = None, profile: str = "math"):
+        if profile not in ("math", "gsm8k"):
+            raise ValueError(f"unknown math profile {profile!r}; use 'math' or 'gsm8k'")
+        if answer_pattern is not None:
+            check_answer_pattern(answer_pattern)
         self.answer_pattern = answer_pattern
-        self.fallback_last_number = fallback_last_number
-        # Real final answers are short; a longer one is rejected without burning a worker.
-        self.max_answer_chars = max_answer_chars
+        self.profile = profile
+
+    def check_inputs(self, ground_truth: str, extra_info: dict[str, Any]) -> None:
+        if "answer_pattern" in extra_info:
+            check_answer_pattern(extra_info["answer_pattern"])
 
     def extract(self, solution_str: str, extra_info: dict[str, Any]) -> str | None:
-        pattern = extra_info.get("answer_pattern") or self.answer_pattern
-        if pattern:
-            matches = list(re.finditer(pattern, solution_str))
-            if not matches:
-                return None
-            m = matches[-1]
-            return m.group(1) if m.re.groups else m.group(0)
-        boxed = last_boxed(solution_str)
-        if boxed is not None:
-            return boxed
-        tag = last_answer_tag(solution_str)
-        if tag is not None:
-            return tag
-        if self.fallback_last_number:
-            last = None
-            for last in _NUMBER.finditer(solution_str):  # noqa: B007 (want the last one)
-                pass
-            if last is not None:
-                return last.group(0).rstrip(",")
-        return None
+        """A bounded preview of the answer, for reports about items that timed out."""
+        pos = solution_str.rfind("\\boxed")
+        if pos < 0:
+            return None
+        preview = solution_str[pos : pos + 300]
+        boxed = last_boxed(preview)
+        return boxed if boxed is not None else preview[:200]
 
     def quick(self, solution_str, ground_truth, extra_info):
-        extracted = self.extract(solution_str, extra_info)
-        if extracted is None or not extracted.strip():
-            return ScoreResult(0.0, extracted, "no_answer")
-        if self.max_answer_chars is not None and len(extracted) > self.max_answer_chars:
-            return ScoreResult(
-                0.0, extracted[:200], "too_long", f"{len(extracted)} characters of answer"
-            )
-        pred, gold = _normalize(extracted), _normalize(str(ground_truth))
-        if pred == gold and pred:
-            return ScoreResult(1.0, extracted, "correct")
-        p, g = _as_int(pred), _as_int(gold)
-        if p is not None and g is not None:
-            return ScoreResult(float(p == g), extracted, "correct" if p == g else "wrong")
-        p, g = _as_rational(pred), _as_rational(gold)
-        if p is not None and g is not None:
-            if p == g:
-                return ScoreResult(1.0, extracted, "correct")
-            if p.denominator == 1 and g.denominator == 1:
-                return ScoreResult(0.0, extracted, "wrong")
-        # unequal decimals go to math-verify, which tolerates rounding (0.333333 vs 1/3)
-        return None
+        if not solution_str.strip():
+            return ScoreResult(0.0, None, "no_answer")
+        if extra_info.get("answer_pattern") or self.answer_pattern:
+            return None
+        if len(solution_str) > _MAX_QUICK_CHARS:
+            return None  # scanning megabytes is the worker's job, under the time limit
+        if _ANSWER_MATERIAL.search(solution_str) is None:
+            return ScoreResult(0.0, None, "no_answer", "no number and no LaTeX in the text")
+        gold = _quick_int(ground_truth, boxed=False)
+        if gold is None:
+            return None
+        if self.profile == "gsm8k" and "####" in solution_str:
+            return None
+        pred = _quick_int(solution_str, boxed=True)
+        if pred is None:
+            pred = _quick_int(solution_str, boxed=False)
+        if pred is None:
+            return None
+        return ScoreResult(float(pred == gold), str(pred), "correct" if pred == gold else "wrong")
 
     def verify(self, solution_str, ground_truth, extra_info, deadline):
-        early = self.quick(solution_str, ground_truth, extra_info)
-        if early is not None and early.reason in ("no_answer", "too_long"):
-            return early
-        extracted = self.extract(solution_str, extra_info)
-        return _math_verify(extracted, str(ground_truth))
+        pattern = extra_info.get("answer_pattern") or self.answer_pattern
+        if pattern:
+            matches = list(check_answer_pattern(pattern).finditer(solution_str))
+            if not matches:
+                return ScoreResult(0.0, None, "no_answer")
+            m = matches[-1]
+            answer = m.group(1) if m.re.groups else m.group(0)
+            return _math_verify(answer or "", ground_truth, boxed=True)
+        if self.profile == "gsm8k":
+            pred = _gsm8k_number(solution_str)
+            gold = _gsm8k_number(ground_truth) if "####" in ground_truth else None
+            gold = gold or ground_truth.strip().replace(",", "").removeprefix("$")
+            if pred is not None and _GSM8K_NUMBER.fullmatch(gold):
+                ok = _same_number(pred, gold)
+                return ScoreResult(float(ok), pred, "correct" if ok else "wrong")
+            ground_truth = gold
+        if _last_box_unclosed(solution_str):
+            # math-verify would fall back to an earlier box: a cut-off answer is no answer
+            return ScoreResult(0.0, None, "no_answer", "the last \\boxed{ is not closed")
+        return _math_verify(solution_str, ground_truth)
 
 
-_GOLD_CACHE: dict[str, list] = {}
-_GOLD_CACHE_SIZE = 4096
+def _last_box_unclosed(text: str) -> bool:
+    """True when the last ``\\boxed{`` has no closing brace (the completion was cut off)."""
+    pos = text.rfind("\\boxed")
+    if pos < 0:
+        return False
+    brace = pos + len("\\boxed")
+    while brace < len(text) and text[brace] in " \t":
+        brace += 1
+    return brace < len(text) and text[brace] == "{" and _balanced_from(text, brace) is None
 
 
+@lru_cache(maxsize=4096)
 def _parse_gold(ground_truth: str) -> list:
-    """math-verify's parse of a ground truth, cached (RL scores many samples per prompt)."""
-    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
+    """math-verify's parse of ``\\boxed{ground_truth}``, cached (many samples per prompt)."""
+    from math_verify import LatexExtractionConfig, parse
 
-    if ground_truth not in _GOLD_CACHE:
-        if len(_GOLD_CACHE) >= _GOLD_CACHE_SIZE:
-            _GOLD_CACHE.pop(next(iter(_GOLD_CACHE)))
-        text = ground_truth if "\\boxed" in ground_truth else f"\\boxed{{{ground_truth}}}"
-        configs = [LatexExtractionConfig(), ExprExtractionConfig()]
-        _GOLD_CACHE[ground_truth] = parse(text, extraction_config=configs, parsing_timeout=None)
-    return _GOLD_CACHE[ground_truth]
+    return parse(
+        f"\\boxed{{{ground_truth}}}",
+        extraction_config=[LatexExtractionConfig()],
+        parsing_timeout=None,
+    )
 
 
-def _math_verify(extracted: str, ground_truth: str) -> ScoreResult:
+def _math_verify(text: str, ground_truth: str, boxed: bool = False) -> ScoreResult:
+    """verl's math_verify rule; ``boxed`` wraps ``text`` (an extracted answer) in a box."""
     # Imported lazily: workers preload it, the caller's process never needs it.
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
-    configs = [LatexExtractionConfig(), ExprExtractionConfig()]
-    # timeouts disabled: they use signal.alarm; the worker is killed from outside instead
     gold = _parse_gold(ground_truth)
     if not gold:
-        return ScoreResult(
-            0.0, extracted, "gold_error", f"math-verify cannot parse {ground_truth!r}"
-        )
-    pred = parse(f"\\boxed{{{extracted}}}", extraction_config=configs, parsing_timeout=None)
+        return ScoreResult(0.0, None, "gold_error", f"math-verify cannot parse {ground_truth!r}")
+    # timeouts disabled: they use signal.alarm; the worker is killed from outside instead
+    pred = parse(
+        f"\\boxed{{{text}}}" if boxed else text,
+        extraction_config=[ExprExtractionConfig(), LatexExtractionConfig()],
+        parsing_timeout=None,
+    )
     if not pred:
-        return ScoreResult(0.0, extracted, "unparsable")
+        return ScoreResult(0.0, None, "no_answer")
+    extracted = pred[-1] if isinstance(pred[-1], str) else str(pred[0])
     ok = verify(gold, pred, timeout_seconds=None)
-    return ScoreResult(float(ok), extracted, "correct" if ok else "wrong")
+    return ScoreResult(float(ok), extracted[:1000], "correct" if ok else "wrong")
 
 
-register_verifier(
-    "math",
-    "gsm8k",
-    "openai/gsm8k",
-    "math500",
-    "huggingfaceh4/math-500",
-    "lighteval/math",
-    "digitallearninggmbh/math-lighteval",
-    "aime",
-    "aime24",
-    "aime25",
-    "amc",
-    "amc23",
-    "minerva",
-    "olympiadbench",
-    "deepscaler",
-    "dapo_math",
-    "toy_math",
-)(MathVerifier)
+register_verifier(*MATH_SOURCES)(MathVerifier())
+register_verifier(*GSM8K_SOURCES)(MathVerifier(profile="gsm8k"))

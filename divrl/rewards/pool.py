@@ -41,6 +41,7 @@ logger = logging.getLogger(__name__)
 # Worker address-space limit: a runaway expression fails with MemoryError instead of
 # taking the machine's memory. Override with DIVRL_REWARD_WORKER_MEMORY_MB (0 = none).
 DEFAULT_WORKER_MEMORY_MB = 4096
+_WORKER_FAILURES = frozenset({"worker_error", "worker_crashed"})
 _START_TIMEOUT = 120.0  # seconds for a worker to import its modules on a loaded machine
 
 
@@ -52,6 +53,12 @@ def _child_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     env.setdefault("OMP_NUM_THREADS", "1")
+    # PR_SET_PDEATHSIG fires when the *thread* that started the child exits: only ask for
+    # it from the main thread, which lives as long as the process. (Forked workers always
+    # get it: their parent is the single-threaded spawner.)
+    env.pop("DIVRL_REWARD_PARENT_PID", None)
+    if threading.current_thread() is threading.main_thread():
+        env["DIVRL_REWARD_PARENT_PID"] = str(os.getpid())
     return env
 
 
@@ -101,6 +108,7 @@ class _Worker:
     def __init__(self, spawner: _Spawner | None) -> None:
         self.started = time.monotonic()
         self.ready = False
+        self.failure: ScoreResult | None = None  # how it failed, when it did
         self.proc: subprocess.Popen | None = None
         if spawner is not None:
             self.pid, fd = spawner.fork()
@@ -217,12 +225,15 @@ class WorkerPool:
 
         ``on_done(i, result)`` is called once per task, in completion order. A task that
         overruns ``timeouts[i]`` seconds (counted from when a ready worker received it)
-        gets ``ScoreResult(0, None, "timeout")`` and its worker is replaced.
+        gets ``ScoreResult(0, None, "timeout")`` and its worker is replaced. A task whose
+        worker dies or runs out of memory is retried once on a fresh worker; the second
+        failure is its result (``worker_crashed`` / ``worker_error``).
         """
         if not tasks:
             return
         workers = self._checkout(max(1, min(max_workers, len(tasks))))
         pending = deque(range(len(tasks)))
+        retried: set[int] = set()  # items already given a second worker
         busy: dict[int, tuple[_Worker, int, float]] = {}  # fd -> (worker, task, deadline)
         starting: dict[int, _Worker] = {}  # fd -> worker that has not said "ready"
         free: list[_Worker] = []
@@ -234,23 +245,7 @@ class WorkerPool:
         try:
             while pending or busy:
                 while free and pending:
-                    w = free.pop()
-                    i = pending.popleft()
-                    try:
-                        # pickling happens before any byte is written: a failure leaves
-                        # the pipe clean and the worker usable
-                        payload = pickle.dumps((*tasks[i], timeouts[i]))
-                    except Exception as e:
-                        free.append(w)
-                        on_done(i, ScoreResult(0.0, None, "error", f"cannot send item: {e}"))
-                        continue
-                    try:
-                        w.send_conn.send_bytes(payload)
-                    except OSError:
-                        pending.appendleft(i)
-                        self._start_replacement(w, starting)
-                        continue
-                    busy[w.recv_conn.fileno()] = (w, i, time.monotonic() + timeouts[i])
+                    self._send(free, pending, busy, starting, tasks, timeouts, on_done)
                 if not (pending or busy):
                     break
                 now = time.monotonic()
@@ -262,32 +257,20 @@ class WorkerPool:
                 horizon += [w.started + _START_TIMEOUT - now for w in starting.values()]
                 ready = wait(wait_for, timeout=max(0.0, min(horizon)) if horizon else None)
                 for conn in ready:
-                    fd = conn.fileno()
-                    if fd in starting:
-                        w = starting.pop(fd)
-                        try:
-                            msg = conn.recv()
-                        except (EOFError, OSError):
-                            msg = None
-                        if msg != "ready":
-                            w.kill()
-                            with self._cond:
-                                self._n_total -= 1
-                            raise RuntimeError(
-                                "a verifier worker failed to start (see its stderr above)"
-                            )
-                        w.ready = True
-                        free.append(w)
+                    if conn.fileno() in starting:
+                        self._on_started(starting.pop(conn.fileno()), free)
                         continue
-                    w, i, _ = busy.pop(fd)
-                    try:
-                        result = conn.recv()
-                    except (EOFError, OSError):
-                        result = ScoreResult(0.0, None, "worker_crashed", "worker exited")
-                        self._start_replacement(w, starting)
+                    w, i, _ = busy.pop(conn.fileno())
+                    result = self._answer_of(w, starting, free)
+                    if result is None and i not in retried:
+                        # the worker died or ran out of memory: not the model's fault, so
+                        # the item gets one more try on a fresh worker
+                        retried.add(i)
+                        pending.appendleft(i)
+                    elif result is None:
+                        on_done(i, w.failure)
                     else:
-                        free.append(w)
-                    on_done(i, result)
+                        on_done(i, result)
                 now = time.monotonic()
                 for fd, (w, i, deadline) in list(busy.items()):
                     if now >= deadline:
@@ -304,6 +287,56 @@ class WorkerPool:
             for w, _, _ in busy.values():
                 self._start_replacement(w, starting)
             self._checkin(free + list(starting.values()))
+
+    def _send(self, free, pending, busy, starting, tasks, timeouts, on_done) -> None:
+        """Send the next pending task to a free worker (see :meth:`run` for the state)."""
+        w = free.pop()
+        i = pending.popleft()
+        try:
+            # pickling happens before any byte is written: a failure leaves the pipe clean
+            # and the worker usable
+            payload = pickle.dumps((*tasks[i], timeouts[i]))
+        except Exception as e:
+            free.append(w)
+            on_done(i, ScoreResult(0.0, None, "error", f"cannot send item: {e}"))
+            return
+        try:
+            w.send_conn.send_bytes(payload)
+        except OSError:
+            pending.appendleft(i)
+            self._start_replacement(w, starting)
+            return
+        busy[w.recv_conn.fileno()] = (w, i, time.monotonic() + timeouts[i])
+
+    def _on_started(self, w: _Worker, free: list[_Worker]) -> None:
+        """A starting worker spoke: it is ready, or it failed to start (an error)."""
+        try:
+            msg = w.recv_conn.recv()
+        except (EOFError, OSError):
+            msg = None
+        if msg != "ready":
+            w.kill()
+            with self._cond:
+                self._n_total -= 1
+            raise RuntimeError("a verifier worker failed to start (see its stderr above)")
+        w.ready = True
+        free.append(w)
+
+    def _answer_of(
+        self, w: _Worker, starting: dict[int, _Worker], free: list[_Worker]
+    ) -> ScoreResult | None:
+        """The busy worker's result, or None when the worker failed (``w.failure`` says how;
+        it is then replaced)."""
+        try:
+            result = w.recv_conn.recv()
+        except (EOFError, OSError):
+            result = ScoreResult(0.0, None, "worker_crashed", "worker exited")
+        if result.reason not in _WORKER_FAILURES:
+            free.append(w)
+            return result
+        w.failure = ScoreResult(0.0, None, result.reason, f"{result.detail} (twice)")
+        self._start_replacement(w, starting)
+        return None
 
     def _start_replacement(self, worker: _Worker, starting: dict[int, _Worker]) -> None:
         new = self._replace(worker)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -10,6 +11,26 @@ from typing import Any
 from divrl.rewards.pool import default_workers, get_pool, pickled_verifier
 from divrl.rewards.registry import Verifier, get_verifier
 from divrl.rewards.types import BatchScores, ScoreRequest, ScoreResult
+
+
+def check_timeout(timeout: float | None) -> float | None:
+    """``timeout`` as a float; ``ValueError`` unless it is ``None`` or finite and > 0.
+
+    NaN would disable the time limit (every comparison with it is false) and inf cannot be
+    waited for, so both are refused with a message that says what to pass instead.
+    """
+    if timeout is None:
+        return None
+    try:
+        value = float(timeout)
+    except (TypeError, ValueError):
+        raise ValueError(f"timeout must be a number of seconds, got {timeout!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(
+            f"timeout must be a finite number of seconds > 0 (e.g. 5), got {timeout!r}; "
+            "pass None for the verifier's default"
+        )
+    return value
 
 
 def _safe_quick(
@@ -103,6 +124,7 @@ def score_batch(
     raise ``ValueError`` before any work starts.
     """
     start = time.monotonic()
+    timeout = check_timeout(timeout)
     requests = [_as_request(item, i) for i, item in enumerate(items)]
     results: list[ScoreResult | None] = [None] * len(requests)
     tasks, timeouts, where, verifiers = [], [], [], []

@@ -1,193 +1,104 @@
-"""SQL answers: execution match on SQLite, as in the BIRD and Spider evaluators.
+"""SQL answers: execution match on SQLite, judged the way each benchmark's evaluator judges.
 
-The predicted and the gold query run on ``extra_info["db_path"]``; the result rows are
-compared as multisets, or as lists when the gold query contains ``ORDER BY``. Rows are
-compared as tuples, so column order matters (as in BIRD).
+The profile is chosen by ``data_source`` (``bird``/``bird_dev``: BIRD's set comparison;
+``spider``/``spider_dev``: Spider test-suite's ``result_eq``; every other SQL source: a
+multiset, ordered when the gold's outermost query has ORDER BY) and can be overridden per
+row with ``extra_info["sql_compare"]`` (``set``, ``multiset`` or ``spider``). See
+:mod:`divrl.rewards.sql.compare` and docs/rewards.md.
 
-Safety: the database is opened read-only (``mode=ro`` URI) with ``PRAGMA query_only``;
-an authorizer allows only reading (SELECT, reads, functions other than
-``load_extension``, recursive CTEs), so writes, ATTACH, PRAGMA and extension loading fail;
-a progress handler interrupts a query at the item's deadline; at most ``max_rows`` rows
-are fetched; only the first statement is executed; SQLite's string/blob length limit is
-lowered so a single expression cannot allocate gigabytes.
+Safety (:mod:`divrl.rewards.sql.database`): only SELECT/WITH/VALUES statements run, on a
+connection opened with ``immutable=1`` (or a private copy for a WAL database with a
+pending ``-wal``), ``PRAGMA query_only``, an authorizer that allows only reading, a
+progress handler that interrupts at the deadline, row and byte limits, and SQLite's value
+length limit lowered to 1 MB. More than one statement scores 0 (``multiple_statements``).
 """
 
 from __future__ import annotations
 
 import os
-import re
-import sqlite3
 import time
-from collections import Counter, OrderedDict
-from typing import Any
-from urllib.parse import quote
 
 from divrl.rewards.registry import Verifier, register_verifier
+from divrl.rewards.sql.compare import COMPARE_ALIASES, PROFILES, rows_equal
+from divrl.rewards.sql.database import (
+    QueryError,
+    check_sqlite_file,
+    connect_readonly,
+    row_bytes,
+    run_query,
+)
+from divrl.rewards.sql.extract import extract_sql
+from divrl.rewards.sql.gold_cache import ByteBoundedCache, default_cache_bytes
+from divrl.rewards.sql.statements import outer_order_by, split_statements
 from divrl.rewards.types import ScoreResult
 
-_FENCE = "```"
-_START = re.compile(r"\b(?:select|with)\b", re.IGNORECASE)
-# bounded repetitions keep matching linear on adversarial text
-_CTE = re.compile(
-    r"with\s{1,100}(?:recursive\s{1,100})?[\w\"`\[\]]{1,200}\s{0,100}"
-    r"(?:\([^()]{0,2000}\)\s{0,100})?as\s{0,100}\(",
-    re.IGNORECASE,
-)
-_ORDER_BY = re.compile(r"\border\s+by\b", re.IGNORECASE)
-_MAX_VALUE_BYTES = 1_000_000
-_MAX_SEMICOLONS = 64
-
-_ALLOWED_ACTIONS = {
-    sqlite3.SQLITE_SELECT,
-    sqlite3.SQLITE_READ,
-    sqlite3.SQLITE_FUNCTION,
-    getattr(sqlite3, "SQLITE_RECURSIVE", 33),
-}
-
-
-class QueryError(Exception):
-    """A query failed; ``reason`` is the ScoreResult reason."""
-
-    def __init__(self, reason: str, detail: str):
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
-
-
-def _fenced_blocks(text: str) -> list[tuple[str, str]]:
-    """(language tag, body) of each ``` fenced block; an unclosed last block runs to the end."""
-    blocks = []
-    pos = 0
-    while True:
-        start = text.find(_FENCE, pos)
-        if start < 0:
-            return blocks
-        line_end = text.find("\n", start)
-        if line_end < 0:
-            line_end = len(text)
-        lang = text[start + 3 : line_end].strip().lower()
-        end = text.find(_FENCE, line_end)
-        body = text[line_end + 1 : end if end >= 0 else len(text)]
-        blocks.append((lang, body))
-        if end < 0:
-            return blocks
-        pos = end + 3
-
-
-def _last_statement(text: str) -> str | None:
-    """The last SELECT/WITH statement in free text (paragraphs and ';' separate statements)."""
-    regions = re.split(r";|\n\s*\n", text)
-    for region in reversed(regions):
-        starts = [m for m in _START.finditer(region) if _is_statement_start(region, m)]
-        if not starts:
-            continue
-        upper = [m for m in starts if m.group(0).isupper()]
-        return region[(upper or starts)[0].start() :].strip()
-    return None
-
-
-def _is_statement_start(region: str, m: re.Match) -> bool:
-    if m.group(0).lower() == "with":
-        return _CTE.match(region, m.start()) is not None
-    return True
-
-
-def extract_sql(solution_str: str) -> str | None:
-    """The SQL in a completion: the last ```sql block, else the last SELECT/WITH statement."""
-    blocks = _fenced_blocks(solution_str)
-    for lang, body in reversed(blocks):
-        if lang in ("sql", "sqlite") and body.strip():
-            return first_statement(body)
-    for lang, body in reversed(blocks):
-        if not lang and _START.search(body):
-            return first_statement(body)
-    text = solution_str.replace(_FENCE, "\n\n")
-    stmt = _last_statement(text)
-    return first_statement(stmt) if stmt else None
+__all__ = [
+    "QueryError",
+    "SqlVerifier",
+    "check_sqlite_file",
+    "connect_readonly",
+    "extract_sql",
+    "first_statement",
+    "run_query",
+]
 
 
 def first_statement(sql: str) -> str | None:
-    """The first complete statement of ``sql`` (without trailing text), or the whole text."""
-    sql = sql.strip()
-    pos = sql.find(";")
-    # each check rescans the prefix: a bounded number keeps adversarial input linear
-    for _ in range(_MAX_SEMICOLONS):
-        if pos < 0:
-            break
-        if sqlite3.complete_statement(sql[: pos + 1]):
-            return sql[: pos + 1].strip() or None
-        pos = sql.find(";", pos + 1)
-    return sql or None
+    """The first statement of ``sql`` (quotes and comments respected), or ``None``."""
+    statements = split_statements(sql)
+    return statements[0] if statements else None
 
 
-def _authorizer(action: int, arg1: Any, arg2: Any, db_name: Any, trigger: Any) -> int:
-    if action not in _ALLOWED_ACTIONS:
-        return sqlite3.SQLITE_DENY
-    if action == sqlite3.SQLITE_FUNCTION and str(arg2).lower() == "load_extension":
-        return sqlite3.SQLITE_DENY
-    return sqlite3.SQLITE_OK
-
-
-def connect_readonly(db_path: str) -> sqlite3.Connection:
-    """A read-only, locked-down connection to an existing SQLite file."""
-    uri = f"file:{quote(os.path.abspath(db_path))}?mode=ro"
-    conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
-    conn.execute("PRAGMA query_only = ON")
-    if hasattr(conn, "setlimit"):
-        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _MAX_VALUE_BYTES)
-        conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
-    conn.set_authorizer(_authorizer)
-    return conn
-
-
-def run_query(db_path: str, sql: str, deadline: float, max_rows: int) -> list[tuple]:
-    """Execute one read-only query with a wall-clock deadline and a row limit.
-
-    Raises :class:`QueryError` with reason ``timeout``, ``too_many_rows`` or ``sql_error``.
-    """
-    conn = connect_readonly(db_path)
-    conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 1000)
-    try:
-        cur = conn.execute(sql)
-        rows = cur.fetchmany(max_rows + 1)
-        if len(rows) > max_rows:
-            raise QueryError("too_many_rows", f"more than {max_rows} rows")
-        return rows
-    except sqlite3.Error as e:
-        if time.monotonic() > deadline and "interrupt" in str(e).lower():
-            raise QueryError("timeout", "query interrupted at the time limit") from None
-        if "not authorized" in str(e).lower():
-            raise QueryError("forbidden", f"{e} (only reading queries are allowed)") from None
-        raise QueryError("sql_error", f"{type(e).__name__}: {e}") from None
-    except (OverflowError, MemoryError, ValueError) as e:
-        raise QueryError("sql_error", f"{type(e).__name__}: {e}") from None
-    finally:
-        conn.close()
-
-
-def results_match(pred: list[tuple], gold: list[tuple], ordered: bool) -> bool:
-    if ordered:
-        return pred == gold
-    return Counter(pred) == Counter(gold)
+def _printable(text: str) -> str:
+    """``text`` with lone surrogates escaped, so results can be written as UTF-8."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 class SqlVerifier(Verifier):
-    """Execution match; ``extra_info`` must carry ``db_path``."""
+    """Execution match under a benchmark's profile; ``extra_info`` must carry ``db_path``.
 
-    default_timeout = 5.0
+    Args:
+        profile: ``bird``, ``spider`` or ``sql`` (see :data:`divrl.rewards.sql.compare.PROFILES`).
+        max_rows: a predicted query returning more rows scores 0 (``too_many_rows``).
+        max_sql_chars: longer extracted SQL scores 0 without running (``too_long``).
+        cache_bytes: gold-result cache budget in bytes per worker (default: 1/8 of the
+            worker memory cap, or ``DIVRL_SQL_GOLD_CACHE_MB``).
+        query_timeout: seconds per predicted query (default: the profile's); the gold gets
+            twice this. The item's hard limit (``default_timeout``) covers both.
+        max_result_bytes: a predicted result larger than this scores 0 (``too_many_rows``).
+    """
 
     def __init__(
-        self, max_rows: int = 100_000, max_sql_chars: int = 20_000, cache_size: int = 4096
+        self,
+        profile: str = "sql",
+        max_rows: int = 100_000,
+        max_sql_chars: int = 20_000,
+        cache_bytes: int | None = None,
+        query_timeout: float | None = None,
+        max_result_bytes: int = 256 * 1024 * 1024,
     ):
+        if profile not in PROFILES:
+            raise ValueError(f"unknown SQL profile {profile!r}; use one of {sorted(PROFILES)}")
+        self.profile = PROFILES[profile]
         self.max_rows = max_rows
         self.max_sql_chars = max_sql_chars
-        self.cache_size = cache_size
-        self._gold_cache: OrderedDict[tuple, list[tuple] | QueryError] = OrderedDict()
+        self.cache_bytes = cache_bytes
+        self.query_timeout = float(query_timeout or self.profile.query_timeout)
+        self.max_result_bytes = max_result_bytes
+        self.default_timeout = 3 * self.query_timeout + 1.0
+        self._gold_cache: ByteBoundedCache | None = None
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        state["_gold_cache"] = OrderedDict()  # caches stay in their process
+        state["_gold_cache"] = None  # caches stay in their process
         return state
+
+    @property
+    def gold_cache(self) -> ByteBoundedCache:
+        if self._gold_cache is None:
+            budget = self.cache_bytes if self.cache_bytes is not None else default_cache_bytes()
+            self._gold_cache = ByteBoundedCache(budget)
+        return self._gold_cache
 
     def check_inputs(self, ground_truth, extra_info):
         db_path = extra_info.get("db_path")
@@ -195,6 +106,12 @@ class SqlVerifier(Verifier):
             raise ValueError("SQL scoring needs extra_info['db_path'] (an SQLite file)")
         if not os.path.isfile(db_path):
             raise ValueError(f"SQL database not found: extra_info['db_path'] = {db_path!r}")
+        check_sqlite_file(db_path)
+        mode = extra_info.get("sql_compare")
+        if mode is not None and str(mode).lower() not in COMPARE_ALIASES:
+            raise ValueError(
+                f"extra_info['sql_compare'] = {mode!r}; use one of {sorted(COMPARE_ALIASES)}"
+            )
 
     def extract(self, solution_str, extra_info):
         return extract_sql(solution_str[-200_000:])
@@ -204,54 +121,69 @@ class SqlVerifier(Verifier):
         if sql is None:
             return ScoreResult(0.0, None, "no_answer")
         if len(sql) > self.max_sql_chars:
-            return ScoreResult(0.0, sql[:200], "too_long", f"{len(sql)} characters of SQL")
+            return ScoreResult(0.0, _printable(sql[:200]), "too_long", f"{len(sql)} characters")
+        statements = split_statements(sql)
+        if not statements:
+            return ScoreResult(0.0, _printable(sql), "no_answer", "only comments")
+        if len(statements) > 1:
+            detail = f"{len(statements)} statements; the evaluators run exactly one"
+            return ScoreResult(0.0, _printable(sql), "multiple_statements", detail)
         return None
 
     def verify(self, solution_str, ground_truth, extra_info, deadline):
         early = self.quick(solution_str, ground_truth, extra_info)
         if early is not None:
             return early
-        sql = self.extract(solution_str, extra_info)
+        sql = split_statements(self.extract(solution_str, extra_info))[0]
         db_path = str(extra_info["db_path"])
-        try:
-            pred = run_query(db_path, sql, deadline, self.max_rows)
-        except QueryError as e:
-            return ScoreResult(0.0, sql, e.reason, e.detail)
-        gold = self._gold_rows(db_path, str(ground_truth), deadline)
+        gold_sql = str(ground_truth)
+        gold = self._gold_rows(db_path, gold_sql, deadline)
         if isinstance(gold, QueryError):
-            reason = "timeout" if gold.reason == "timeout" else "gold_error"
-            return ScoreResult(0.0, sql, reason, f"gold query: {gold.detail}")
-        ok = results_match(pred, gold, ordered=bool(_ORDER_BY.search(str(ground_truth))))
+            return ScoreResult(0.0, _printable(sql), "gold_error", f"gold query: {gold.detail}")
+        try:
+            pred_deadline = min(deadline, time.monotonic() + self.query_timeout)
+            pred = run_query(db_path, sql, pred_deadline, self.max_rows, self.max_result_bytes)
+        except QueryError as e:
+            return ScoreResult(0.0, _printable(sql), e.reason, e.detail)
+        except MemoryError:
+            self.gold_cache.clear()  # free what we can; the pool decides about the item
+            raise
+        mode = COMPARE_ALIASES[str(extra_info.get("sql_compare", self.profile.compare)).lower()]
+        ordered = mode != "set" and outer_order_by(gold_sql)
+        ok = rows_equal(pred, gold, mode, ordered)
         return ScoreResult(float(ok), sql, "correct" if ok else "wrong")
 
     def _gold_rows(self, db_path: str, gold_sql: str, deadline: float):
+        """Gold rows (or the gold's QueryError), computed once per database version."""
         st = os.stat(db_path)
         key = (os.path.abspath(db_path), st.st_mtime_ns, st.st_size, gold_sql)
-        if key in self._gold_cache:
-            self._gold_cache.move_to_end(key)
-            return self._gold_cache[key]
+        cached = self.gold_cache.get(key)
+        if cached is not None:
+            return cached
+        statements = split_statements(gold_sql)
+        if len(statements) != 1:
+            return QueryError("gold_error", f"the gold holds {len(statements)} statements")
+        start = time.monotonic()
+        gold_deadline = min(deadline, start + 2 * self.query_timeout)
         try:
-            rows: list[tuple] | QueryError = run_query(
-                db_path, first_statement(gold_sql) or "", deadline, self.max_rows
-            )
+            rows = run_query(db_path, statements[0], gold_deadline, 10 * self.max_rows)
         except QueryError as e:
             if e.reason == "timeout":
-                return e  # not cached: it may finish with a fresh budget
-            rows = e
-        self._gold_cache[key] = rows
-        if len(self._gold_cache) > self.cache_size:
-            self._gold_cache.popitem(last=False)
+                if deadline < start + 2 * self.query_timeout:
+                    return e  # cut by the item's limit, not its own: may finish next time
+                e.detail = f"gold query over its {2 * self.query_timeout:g} s limit"
+            self.gold_cache.put(key, e, 1024)
+            return e
+        except MemoryError:
+            self.gold_cache.clear()
+            raise
+        self.gold_cache.put(key, rows, sum(row_bytes(r) for r in rows) + 64)
         return rows
 
 
-register_verifier(
-    "sql",
-    "bird",
-    "bird_dev",
-    "spider",
-    "spider_dev",
-    "spider2",
-    "synsql",
-    "text2sql",
-    "toy_sql",
-)(SqlVerifier)
+_BIRD = SqlVerifier(profile="bird")
+_SPIDER = SqlVerifier(profile="spider")
+_PLAIN = SqlVerifier(profile="sql")
+register_verifier("bird", "bird_dev")(_BIRD)
+register_verifier("spider", "spider_dev")(_SPIDER)
+register_verifier("sql", "spider2", "synsql", "text2sql", "toy_sql")(_PLAIN)

@@ -18,7 +18,8 @@ class ScoreResult:
     completion (``None`` when there was none). ``reason`` is a short machine-readable tag:
     ``correct``, ``wrong``, ``no_answer``, ``unparsable``, ``timeout``, ``sql_error``,
     ``forbidden`` (a write/ATTACH/PRAGMA refused), ``too_many_rows``, ``too_long``,
-    ``gold_error``, ``worker_crashed`` or ``error``.
+    ``gold_error``, ``worker_crashed`` (the worker died twice on this item),
+    ``worker_error`` (it ran out of memory twice) or ``error``.
     ``detail`` carries a human-readable message for failures (e.g. the SQLite error).
     """
 

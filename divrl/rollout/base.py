@@ -13,7 +13,8 @@ __all__ = ["RolloutEngine", "RolloutOutput", "SamplingParams", "collate"]
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to sample. ``top_k=0`` and ``top_p=1.0`` switch those filters off."""
+    """How to sample. ``top_k=0`` and ``top_p=1.0`` switch those filters off;
+    ``temperature=0`` decodes greedily (then ``log_probs`` are at temperature 1)."""
 
     n: int = 1
     temperature: float = 1.0
@@ -25,8 +26,10 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if self.n < 1 or self.max_new_tokens < 1:
             raise ValueError("SamplingParams: n and max_new_tokens must be >= 1")
-        if self.temperature <= 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
-            raise ValueError("SamplingParams: temperature must be > 0, top_p in (0, 1], top_k >= 0")
+        if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
+            raise ValueError(
+                "SamplingParams: temperature must be >= 0 (0 = greedy), top_p in (0, 1], top_k >= 0"
+            )
 
 
 @dataclass

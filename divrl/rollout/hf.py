@@ -98,13 +98,22 @@ class HFEngine(RolloutEngine):
         for i, p in enumerate(prompt_ids):  # left padding: generation continues every row
             ids[i, plen - len(p) :] = torch.as_tensor(list(p), dtype=torch.long)
             mask[i, plen - len(p) :] = 1
+        greedy = params.temperature == 0
+        # explicit filters (top_k 0 = off) so that the model's generation_config adds none
+        sampling = (
+            {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+            if greedy
+            else {
+                "do_sample": True,
+                "temperature": params.temperature,
+                "top_p": params.top_p,
+                "top_k": params.top_k,
+            }
+        )
         gen = self.model.generate(
             input_ids=ids.to(self.device),
             attention_mask=mask.to(self.device),
-            do_sample=True,
-            temperature=params.temperature,
-            top_p=params.top_p,
-            top_k=params.top_k,  # 0 = off; explicit so the model's generation_config can't add one
+            **sampling,
             min_p=None,
             repetition_penalty=1.0,
             max_new_tokens=params.max_new_tokens,
@@ -116,11 +125,12 @@ class HFEngine(RolloutEngine):
             output_logits=True,
         )
         new_tokens = gen.sequences[:, plen:]
-        # Raw logits per step -> log-softmax at the sampling temperature, one step at a time
-        # so that no [B, T, vocab] fp32 tensor is ever built.
+        # Raw logits per step -> log-softmax at the sampling temperature (1 for greedy), one
+        # step at a time so that no [B, T, vocab] fp32 tensor is ever built.
+        temperature = 1.0 if greedy else params.temperature
         log_probs = torch.stack(
             [
-                torch.log_softmax(step.float() / params.temperature, dim=-1)
+                torch.log_softmax(step.float() / temperature, dim=-1)
                 .gather(-1, new_tokens[:, t : t + 1])
                 .squeeze(-1)
                 for t, step in enumerate(gen.logits)

@@ -1,7 +1,9 @@
 """Measure the countdown world's base model: Pass@k, entropy, distinct solutions, styles.
 
-Samples at temperature 1 (top-p 1, no top-k) with :func:`divrl.toy.measure.sample_responses`,
-scores with the ``countdown`` verifier, and adds what the search world is for:
+Samples and scores like the SQL world's measurement (``divrl eval``'s sampler and scorer
+through :func:`divrl.toy.measure.sample_and_score`: temperature 1, top-p 1, no top-k;
+Pass@k and styles by :func:`divrl.toy.measure.split_stats`), and adds what the search
+world is for:
 
 - ``entropy``: mean per-token entropy (nats) of the model's next-token distribution over
   the tokens of its own sampled responses (eos included), from one teacher-forced pass;
@@ -20,15 +22,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from divrl.evaluation.pass_at_k import pass_at_k_array
-from divrl.rewards.countdown_reward import (
-    answer_attempt,
-    canonical_expression,
-    operator_style,
-    parse_ground_truth,
-)
-from divrl.toy.measure import sample_responses, score_samples, split_stats
-from divrl.toy.world import ToyWorld, read_rows
+from divrl.rewards.countdown_reward import canonical_expression
+from divrl.toy.measure import MeasureConfig, sample_and_score, split_stats
+from divrl.toy.world import ToyWorld
 
 MEASUREMENTS_FILE = "measurements.json"
 
@@ -74,67 +70,55 @@ def response_entropy(model, tokenizer, prompts: list[str], responses: list[str])
     return total / max(count, 1)
 
 
-def countdown_split_stats(
-    rows: list[dict[str, Any]], samples: list[list[str]], correct: np.ndarray
-) -> dict[str, Any]:
-    """Pass@k, distinct correct solutions and operator styles of one countdown split."""
-    n = correct.shape[1]
-    c = correct.sum(axis=1)
-    solved_distinct, styles_all, styles_ok = [], [], []
-    for row, group, ok in zip(rows, samples, correct, strict=True):
-        _, target = parse_ground_truth(row["reward_model"]["ground_truth"])
-        answers = [answer_attempt(s, target) for s in group]
-        good = [a for a, g in zip(answers, ok, strict=True) if g]
-        if good:
-            solved_distinct.append(len({canonical_expression(a) for a in good}))
-        styles_all.append(len({operator_style(a) for a in answers} - {None}))
-        styles_ok.append(len({operator_style(a) for a in good}))
-    return {
-        "prompts": len(rows),
-        "samples_per_prompt": n,
-        **{
-            f"pass@{k}": float(pass_at_k_array(n, c, k).mean())
-            for k in (1, 2, 4, 8, 16, 32)
-            if k <= n
-        },
-        "all_correct_share": float((c == n).mean()),
-        "none_correct_share": float((c == 0).mean()),
-        "distinct_solutions_per_solved": float(np.mean(solved_distinct))
-        if solved_distinct
-        else 0.0,
-        "distinct_styles": float(np.mean(styles_all)),
-        "distinct_correct_styles": float(np.mean(styles_ok)),
-    }
+def distinct_solutions(results: list[dict[str, Any]]) -> float:
+    """Mean number of distinct correct solutions (canonical expression of the verifier's
+    answer attempt) per prompt with a correct sample, over ``divrl eval`` results."""
+    counts = [
+        len(
+            {
+                canonical_expression(e)
+                for e, ok in zip(r["extracted"], r["correct"], strict=True)
+                if ok
+            }
+        )
+        for r in results
+        if any(r["correct"])
+    ]
+    return float(np.mean(counts)) if counts else 0.0
 
 
 def measure_countdown_model(
     world: ToyWorld, cfg: CountdownMeasureConfig | None = None, progress: bool = True
 ) -> dict[str, Any]:
     """Sample and measure the world's base model; the result is also saved in the world."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from divrl.data import load_examples
+    from divrl.evaluation.runner import load_model
 
     cfg = cfg or CountdownMeasureConfig()
-    model = AutoModelForCausalLM.from_pretrained(world.model_dir, dtype=torch.float32).eval()
-    tokenizer = AutoTokenizer.from_pretrained(world.model_dir)
+    model, tokenizer = load_model(world.model_dir)
+    sampling = MeasureConfig(
+        n_samples=cfg.n_samples,
+        max_prompts=cfg.max_prompts,
+        max_new_tokens=cfg.max_new_tokens,
+        batch_size=cfg.batch_size,
+        seed=cfg.seed,
+    )
     result: dict[str, Any] = {"config": {**cfg.__dict__, "splits": list(cfg.splits)}, "splits": {}}
     for split in cfg.splits:
-        rows = read_rows(world.splits[split])[: cfg.max_prompts]
-        prompts = [r["prompt"] for r in rows]
-        samples = sample_responses(
-            model, tokenizer, prompts, cfg.n_samples, max_new_tokens=cfg.max_new_tokens,
-            batch_size=cfg.batch_size, seed=cfg.seed, threads=1, progress=progress,
-        )  # fmt: skip
-        correct = score_samples(rows, samples)
-        if rows[0]["data_source"] == "countdown":
-            stats = countdown_split_stats(rows, samples, correct)
-        else:
-            stats = split_stats(rows, samples, correct)
-        flat_p = [p for p, g in zip(prompts, samples, strict=True) for _ in g]
-        stats["entropy"] = response_entropy(
-            model, tokenizer, flat_p, [s for g in samples for s in g]
+        examples = load_examples(world.splits[split], db_dir=world.db_dir, limit=cfg.max_prompts)
+        results = sample_and_score(
+            model, tokenizer, examples, sampling.eval_config(cfg.n_samples), threads=1
         )
-        stats["mean_response_chars"] = float(np.mean([len(s) for g in samples for s in g]))
-        stats["examples"] = [{"prompt": prompts[i], "samples": samples[i][:4]} for i in range(2)]
+        stats = split_stats(results)
+        if results[0]["data_source"] == "countdown":
+            stats["distinct_solutions_per_solved"] = distinct_solutions(results)
+        prompts = [r["prompt"] for r in results for _ in r["texts"]]
+        texts = [t for r in results for t in r["texts"]]
+        stats["entropy"] = response_entropy(model, tokenizer, prompts, texts)
+        stats["mean_response_chars"] = float(np.mean([len(t) for t in texts]))
+        stats["examples"] = [
+            {"prompt": r["prompt"], "samples": r["texts"][:4]} for r in results[:2]
+        ]
         result["splits"][split] = stats
     (world.root / MEASUREMENTS_FILE).write_text(json.dumps(result, indent=2) + "\n")
     return result

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from divrl.data import Example, toy_math, write_examples
+from divrl.data import Example, write_examples
 from divrl.rewards.countdown_reward import format_ground_truth
-from divrl.toy import countdown
+from divrl.toy import countdown, toy_math
 from divrl.toy.model import ToyModelConfig, build_model
 from divrl.toy.sft import SFTConfig, train_sft
 from divrl.toy.tokenizer import ANSWER_MARKER, build_tokenizer

@@ -1,8 +1,11 @@
 """Measure a toy world's base model: Pass@k, near-perfect prompts, style diversity.
 
-Sampling is HF ``generate`` at temperature 1 with ``top_p=1`` and no top-k (the full
-distribution), batched with left padding and a KV cache; answers are scored by
-``divrl.rewards.score_batch``; Pass@k is the unbiased estimator.
+Sampling and scoring are ``divrl eval``'s (:func:`divrl.evaluation.runner.generate_samples`
+on the rollout engine, then :func:`~divrl.evaluation.runner.score_samples`): temperature 1
+with ``top_p=1`` and no top-k (the full distribution), batched with left padding and a KV
+cache, scored by ``divrl.rewards``; Pass@k is the unbiased estimator, and the distinct
+styles per prompt are the same metric as ``divrl eval``'s ``mean_distinct_styles`` (the
+one classifier of ``divrl.evaluation.styles``, averaged over prompts with a styled sample).
 """
 
 from __future__ import annotations
@@ -15,12 +18,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
-from divrl.data.toy_math import math_style
-from divrl.data.toy_sql import sql_style
 from divrl.evaluation.pass_at_k import pass_at_k_array
-from divrl.toy.world import ToyWorld, read_rows
+from divrl.evaluation.runner import EvalConfig, generate_samples, score_samples
+from divrl.evaluation.summary import per_prompt_arrays
+from divrl.toy.world import ToyWorld
 
 MEASUREMENTS_FILE = "measurements.json"
 
@@ -37,7 +39,10 @@ class MeasureConfig:
         default=256, metadata={"help": "prompts per split (the first ones of each split)"}
     )
     max_new_tokens: int = field(default=48, metadata={"help": "response length limit in tokens"})
-    batch_size: int = field(default=512, metadata={"help": "sequences per generate call"})
+    batch_size: int = field(
+        default=512,
+        metadata={"help": "sequences per generate call (batch_size // n prompts at a time)"},
+    )
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
     seed: int = field(default=0, metadata={"help": "sampling seed"})
     threads: int = field(
@@ -54,124 +59,68 @@ class MeasureConfig:
         if self.temperature <= 0:
             raise ValueError("temperature must be > 0 (sampling, not greedy decoding)")
 
+    def eval_config(self, n: int) -> EvalConfig:
+        """The ``divrl eval`` settings that sample ``n`` responses per prompt this way."""
+        return EvalConfig(
+            n=n,
+            temperature=self.temperature,
+            max_new_tokens=self.max_new_tokens,
+            greedy=False,
+            batch_size=max(1, self.batch_size // n),
+            seed=self.seed,
+            limit=self.max_prompts,
+        )
 
-@torch.no_grad()
-def sample_responses(
-    model,
-    tokenizer,
-    prompts: Sequence[str],
-    n: int,
-    *,
-    max_new_tokens: int = 48,
-    batch_size: int = 512,
-    temperature: float = 1.0,
-    seed: int = 0,
-    threads: int | None = None,
-    progress: bool = False,
-) -> list[list[str]]:
-    """``n`` sampled responses per prompt (text up to, without, the eos).
 
-    Prompts are repeated ``n`` times and sampled ``batch_size`` sequences at a time with
-    left padding; ``threads`` (if given) sets torch's CPU threads for the duration.
+def sample_and_score(
+    model, tokenizer, examples: Sequence[Any], cfg: EvalConfig, *, threads: int | None = None
+) -> list[dict[str, Any]]:
+    """``divrl eval``'s per-prompt results (scores, styles) for ``examples``.
+
+    ``threads`` (if given) sets torch's CPU threads while sampling.
     """
     threads_before = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        return _sample(
-            model, tokenizer, prompts, n, max_new_tokens, batch_size, temperature, seed, progress
-        )
+        records = generate_samples(model, tokenizer, examples, cfg, progress=False)
     finally:
         torch.set_num_threads(threads_before)
+    return score_samples(records, cfg, progress=False)
 
 
-def _sample(
-    model,
-    tokenizer,
-    prompts: Sequence[str],
-    n: int,
-    max_new_tokens: int,
-    batch_size: int,
-    temperature: float,
-    seed: int,
-    progress: bool,
-) -> list[list[str]]:
-    torch.manual_seed(seed)
-    flat = [p for p in prompts for _ in range(n)]
-    texts: list[str] = []
-    tokenizer.padding_side = "left"
-    starts = range(0, len(flat), batch_size)
-    for lo in tqdm(starts, desc="sampling", disable=not progress, unit="batch"):
-        enc = tokenizer(flat[lo : lo + batch_size], return_tensors="pt", padding=True)
-        out = model.generate(
-            **enc,
-            do_sample=True,
-            temperature=temperature,
-            top_p=1.0,
-            top_k=0,
-            max_new_tokens=max_new_tokens,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-        )
-        texts += tokenizer.batch_decode(
-            out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True
-        )
-    return [texts[i * n : (i + 1) * n] for i in range(len(prompts))]
-
-
-def score_samples(rows: Sequence[dict[str, Any]], samples: Sequence[Sequence[str]]) -> np.ndarray:
-    """[P, n] 0/1 scores of each sample against its row's ground truth."""
-    from divrl.rewards import score_batch
-
-    items = [
-        {
-            "data_source": row["data_source"],
-            "solution_str": s,
-            "ground_truth": row["reward_model"]["ground_truth"],
-            "extra_info": row.get("extra_info") or {},
-        }
-        for row, group in zip(rows, samples, strict=True)
-        for s in group
-    ]
-    scores = np.asarray(score_batch(items).scores, dtype=float)
-    return (scores.reshape(len(rows), -1) >= 1.0).astype(int)
-
-
-def split_stats(
-    rows: Sequence[dict[str, Any]], samples: Sequence[Sequence[str]], correct: np.ndarray
-) -> dict[str, Any]:
-    """Pass@k, near-perfect share and distinct styles of one split."""
-    n = correct.shape[1]
-    c = correct.sum(axis=1)
+def split_stats(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Pass@k, near-perfect share and distinct styles of one split's eval results."""
+    a = per_prompt_arrays(results)
+    n, c = int(a["n"].min()), a["c"]
     ks = [k for k in (1, 2, 4, 8, 16, 32) if k <= n]
-    classify = math_style if rows[0]["data_source"] == "toy_math" else sql_style
-    styles_all, styles_ok = [], []
-    for group, ok in zip(samples, correct, strict=True):
-        labels = [classify(s) for s in group]
-        styles_all.append(len({lab for lab in labels if lab != "other"}))
-        styles_ok.append(len({lab for lab, good in zip(labels, ok, strict=True) if good}))
+    styled, solved = a["styles"] > 0, a["c"] > 0
     stats: dict[str, Any] = {
-        "prompts": len(rows),
+        "prompts": len(results),
         "samples_per_prompt": n,
         **{f"pass@{k}": float(pass_at_k_array(n, c, k).mean()) for k in ks},
         "all_correct_share": float((c == n).mean()),
         "none_correct_share": float((c == 0).mean()),
-        "distinct_styles": float(np.mean(styles_all)),
-        "distinct_correct_styles": float(np.mean(styles_ok)),
+        "distinct_styles": float(a["styles"][styled].mean()) if styled.any() else 0.0,
+        "distinct_correct_styles": (
+            float(a["correct_styles"][solved & styled].mean()) if (solved & styled).any() else 0.0
+        ),
     }
-    families = sorted({r["extra_info"].get("family", "") for r in rows})
-    for fam in families:
-        for hard in (False, True):
-            idx = [
-                i
-                for i, r in enumerate(rows)
-                if r["extra_info"].get("family") == fam
-                and bool(r["extra_info"].get("hard")) == hard
-            ]
-            if idx:
-                key = f"{fam}{'_hard' if hard else ''}"
-                stats.setdefault("pass@1_by_family", {})[key] = float(c[idx].mean() / n)
+    for i, r in enumerate(results):
+        info = r["extra_info"] or {}
+        if info.get("family"):
+            key = f"{info['family']}{'_hard' if info.get('hard') else ''}"
+            stats.setdefault("_by_family", {}).setdefault(key, []).append(c[i] / n)
+    by_family = stats.pop("_by_family", {})
+    if by_family:
+        stats["pass@1_by_family"] = {
+            k: float(np.mean(by_family[k])) for k in sorted(by_family, key=_family_order)
+        }
     return stats
+
+
+def _family_order(key: str) -> tuple[str, bool]:
+    return key.removesuffix("_hard"), key.endswith("_hard")
 
 
 def measure_base_model(
@@ -179,36 +128,28 @@ def measure_base_model(
 ) -> dict[str, Any]:
     """Sample the world's base model and measure it; the result is also saved in the world.
 
-    Splits ``test``, ``cross_domain`` and ``ood_math`` get ``n_samples`` samples per prompt
-    (Pass@k, distinct styles); ``train`` gets ``n_train_samples`` (the share of prompts
-    with all samples correct: DPH-RL's near-perfect set).
+    Every eval split (``test``, ``cross_domain``, ``ood_*``) gets ``n_samples`` samples per
+    prompt (Pass@k, distinct styles); ``train`` gets ``n_train_samples`` (the share of
+    prompts with all samples correct: DPH-RL's near-perfect set).
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from tqdm.auto import tqdm
+
+    from divrl.data import load_examples
+    from divrl.evaluation.runner import load_model
 
     cfg = cfg or MeasureConfig()
-    model = AutoModelForCausalLM.from_pretrained(world.model_dir, dtype=torch.float32).eval()
-    tokenizer = AutoTokenizer.from_pretrained(world.model_dir)
+    model, tokenizer = load_model(world.model_dir)
     result: dict[str, Any] = {"config": cfg.__dict__, "splits": {}}
-    plan = [("test", cfg.n_samples), ("cross_domain", cfg.n_samples), ("ood_math", cfg.n_samples)]
+    plan = [(s, cfg.n_samples) for s in world.splits if s != "train"]
     plan.append(("train", cfg.n_train_samples))
-    for split, n in plan:
-        rows = read_rows(world.splits[split])[: cfg.max_prompts]
-        samples = sample_responses(
-            model,
-            tokenizer,
-            [r["prompt"] for r in rows],
-            n,
-            max_new_tokens=cfg.max_new_tokens,
-            batch_size=cfg.batch_size,
-            temperature=cfg.temperature,
-            seed=cfg.seed,
-            threads=cfg.threads,
-            progress=progress,
+    for split, n in tqdm(plan, desc="measuring", disable=not progress, unit="split"):
+        examples = load_examples(world.splits[split], db_dir=world.db_dir, limit=cfg.max_prompts)
+        results = sample_and_score(
+            model, tokenizer, examples, cfg.eval_config(n), threads=cfg.threads
         )
-        correct = score_samples(rows, samples)
-        result["splits"][split] = split_stats(rows, samples, correct)
+        result["splits"][split] = split_stats(results)
         result["splits"][split]["examples"] = [
-            {"prompt": rows[i]["prompt"], "samples": samples[i][:4]} for i in range(2)
+            {"prompt": r["prompt"], "samples": r["texts"][:4]} for r in results[:2]
         ]
     (world.root / MEASUREMENTS_FILE).write_text(json.dumps(result, indent=2) + "\n")
     return result

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from divrl.data import Example, toy_math, toy_sql, write_examples
+from divrl.data import Example, write_examples
+from divrl.toy import toy_math, toy_sql
 from divrl.toy.model import ToyModelConfig, build_model
 from divrl.toy.sft import SFTConfig, train_sft
 from divrl.toy.tokenizer import ANSWER_MARKER, build_tokenizer
@@ -188,6 +189,16 @@ def ensure_toy_world(
     return ToyWorld.load(final)
 
 
+@dataclass
+class _GeneratedData:
+    """What the data stage leaves for the model stage: the rows and the held-out prompts."""
+
+    rows: dict[str, list[Example]]
+    train_dbs: list[toy_sql.Database]
+    held_out: set[str]
+    held_out_math: set[str]
+
+
 def build_world(
     out: Path,
     final: Path,
@@ -201,10 +212,37 @@ def build_world(
     """Write a world into ``out``; rows point at databases under ``final`` (its home after
     the rename)."""
     start = time.time()
-    timings: dict[str, float] = {}
     for sub in ("db", "data", "model"):
         (out / sub).mkdir(parents=True, exist_ok=True)
+    data = _generate_data(out, final, seed, cfg)
+    timings = {"data_seconds": time.time() - start}
+    key = world_key(seed, size, cfg)
+    if use_shipped and shipped_key() == key:
+        for name in _SHIPPED_FILES:
+            shutil.copy2(PRETRAINED_DIR / name, out / "model" / name)
+        stats = json.loads((PRETRAINED_DIR / "sft_stats.json").read_text())
+        stats["model_source"] = str(PRETRAINED_DIR)
+    else:
+        stats = _train_base_model(out / "model", seed, cfg, data, progress)
+    manifest = {
+        "world": "sql",
+        "seed": seed,
+        "size": size,
+        "key": key,
+        "build_version": BUILD_VERSION,
+        "config": cfg.to_dict(),
+        "n_parameters": _count_parameters(out / "model"),
+        "splits": {name: len(r) for name, r in data.rows.items()},
+        "answer_marker": ANSWER_MARKER,
+        **timings,
+        **stats,
+        "build_seconds": time.time() - start,
+    }
+    (out / "world.json").write_text(json.dumps(manifest, indent=2) + "\n")
 
+
+def _generate_data(out: Path, final: Path, seed: int, cfg: ToyWorldConfig) -> _GeneratedData:
+    """The databases (``out/db``) and the split files (``out/data``)."""
     train_schemas, cross_schemas = toy_sql.make_schemas(cfg.sql, seed)
     train_dbs = [toy_sql.make_database(s, cfg.sql, seed) for s in train_schemas]
     cross_dbs = [toy_sql.make_database(s, cfg.sql, seed) for s in cross_schemas]
@@ -233,46 +271,33 @@ def build_world(
     }
     for name, examples in rows.items():
         write_examples(examples, out / "data" / f"{name}.jsonl")
-    timings["data_seconds"] = time.time() - start
+    return _GeneratedData(
+        rows=rows,
+        train_dbs=train_dbs,
+        held_out={toy_sql.prompt_text(q) for q, _ in test_qs},
+        held_out_math={toy_math.prompt_text(p) for p in math_ps},
+    )
 
-    key = world_key(seed, size, cfg)
-    if use_shipped and shipped_key() == key:
-        for name in _SHIPPED_FILES:
-            shutil.copy2(PRETRAINED_DIR / name, out / "model" / name)
-        stats = json.loads((PRETRAINED_DIR / "sft_stats.json").read_text())
-        stats["model_source"] = str(PRETRAINED_DIR)
-    else:
-        # the supervised corpus: fresh questions on the training databases (never the test
-        # prompts) and math problems (never the ood_math prompts), with sampled styles and
-        # errors
-        tokenizer = build_tokenizer(cfg.model.max_length)
-        held_out = {toy_sql.prompt_text(q) for q, _ in test_qs}
-        held_out_math = {toy_math.prompt_text(p) for p in math_ps}
-        corpus = sft_corpus(cfg, seed, train_dbs, held_out, held_out_math)
-        pairs = encode_pairs(tokenizer, corpus, cfg.model.max_length)
-        model = build_model(cfg.model, tokenizer, seed)
-        stats = train_sft(model, pairs, cfg.sft, tokenizer.pad_token_id, seed, progress=progress)
-        stats["model_source"] = "trained"
-        stats["sft_examples"] = len(pairs)
-        model.save_pretrained(out / "model")
-        tokenizer.save_pretrained(out / "model")
-        (out / "model" / "sft_stats.json").write_text(json.dumps(stats, indent=2) + "\n")
-    n_parameters = _count_parameters(out / "model")
 
-    manifest = {
-        "seed": seed,
-        "size": size,
-        "key": key,
-        "build_version": BUILD_VERSION,
-        "config": cfg.to_dict(),
-        "n_parameters": n_parameters,
-        "splits": {name: len(r) for name, r in rows.items()},
-        "answer_marker": ANSWER_MARKER,
-        **timings,
-        **stats,
-        "build_seconds": time.time() - start,
-    }
-    (out / "world.json").write_text(json.dumps(manifest, indent=2) + "\n")
+def _train_base_model(
+    model_dir: Path, seed: int, cfg: ToyWorldConfig, data: _GeneratedData, progress: bool
+) -> dict[str, Any]:
+    """Train the base model on the supervised corpus into ``model_dir``; its SFT stats.
+
+    The corpus: fresh questions on the training databases (never the test prompts) and
+    math problems (never the ood_math prompts), with sampled styles and errors.
+    """
+    tokenizer = build_tokenizer(cfg.model.max_length)
+    corpus = sft_corpus(cfg, seed, data.train_dbs, data.held_out, data.held_out_math)
+    pairs = encode_pairs(tokenizer, corpus, cfg.model.max_length)
+    model = build_model(cfg.model, tokenizer, seed)
+    stats = train_sft(model, pairs, cfg.sft, tokenizer.pad_token_id, seed, progress=progress)
+    stats["model_source"] = "trained"
+    stats["sft_examples"] = len(pairs)
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    (model_dir / "sft_stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+    return stats
 
 
 def shipped_key() -> str | None:

@@ -19,19 +19,24 @@ from typing import Any
 
 import torch
 
+from divrl.data.reference_store import ReferenceSample, write_reference_store
+from divrl.data.sampling import derive_seed
 from divrl.rollout import SamplingParams
 from divrl.training.config import Config
-from divrl.training.forward import batch_log_probs
-from divrl.training.reference_store import ReferenceSample, write_reference_store
-from divrl.training.sampling import derive_seed
-from divrl.training.trainer import (
+from divrl.training.experience import (
     RewardFn,
     default_reward_fn,
     is_correct,
+    rollout_requests,
+    score_requests,
+)
+from divrl.training.forward import batch_log_probs
+from divrl.training.loading import (
     load_policy,
     load_prompts,
     make_engine,
-    resolve_model_and_data,
+    pad_token_id,
+    require_paths,
 )
 
 __all__ = ["presample"]
@@ -43,16 +48,12 @@ _PRESAMPLE_STREAM, _EXTRA_STREAM = 7_000_001, 7_000_002
 
 
 def _score(reward_fn: RewardFn, prompts, out) -> list[float]:
-    items = [
-        {
-            "data_source": prompts[p].data_source,
-            "solution_str": text,
-            "ground_truth": prompts[p].ground_truth,
-            "extra_info": prompts[p].extra_info,
-        }
-        for p, text in zip(out.prompt_index, out.texts, strict=True)
-    ]
-    return [float(s) for s in reward_fn(items)]
+    scores, failures = score_requests(
+        reward_fn, rollout_requests(prompts, range(len(prompts)), out)
+    )
+    if failures:
+        logger.info("presample: verifier failures %s", failures)
+    return scores
 
 
 def _generate(engine, prompts, params, seed: int, stream: int, batch_size: int, progress, desc):
@@ -74,66 +75,28 @@ def _generate(engine, prompts, params, seed: int, stream: int, batch_size: int, 
     return out
 
 
-def presample(
-    config: Config,
-    *,
-    reward_fn: RewardFn | None = None,
-    failed_to_exploration: bool = False,
-    progress: bool = True,
-) -> dict[str, Any]:
-    """Build the reference store at ``config.reference_store``; returns its manifest."""
-    ref = config.reference
-    reward_fn = reward_fn or default_reward_fn
-    torch.manual_seed(config.train.seed)
-    start_time = time.perf_counter()
-    model_path, train_path, db_dir = resolve_model_and_data(config)
-    model, tokenizer = load_policy(config, model_path)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model.to(device).eval()
-    pad_id = (
-        tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    )
-    prompts, dropped = load_prompts(config, train_path, db_dir, tokenizer)
-    engine = make_engine(config, model, tokenizer, model_path)
-    params = SamplingParams(
-        n=ref.k,
-        temperature=ref.temperature,
-        top_p=ref.top_p,
-        top_k=0,
-        max_new_tokens=config.rollout.max_new_tokens,
-        stop=tuple(config.rollout.stop),
-    )
-    out = _generate(
-        engine,
-        prompts,
-        params,
-        config.train.seed,
-        _PRESAMPLE_STREAM,
-        ref.batch_size,
-        progress,
-        "presample",
-    )
-    scores = _score(reward_fn, prompts, out)
-    n_correct = [0] * len(prompts)
-    for p, s in zip(out.prompt_index, scores, strict=True):
-        n_correct[p] += is_correct(s)
-    threshold = ref.threshold or ref.k
-    near = [i for i, c in enumerate(n_correct) if c >= threshold]
+def _split_rows(prompts, n_correct, threshold, has_ref, failed_to_exploration) -> list[dict]:
+    """One row per prompt: its correct count and split (near-perfect or exploration)."""
+    rows = []
+    for i, p in enumerate(prompts):
+        split = "near_perfect" if n_correct[i] >= threshold else "exploration"
+        if split == "near_perfect" and failed_to_exploration and p.id not in has_ref:
+            split = "exploration"
+        rows.append(
+            {
+                "prompt_id": p.id,
+                "n_correct": n_correct[i],
+                "split": split,
+                "has_reference": p.id in has_ref,
+            }
+        )
+    return rows
 
-    # One more response per near-perfect prompt, kept only if correct.
-    extra_params = SamplingParams(**{**params.__dict__, "n": 1})
-    near_prompts = [prompts[i] for i in near]
-    extra = _generate(
-        engine,
-        near_prompts,
-        extra_params,
-        config.train.seed,
-        _EXTRA_STREAM,
-        ref.batch_size,
-        progress,
-        "reference",
-    )
-    extra_scores = _score(reward_fn, near_prompts, extra) if near_prompts else []
+
+def _reference_samples(
+    config: Config, model, pad_id: int, near_prompts, extra, extra_scores
+) -> list[ReferenceSample]:
+    """The correct extra responses with their log-probs under the initial policy."""
     kept_rows = [j for j, s in enumerate(extra_scores) if is_correct(s)]
     ref_lps = (
         batch_log_probs(
@@ -148,7 +111,7 @@ def presample(
         if kept_rows
         else []
     )
-    samples = [
+    return [
         ReferenceSample(
             prompt_id=near_prompts[extra.prompt_index[j]].id,
             prompt_ids=extra.prompt_ids[j],
@@ -158,22 +121,11 @@ def presample(
         )
         for j, lp in zip(kept_rows, ref_lps, strict=True)
     ]
-    has_ref = {s.prompt_id for s in samples}
-    rows = []
-    for i, p in enumerate(prompts):
-        split = "near_perfect" if n_correct[i] >= threshold else "exploration"
-        if split == "near_perfect" and failed_to_exploration and p.id not in has_ref:
-            split = "exploration"
-        rows.append(
-            {
-                "prompt_id": p.id,
-                "n_correct": n_correct[i],
-                "split": split,
-                "has_reference": p.id in has_ref,
-            }
-        )
-    n_exp = sum(r["split"] == "exploration" for r in rows)
-    manifest = {
+
+
+def _manifest(config: Config, model_path, train_path, threshold, failed_to_exploration, stats):
+    ref = config.reference
+    return {
         "model": model_path,
         "train_data": train_path,
         "template": config.data.template,
@@ -188,19 +140,70 @@ def presample(
         "threshold": threshold,
         "failed_to_exploration": failed_to_exploration,
         "log_prob_temperature": config.rollout.temperature,
-        "stats": {
-            "prompts": len(prompts),
-            "prompts_dropped_too_long": dropped,
-            "near_perfect": len(near),
-            "near_perfect_share": len(near) / len(prompts),
-            "exploration": n_exp,
-            "reference_samples": len(samples),
-            "extra_response_failed": len(near) - len(samples),
-            "presample_accuracy": sum(map(is_correct, scores)) / max(1, len(scores)),
-            "n_correct_histogram": {str(c): n_correct.count(c) for c in range(ref.k + 1)},
-            "seconds": round(time.perf_counter() - start_time, 2),
-        },
+        "stats": stats,
     }
+
+
+def presample(
+    config: Config,
+    *,
+    reward_fn: RewardFn | None = None,
+    failed_to_exploration: bool = False,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Build the reference store at ``config.reference_store``; returns its manifest."""
+    ref = config.reference
+    reward_fn = reward_fn or default_reward_fn
+    torch.manual_seed(config.train.seed)
+    start_time = time.perf_counter()
+    model_path, train_path, db_dir = require_paths(config)
+    model, tokenizer = load_policy(config, model_path)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model.to(device).eval()
+    prompts, dropped = load_prompts(config, train_path, db_dir, tokenizer)
+    engine = make_engine(config, model, tokenizer, model_path)
+    params = SamplingParams(
+        n=ref.k,
+        temperature=ref.temperature,
+        top_p=ref.top_p,
+        top_k=0,
+        max_new_tokens=config.rollout.max_new_tokens,
+        stop=tuple(config.rollout.stop),
+    )
+    seed, chunk = config.train.seed, ref.batch_size
+    out = _generate(engine, prompts, params, seed, _PRESAMPLE_STREAM, chunk, progress, "presample")
+    scores = _score(reward_fn, prompts, out)
+    n_correct = [0] * len(prompts)
+    for p, s in zip(out.prompt_index, scores, strict=True):
+        n_correct[p] += is_correct(s)
+    threshold = ref.threshold or ref.k
+    near = [i for i, c in enumerate(n_correct) if c >= threshold]
+
+    # One more response per near-perfect prompt, kept only if correct.
+    extra_params = SamplingParams(**{**params.__dict__, "n": 1})
+    near_prompts = [prompts[i] for i in near]
+    extra = _generate(
+        engine, near_prompts, extra_params, seed, _EXTRA_STREAM, chunk, progress, "reference"
+    )
+    extra_scores = _score(reward_fn, near_prompts, extra) if near_prompts else []
+    samples = _reference_samples(
+        config, model, pad_token_id(tokenizer), near_prompts, extra, extra_scores
+    )
+    has_ref = {s.prompt_id for s in samples}
+    rows = _split_rows(prompts, n_correct, threshold, has_ref, failed_to_exploration)
+    stats = {
+        "prompts": len(prompts),
+        "prompts_dropped_too_long": dropped,
+        "near_perfect": len(near),
+        "near_perfect_share": len(near) / len(prompts),
+        "exploration": sum(r["split"] == "exploration" for r in rows),
+        "reference_samples": len(samples),
+        "extra_response_failed": len(near) - len(samples),
+        "presample_accuracy": sum(map(is_correct, scores)) / max(1, len(scores)),
+        "n_correct_histogram": {str(c): n_correct.count(c) for c in range(ref.k + 1)},
+        "seconds": round(time.perf_counter() - start_time, 2),
+    }
+    manifest = _manifest(config, model_path, train_path, threshold, failed_to_exploration, stats)
     write_reference_store(config.reference_store, samples, rows, manifest)
     logger.info("reference store written to %s: %s", config.reference_store, manifest["stats"])
     return manifest

@@ -73,6 +73,12 @@ def test_flat_form_and_numeric_answers(tmp_path):
         ({"foo": 1}, "prompt", "missing"),
         ({**MATH_ROW, "data_source": "sql"}, "extra_info.db_path", "need"),
         ("{not json", "<row>", "invalid JSON"),
+        (
+            {**MATH_ROW, "extra_info": {"answer_pattern": "(unclosed"}},
+            "extra_info.answer_pattern",
+            "not a valid regex",
+        ),
+        ({**MATH_ROW, "extra_info": {"answer_pattern": 7}}, "extra_info.answer_pattern", "string"),
         ("[1, 2]", "<row>", "expected an object"),
     ],
 )

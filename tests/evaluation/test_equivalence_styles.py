@@ -108,6 +108,8 @@ def test_sql_shape_ignores_names_constants_and_case():
 
 
 def test_solution_style_registry():
+    import divrl.toy  # noqa: F401 - the toy world registers toy math's style
+
     assert solution_style("toy_sql", "...", "SELECT COUNT(nm) FROM t") == "count(col)"
     assert solution_style("toy_math", "4*9=36, 36+5=41. \\boxed{41}", "41") == "steps"
     assert solution_style("gsm8k", "so 41", "41") is None

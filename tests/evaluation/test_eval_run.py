@@ -170,12 +170,38 @@ def test_config_validation():
 def test_demo_rejects_unknown_methods(capsys):
     assert main(["demo", "--methods", "grpo,ppo"]) == 2
     assert "unknown ['ppo']" in capsys.readouterr().err
+    assert main(["demo", "--world", "nope"]) == 2
+    assert "unknown 'nope'" in capsys.readouterr().err
 
 
 def test_demo_parallel_runner_reports_a_failed_run(tmp_path):
-    from divrl.commands.demo import _parallel
+    from divrl.pipeline import run_parallel
 
     task = ("train bad", ["train", str(tmp_path / "missing.yaml")], tmp_path / "m.jsonl", 3)
     with pytest.raises(RuntimeError, match=r"train bad \(exit 2, log .*train_bad.log\)"):
-        _parallel([task], jobs=2, logs=tmp_path / "logs")
+        run_parallel([task], jobs=2, logs=tmp_path / "logs")
     assert "config file not found" in (tmp_path / "logs" / "train_bad.log").read_text()
+
+
+@pytest.mark.slow
+def test_greedy_responses_come_from_the_rollout_engine_and_match_hf_greedy(world):
+    """The eval runner's greedy decoding (the rollout engine at temperature 0) gives the
+    tokens of HF ``generate(do_sample=False)`` on the same left-padded batch."""
+    import torch
+
+    from divrl.evaluation.runner import greedy_generate, load_model, read_jsonl
+
+    model, tok = load_model(world.model_dir)
+    prompts = [r["prompt"] for r in read_jsonl(world.splits["test"])[:5]]
+    ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    ours = greedy_generate(model, tok, ids, max_new_tokens=16, batch_size=5)
+    tok.padding_side = "left"
+    enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    with torch.no_grad():
+        ref = model.generate(
+            **enc, do_sample=False, max_new_tokens=16, pad_token_id=tok.pad_token_id
+        )
+    for got, row in zip(ours, ref[:, enc["input_ids"].shape[1] :].tolist(), strict=True):
+        end = row.index(tok.eos_token_id) + 1 if tok.eos_token_id in row else len(row)
+        assert got["n_tokens"] == end and got["truncated"] == (tok.eos_token_id not in row)
+        assert got["text"] == tok.decode(row[:end], skip_special_tokens=True)

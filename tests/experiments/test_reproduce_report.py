@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "experiments" / "reproduce_report.py"
+from divrl.pipeline import training_curve
+from experiments import reproduce, reproduce_plots, reproduce_publish
+from experiments import reproduce_report as _rr
 
 
 @pytest.fixture(scope="module")
 def rr():
-    spec = importlib.util.spec_from_file_location("reproduce_report", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["reproduce_report"] = module
-    spec.loader.exec_module(module)
-    return module
+    return _rr
 
 
 def run(method, seed, p1, p16, *, one=0.5, three=0.2, ret=None, ent=None, ood=None):
@@ -144,45 +139,34 @@ def test_plots_written(rr, tmp_path):
     runs = [run("grpo", s, 0.6, 0.8, ent=[2.0, 1.5, 1.0]) for s in range(2)]
     runs.append(run("base", 0, 0.5, 0.9))
     groups = rr.by_method(runs)
-    assert rr.plot_entropy(groups, tmp_path / "e.png").stat().st_size > 0
-    assert rr.plot_pass_at_k(groups, tmp_path / "p.png").stat().st_size > 0
-    assert rr.plot_entropy(rr.by_method([runs[-1]]), tmp_path / "none.png") is None
+    assert reproduce_plots.plot_entropy(groups, tmp_path / "e.png").stat().st_size > 0
+    assert reproduce_plots.plot_pass_at_k(groups, tmp_path / "p.png").stat().st_size > 0
+    assert reproduce_plots.plot_entropy(rr.by_method([runs[-1]]), tmp_path / "none.png") is None
 
 
-@pytest.fixture(scope="module")
-def script():
-    """experiments/reproduce.py itself (its argument checks and helpers; no runs)."""
-    path = _PATH.parent / "reproduce.py"
-    spec = importlib.util.spec_from_file_location("reproduce_script", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["reproduce_script"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_arguments(script):
-    args = script.parse_args(["--methods", "dph_js", "grpo", "dph_js", "--seeds", "2"])
+def test_arguments():
+    args = reproduce.parse_args(["--methods", "dph_js", "grpo", "dph_js", "--seeds", "2"])
     assert args.methods == ["grpo", "dph_js"]  # report order, no repeats
     assert args.seeds == 2 and args.steps is None and args.n == 16 and args.jobs == 1
     for bad in (["--seeds", "0"], ["--steps", "0"], ["--methods", "base"], ["--n", "0"]):
         with pytest.raises(SystemExit):
-            script.parse_args(bad)
+            reproduce.parse_args(bad)
 
 
-def test_training_curve_downsampled_keeps_last_step(script, tmp_path):
+def test_training_curve_downsampled_keeps_last_step(tmp_path):
     path = tmp_path / "metrics.jsonl"
     rows = [{"step": i, "actor/entropy": 1.0 / i, "reward/pass@1": 0.5, "time/step": 2.0}
             for i in range(1, 1001)]  # fmt: skip
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    curve = script.Experiment.curve(path)
-    assert len(curve["step"]) == script.CURVE_POINTS
+    curve = training_curve(path, reproduce.CURVE_POINTS)
+    assert len(curve["step"]) == reproduce.CURVE_POINTS
     assert curve["step"][0] == 1 and curve["step"][-1] == 1000
     assert curve["entropy"][-1] == pytest.approx(1e-3)
 
 
-def test_report_only_without_runs(script, tmp_path):
-    (tmp_path / script.SUMMARIES).mkdir()
-    report = script.write_report(tmp_path, tmp_path / "r.md", None)
+def test_report_only_without_runs(tmp_path):
+    (tmp_path / reproduce_publish.SUMMARIES).mkdir()
+    report = reproduce_publish.write_report(tmp_path, tmp_path / "r.md", None)
     assert "No finished runs yet." in report.read_text()
 
 
@@ -199,3 +183,20 @@ def test_lp_reg_section_counts_selected_and_regularised_tokens(rr):
     # steps with any: 2/4 and 0/4 (mean 0.25, sd 0.35)
     assert f"| {label} | 13.00 ± 0.00 | 0.75 ± 1.06 | 0.25 ± 0.35 |" in md
     assert "| GRPO | " not in md.split("## What Lp-Reg did")[1].split("##")[0]
+
+
+def test_world_is_chosen_by_name():
+    args = reproduce.parse_args([])
+    assert args.world == "sql" and args.world_dir is None
+    assert reproduce.parse_args(["--world-dir", "/w"]).world_dir == "/w"
+    with pytest.raises(SystemExit):
+        reproduce.parse_args(["--world", "nope"])
+
+
+def test_report_keeps_a_new_worlds_splits(rr):
+    """A world with other eval splits than sql's gets them in the report, after the known."""
+    a = run("grpo", 0, 0.6, 0.8)
+    a["eval"]["ood_sql"] = a["eval"]["test"]
+    groups = rr.by_method([a])
+    assert rr.report_splits(groups) == ["test", "ood_sql"]
+    assert "### ood_sql" in rr.build_markdown([a], title="T")

@@ -67,7 +67,7 @@ def write_store(path: Path, model, tokenizer, seed: int = 0, temperature: float 
     """A reference store of random responses (lengths 2 to 6) to every prompt, with their
     log-probs under ``model``, each computed on its own unpadded sequence."""
     from divrl.algorithms import token_log_probs
-    from divrl.training.reference_store import ReferenceSample, write_reference_store
+    from divrl.data.reference_store import ReferenceSample, write_reference_store
 
     gen = torch.Generator().manual_seed(seed)
     samples = []

@@ -64,8 +64,61 @@ def test_score_command_skip_invalid(tmp_path, capsys):
     comps = tmp_path / "c.jsonl"
     comps.write_text(json.dumps({"id": "math-1", "completion": "\\boxed{80}"}) + "\n")
     args = ["score", "--data", str(data), "--completions", str(comps)]
+    assert main(args) == 2  # divrl.cli: one paragraph, no traceback
+    assert "row 2: field 'answer'" in capsys.readouterr().err
     with pytest.raises(DataValidationError, match="row 2: field 'answer'"):
-        main(args)
+        main(["--debug", *args])
     assert main([*args, "--skip-invalid"]) == 0
     out = capsys.readouterr().out
     assert "(2 examples, 1 invalid rows skipped)" in out and "mean score: 1.0000" in out
+
+
+def _math_completions(tmp_path, completion):
+    comps = tmp_path / "c.jsonl"
+    comps.write_text(json.dumps({"id": "math-0", "completion": completion}) + "\n")
+    return comps
+
+
+def test_lone_surrogate_is_written_and_scored_as_the_model_failure(tmp_path):
+    comps = _math_completions(tmp_path, "\\boxed{\udcff}")
+    out = tmp_path / "scored.jsonl"
+    argv = ["score", "--data", str(fixture_path("math.jsonl")), "--completions", str(comps)]
+    assert main([*argv, "--out", str(out)]) == 0
+    row = json.loads(out.read_text(encoding="utf-8"))
+    assert row["scores"] == [0.0]
+    assert row["reasons"][0] in ("wrong", "no_answer")
+
+
+def test_out_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
+    import divrl.commands.score as score_cmd
+
+    comps = _math_completions(tmp_path, "\\boxed{85}")
+    out = tmp_path / "scored.jsonl"
+    out.write_text("previous results\n")
+    argv = ["score", "--data", str(fixture_path("math.jsonl")), "--completions", str(comps)]
+
+    def disk_full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(score_cmd.os, "fsync", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        main([*argv, "--out", str(out)])
+    assert out.read_text() == "previous results\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonl", "scored.jsonl"]
+    monkeypatch.undo()
+    assert main([*argv, "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["scores"] == [1.0]
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0"])
+def test_timeout_must_be_finite_and_positive(tmp_path, capsys, value):
+    from divrl.rewards import compute_score
+
+    comps = _math_completions(tmp_path, "\\boxed{85}")
+    argv = ["score", "--data", str(fixture_path("math.jsonl")), "--completions", str(comps)]
+    with pytest.raises(SystemExit) as info:
+        main([*argv, "--timeout", value])
+    assert info.value.code == 2
+    assert "finite number of seconds > 0" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="finite number of seconds"):
+        compute_score("math", "\\boxed{1}", "1", timeout=float(value))

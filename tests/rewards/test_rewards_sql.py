@@ -47,12 +47,12 @@ def digest(path):
             "SELECT a FROM t WHERE b IN (SELECT c FROM u)",
         ),
         ("SELECT a FROM t UNION SELECT b FROM u", "SELECT a FROM t UNION SELECT b FROM u"),
-        ("SELECT 1; DROP TABLE t;", "SELECT 1"),
-        ("```sql\nSELECT 1; DROP TABLE t;\n```", "SELECT 1;"),
+        ("SELECT 1; DROP TABLE t;", "SELECT 1; DROP TABLE t;"),  # all statements kept: scored 0
+        ("```sql\nSELECT 1; DROP TABLE t;\n```", "SELECT 1; DROP TABLE t;"),
         ("First SELECT 1;\n\nFinally:\nSELECT 2\n\nThis returns two.", "SELECT 2"),
         ("WITH c AS (SELECT 1 AS x) SELECT x FROM c", "WITH c AS (SELECT 1 AS x) SELECT x FROM c"),
         ("I solved it with care: SELECT 5", "SELECT 5"),
-        ("```sql\nSELECT 'a;b' FROM t; DELETE FROM t;\n```", "SELECT 'a;b' FROM t;"),
+        ("```sql\nSELECT 'a;b' FROM t; DELETE FROM t;\n```", "SELECT 'a;b' FROM t; DELETE FROM t;"),
         ("no query here", None),
         ("```sql\nSELECT 6 FROM t", "SELECT 6 FROM t"),
     ],
@@ -62,7 +62,7 @@ def test_extract_sql(text, expected):
 
 
 def test_first_statement_respects_quotes():
-    assert first_statement("SELECT ';' ; SELECT 2") == "SELECT ';' ;"
+    assert first_statement("SELECT ';' ; SELECT 2") == "SELECT ';'"
 
 
 def test_bare_query_and_fenced_query(db):
@@ -148,11 +148,12 @@ def test_adversarial_queries_leave_db_identical_and_score_zero(db, attack):
     assert compute_score("sql", "SELECT COUNT(*) FROM t", "SELECT 100", {"db_path": db}) == 1.0
 
 
-def test_only_the_first_statement_runs(db):
+def test_several_statements_score_zero_and_none_runs(db):
     before = digest(db)
     solution = "```sql\nSELECT COUNT(*) FROM t; DELETE FROM t;\n```"
     r = compute_score_detailed("sql", solution, "SELECT 100", {"db_path": db})
-    assert (r.score, r.extracted) == (1.0, "SELECT COUNT(*) FROM t;")
+    assert (r.score, r.reason) == (0.0, "multiple_statements")
+    assert r.extracted == "SELECT COUNT(*) FROM t; DELETE FROM t;"
     assert digest(db) == before
 
 
@@ -170,5 +171,36 @@ def test_endless_queries_stop_at_the_limit(db):
 
 def test_writes_are_refused_by_the_connection_itself(db):
     for sql in ("DROP TABLE t", "DELETE FROM t", "ATTACH ':memory:' AS x", "PRAGMA user_version=3"):
-        with pytest.raises(Exception, match=r"not authorized|only reading|readonly"):
+        with pytest.raises(
+            Exception, match=r"not authorized|only reading|readonly|only queries run"
+        ):
             run_query(db, sql, time.monotonic() + 5, max_rows=10)
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        # the forms issue 13 found broken before
+        ("<answer>SELECT a FROM t</answer>", "SELECT a FROM t"),
+        ("<solution>SELECT a FROM t;</solution> done", "SELECT a FROM t;"),
+        ("<sql>\nSELECT a FROM t\n</sql>", "SELECT a FROM t"),
+        ("SELECT a FROM t\nThis query will select the names you asked for.", "SELECT a FROM t"),
+        ("SELECT a FROM t WHERE b = ';' AND c = 1", "SELECT a FROM t WHERE b = ';' AND c = 1"),
+        ("SELECT a\nFROM t\n\nWHERE b > 1\n\nThat is all.", "SELECT a\nFROM t\n\nWHERE b > 1"),
+        ("Use `SELECT COUNT(*) FROM t` for that.", "SELECT COUNT(*) FROM t"),
+        (
+            "<think>```sql\nSELECT draft FROM t\n```</think>Final: SELECT final FROM t;",
+            "SELECT final FROM t;",
+        ),
+        ("<think>I would run SELECT a FROM t</think>", "SELECT a FROM t"),
+        ("I will select rows with SELECT a FROM t.", "SELECT a FROM t"),
+        (
+            "SELECT a FROM t -- ; not the end\nWHERE b = 1",
+            "SELECT a FROM t -- ; not the end\nWHERE b = 1",
+        ),
+        ("SELECT a FROM t; SELECT 1", "SELECT a FROM t; SELECT 1"),
+        ("Draft: SELECT 1;\n\nFinal:\nSELECT 2;", "SELECT 2;"),
+    ],
+)
+def test_extraction_forms(text, expected):
+    assert extract_sql(text) == expected

@@ -2,8 +2,9 @@ import random
 
 import pytest
 
-from divrl.data import toy_math, toy_sql
+from divrl.evaluation.styles import solution_style, sql_shape
 from divrl.rewards import compute_score
+from divrl.toy import toy_math, toy_sql
 
 CFG = toy_sql.ToySQLConfig(n_train_dbs=3, n_cross_dbs=1, rows=12, parents=3)
 
@@ -53,7 +54,7 @@ def test_every_style_of_every_question_scores_1_and_mistakes_score_0(tmp_path):
     for q, _db in questions:
         for style in toy_sql.STYLES[q.family]:
             query = toy_sql.render(q, style)
-            assert toy_sql.sql_style(query) == style
+            assert sql_shape(query) == toy_sql.STYLE_SHAPES[style]
             assert _sql_score(query, q, paths) == 1.0, (q, style)
         if q.hard:  # the majority style's habitual mistake changes the answer
             wrong = toy_sql.gold_query(toy_sql.systematic_mistake(q))
@@ -80,24 +81,15 @@ def test_sft_responses_follow_the_style_rates_and_error_model(tmp_path):
     assert sum(hard_ok) / len(hard_ok) < 0.3
 
 
-@pytest.mark.parametrize(
-    ("query", "style"),
-    [
-        ("SELECT COUNT(*) FROM item WHERE pr>3", "count_star"),
-        ("select count( nm ) from item where pr > 3", "count_col"),
-        ("SELECT nm FROM dog ORDER BY kg DESC LIMIT 1", "order_limit"),
-        ("SELECT nm FROM dog WHERE kg = (SELECT MIN(kg) FROM dog)", "max_subquery"),
-        ("SELECT a.nm FROM dog a JOIN club b ON a.club=b.id WHERE b.nm='ox'", "join"),
-        ("SELECT nm FROM dog WHERE club NOT IN (SELECT id FROM club)", "in_subquery"),
-        ("WITH s AS (SELECT pr FROM t) SELECT SUM(pr) FROM s", "cte"),
-        ("SELECT SUM(pr) FROM (SELECT pr FROM t WHERE qt<3)", "nested"),
-        ("SELECT SUM(pr) FROM t WHERE qt<3", "plain"),
-        ("SELECT nm FROM t", "other"),
-        ("garbage", "other"),
-    ],
-)
-def test_sql_style_classifier(query, style):
-    assert toy_sql.sql_style(query) == style
+def test_toy_sql_styles_are_distinct_under_the_one_sql_classifier():
+    """Every family's styles get different sql_shape labels (what divrl eval counts)."""
+    for family, styles in toy_sql.STYLES.items():
+        shapes = [toy_sql.STYLE_SHAPES[s] for s in styles]
+        assert len(set(shapes)) == len(shapes), family
+    assert set(toy_sql.STYLE_SHAPES) == {s for styles in toy_sql.STYLES.values() for s in styles}
+    # the toy world's style registry labels toy SQL by shape and toy math by method
+    assert solution_style("toy_sql", "", "SELECT COUNT(nm) FROM item WHERE pr>3") == "count(col)"
+    assert solution_style("toy_math", "4*9+5=41. \\boxed{41}", "41") == "expr"
 
 
 def test_math_generator_is_deterministic_and_gold_scores_1():

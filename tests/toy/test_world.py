@@ -94,3 +94,37 @@ def test_divrl_toy_build_prints_world_and_measurements(tiny, capsys):
 def test_divrl_toy_rejects_unknown_size(tmp_path):
     with pytest.raises(SystemExit, match="unknown --size"):
         main(["toy", "build", "--size", "huge", "--cache-dir", str(tmp_path)])
+
+
+@pytest.mark.slow
+def test_measure_counts_styles_like_divrl_eval(tiny, tmp_path):
+    """``divrl toy measure`` and ``divrl eval`` sample the same responses and report the
+    same Pass@k and distinct styles per prompt (one metric, one classifier)."""
+    from divrl.evaluation.runner import evaluate
+
+    world, _, _ = tiny
+    cfg = MeasureConfig(n_samples=4, n_train_samples=2, max_prompts=6)
+    m = measure_base_model(world, cfg, progress=False)["splits"]
+    for split in ("test", "ood_math"):
+        s = evaluate(world.model_dir, world.splits[split], tmp_path / split, cfg.eval_config(4))
+        assert m[split]["pass@4"] == pytest.approx(s["pass@k"]["4"])
+        styles = s["diversity"]["mean_distinct_styles"]
+        assert m[split]["distinct_styles"] == pytest.approx(styles if styles is not None else 0.0)
+
+
+@pytest.mark.slow
+def test_world_registry(tiny, monkeypatch):
+    from divrl.toy import worlds
+
+    world, cache, _ = tiny
+    assert worlds.get_world("sql", cache, size="tiny", progress=False).root == world.root
+    assert worlds.load_world(world.root).root == world.root  # kind from world.json
+    assert worlds.eval_splits(world) == ["test", "cross_domain", "ood_math"]
+    with pytest.raises(ValueError, match="unknown world 'nope'"):
+        worlds.get_world("nope", cache)
+    # a new kind is one entry: its builder and loader by dotted path, imported on use
+    kind = worlds.WorldKind("divrl.toy.world:ensure_toy_world", "divrl.toy.world:ToyWorld.load")
+    monkeypatch.setitem(worlds.WORLDS, "sql_again", kind)
+    again = worlds.get_world("sql_again", cache, size="tiny", progress=False)
+    assert again.root == world.root
+    assert worlds.load_world(world.root, "sql_again").splits == world.splits

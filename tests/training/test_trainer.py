@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import math
 
@@ -5,10 +6,11 @@ import pytest
 import torch
 from train_helpers import parity_reward, sevens_reward, tiny_overrides
 
+from divrl.data.reference_store import ReferenceStore
 from divrl.training import trainer as trainer_mod
+from divrl.training import update as update_mod
 from divrl.training.config import load_config
 from divrl.training.presample import presample
-from divrl.training.reference_store import ReferenceStore
 from divrl.training.trainer import Trainer, overlong_penalty
 
 
@@ -46,7 +48,8 @@ def test_grpo_raises_a_learnable_reward(tiny_world, tmp_path):
 
 def test_nan_loss_step_is_skipped_and_training_continues(tiny_world, tmp_path):
     tr = _trainer(tiny_world, tmp_path, **{"train.total_steps": 3})
-    real = tr.policy_loss_fn
+    spec = tr.update.loss_spec
+    real = spec.fn
 
     def poisoned(*args, **kwargs):
         loss, metrics = real(*args, **kwargs)
@@ -54,7 +57,7 @@ def test_nan_loss_step_is_skipped_and_training_continues(tiny_world, tmp_path):
             loss = loss * float("nan")
         return loss, metrics
 
-    tr.policy_loss_fn = poisoned
+    tr.update.loss_spec = dataclasses.replace(spec, fn=poisoned)
     before = {}
 
     def snapshot(step, record):
@@ -147,9 +150,9 @@ def test_presample_split_and_dph_training_without_a_reference_model(
 
 def test_lp_reg_proxy_needs_no_extra_forward(tiny_world, tmp_path, monkeypatch):
     calls = []
-    real = trainer_mod.response_logits
+    real = update_mod.response_logits
     monkeypatch.setattr(
-        trainer_mod, "response_logits", lambda *a, **k: calls.append(1) or real(*a, **k)
+        update_mod, "response_logits", lambda *a, **k: calls.append(1) or real(*a, **k)
     )
     counts = {}
     for name, extra in [

@@ -55,15 +55,15 @@ def write_prompts(path: Path, n: int = 16) -> Path:
     return path
 
 
-def sevens_reward(items):
+def sevens_reward(requests):
     """1.0 when the response contains a '7': learnable by a random tiny model."""
-    return [float("7" in it["solution_str"]) for it in items]
+    return [float("7" in r.solution_str) for r in requests]
 
 
-def parity_reward(items):
+def parity_reward(requests):
     """1.0 for every response to an even-numbered prompt, 0.0 for odd ones (ground truth
     2i+1: even i <=> (gt - 1) / 2 even): an exact, model-independent split for DPH tests."""
-    return [float(((int(it["ground_truth"]) - 1) // 2) % 2 == 0) for it in items]
+    return [float(((int(r.ground_truth) - 1) // 2) % 2 == 0) for r in requests]
 
 
 def tiny_overrides(world, out_dir, **extra) -> list[str]:
@@ -83,4 +83,4 @@ def tiny_overrides(world, out_dir, **extra) -> list[str]:
         "checkpoint.save_final": False,
     }
     base.update(extra)
-    return [f"{k}={v}" for k, v in base.items()]
+    return [f"{k}={'null' if v is None else v}" for k, v in base.items()]

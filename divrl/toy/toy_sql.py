@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import re
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -74,6 +73,20 @@ STYLES: dict[str, tuple[str, ...]] = {
     "argmax": ("order_limit", "max_subquery"),
     "join": ("join", "in_subquery"),
     "sum": ("plain", "cte", "nested"),
+}
+
+#: each style's label under the one SQL style classifier, ``divrl.evaluation.styles.sql_shape``
+#: (what ``divrl eval`` and ``divrl toy measure`` count); distinct within every family
+STYLE_SHAPES: dict[str, str] = {
+    "count_star": "count(*)",
+    "count_col": "count(col)",
+    "order_limit": "order+limit",
+    "max_subquery": "scalar-subquery",
+    "join": "join",
+    "in_subquery": "in-subquery",
+    "plain": "sum",
+    "cte": "cte+sum",
+    "nested": "from-subquery+sum",
 }
 
 
@@ -447,40 +460,3 @@ def sample_questions(
 def prompt_text(q: Question) -> str:
     """The prompt body (the caller appends the answer marker)."""
     return PROMPT_PREFIX + q.text
-
-
-# ----------------------------------------------------------------------------- styles
-
-_WS = re.compile(r"\s+")
-
-
-def sql_style(query: str) -> str:
-    """Syntactic shape of a toy SQL query, one of the styles in :data:`STYLES` or ``other``.
-
-    A pure-Python classifier for the toy world's queries (checked in this order): ``cte``
-    (starts with WITH), ``join``, ``in_subquery`` (``IN (SELECT``), ``nested``
-    (``FROM (SELECT``), ``max_subquery`` (``=(SELECT MAX/MIN``), ``order_limit``
-    (``ORDER BY`` with ``LIMIT``), ``count_star``, ``count_col``, ``plain`` (a SUM without
-    sub-query); anything else is ``other``.
-    """
-    q = _WS.sub(" ", query.strip().upper())
-    q = re.sub(r"\s*([(),=<>])\s*", r"\1", q)
-    if q.startswith("WITH "):
-        return "cte"
-    if " JOIN " in q:
-        return "join"
-    if re.search(r"\bIN\(SELECT\b", q):
-        return "in_subquery"
-    if "FROM(SELECT " in q:
-        return "nested"
-    if re.search(r"=\(SELECT (MAX|MIN)\(", q):
-        return "max_subquery"
-    if " ORDER BY " in q and " LIMIT " in q:
-        return "order_limit"
-    if "COUNT(*)" in q:
-        return "count_star"
-    if re.search(r"COUNT\([\w.]+\)", q):
-        return "count_col"
-    if q.startswith("SELECT SUM("):
-        return "plain"
-    return "other"

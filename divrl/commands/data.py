@@ -1,0 +1,82 @@
+"""``divrl data convert``: official benchmark layouts to verl-schema files.
+
+``divrl data convert <name> --src <dir> --split <split> --out <file.parquet|jsonl>
+[--template T] [--limit N] [--seed S]``; converters: see
+:data:`divrl.data.converters.CONVERTERS` and docs/data.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from divrl.data.converters import CONVERTERS, get_converter
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="data_command", metavar="ACTION", required=True)
+    convert = sub.add_parser(
+        "convert",
+        help="convert a benchmark's official files to verl-schema rows",
+        description="Convert a benchmark's official files to verl-schema rows (docs/data.md).",
+    )
+    convert.add_argument("name", choices=sorted(CONVERTERS), help="which benchmark layout")
+    convert.add_argument("--src", required=True, help="the benchmark's folder, as shipped")
+    convert.add_argument("--split", required=True, help="split to convert, e.g. train, dev, test")
+    convert.add_argument("--out", required=True, help="output file: .jsonl or .parquet")
+    convert.add_argument(
+        "--template",
+        default=None,
+        help="prompt wording: a str.format string with the converter's fields (e.g. "
+        "'{problem}' for math, '{question}' for gsm8k), or @FILE to read it from a file",
+    )
+    convert.add_argument(
+        "--limit", type=int, default=None, help="keep a random sample of N rows (source order)"
+    )
+    convert.add_argument("--seed", type=int, default=0, help="seed of the --limit sample")
+
+
+def run(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    if out.suffix not in (".jsonl", ".parquet"):
+        print(f"error: --out must end in .jsonl or .parquet, got {out}", file=sys.stderr)
+        return 2
+    if args.limit is not None and args.limit < 0:
+        print(f"error: --limit must be >= 0, got {args.limit}", file=sys.stderr)
+        return 2
+    template = args.template
+    if template is not None and template.startswith("@"):
+        template = Path(template[1:]).read_text(encoding="utf-8")
+    src = Path(args.src)
+    if not src.is_dir():
+        print(f"error: --src {src} is not a folder", file=sys.stderr)
+        return 2
+    try:
+        examples = get_converter(args.name).convert(
+            src, args.split, template=template, limit=args.limit, seed=args.seed
+        )
+    except ValueError as e:  # LayoutError and template errors name the file and field
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if not examples:
+        print(f"error: {src} has no rows for split {args.split!r}", file=sys.stderr)
+        return 2
+    _write_atomically(examples, out)
+    sources = sorted({ex.data_source for ex in examples})
+    print(f"wrote {len(examples)} examples ({', '.join(sources)}) to {out}")
+    return 0
+
+
+def _write_atomically(examples, out: Path) -> None:
+    """Write beside ``out`` and rename: an interrupted run never leaves half a file."""
+    from divrl.data import write_examples
+
+    tmp = out.with_name(f".{out.stem}.tmp{os.getpid()}{out.suffix}")
+    try:
+        write_examples(examples, tmp)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            tmp.unlink()

@@ -1,0 +1,75 @@
+"""Converters from benchmarks' official file layouts to verl-schema examples.
+
+Each converter is a module with ``convert(src, split, *, template, limit, seed) ->
+list[Example]`` (``src``: the folder as the benchmark ships it; ``template``: the prompt
+wording, a ``str.format`` string with the converter's fields, or ``None`` for its default;
+``limit``: keep a random sample of that many rows, chosen with ``seed``, in source order).
+``divrl data convert <name>`` runs one and writes the rows (see docs/data.md).
+
+Add one by adding a line to :data:`CONVERTERS`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import random
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+# name -> module that defines convert(); imported only when used
+CONVERTERS: dict[str, str] = {
+    "bird": "divrl.data.converters.bird",
+    "spider": "divrl.data.converters.spider",
+    "math": "divrl.data.converters.math",
+    "gsm8k": "divrl.data.converters.gsm8k",
+}
+
+
+class LayoutError(ValueError):
+    """The source folder is not in the benchmark's layout; names the file and the field."""
+
+    def __init__(self, path: Path | str, message: str, fieldname: str | None = None):
+        where = f"{path}: field {fieldname!r}: " if fieldname else f"{path}: "
+        super().__init__(where + message)
+        self.path = str(path)
+        self.field = fieldname
+
+
+def get_converter(name: str) -> ModuleType:
+    """The converter module for ``name``; ``ValueError`` listing the known names."""
+    if name not in CONVERTERS:
+        raise ValueError(f"unknown converter {name!r}; available: {', '.join(sorted(CONVERTERS))}")
+    return importlib.import_module(CONVERTERS[name])
+
+
+def sample_rows(rows: list[Any], limit: int | None, seed: int) -> list[Any]:
+    """``limit`` rows drawn with ``seed`` (all rows when ``limit`` is None), in source order."""
+    if limit is None or limit >= len(rows):
+        return list(rows)
+    if limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+    keep = sorted(random.Random(seed).sample(range(len(rows)), limit))
+    return [rows[i] for i in keep]
+
+
+def format_prompt(template: str, path: Path | str, **fields: str) -> str:
+    """``template.format(**fields)``; a template naming another field is a clear error."""
+    try:
+        return template.format(**fields)
+    except (KeyError, IndexError, ValueError) as e:
+        raise ValueError(
+            f"template {template!r:.80} cannot be filled from {path}: {e!r}; "
+            f"available fields: {', '.join('{' + k + '}' for k in fields)}"
+        ) from None
+
+
+def require_str(row: Any, key: str, path: Path | str, what: str = "row") -> str:
+    """``row[key]`` as a non-empty string, else a :class:`LayoutError` naming file and field."""
+    if not isinstance(row, dict):
+        raise LayoutError(path, f"expected a JSON object per {what}, got {type(row).__name__}")
+    value = row.get(key)
+    if not isinstance(value, str) or not value.strip():
+        found = ", ".join(sorted(map(str, row))) or "none"
+        raise LayoutError(path, f"missing or not a string (fields found: {found})", key)
+    return value

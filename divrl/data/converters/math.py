@@ -1,0 +1,104 @@
+"""MATH (Hendrycks et al.) and MATH-500 to verl-schema rows (data_source ``math``).
+
+Layouts (``src`` is the folder as shipped):
+
+- MATH: ``<src>/<split>/<subject>/<n>.json``, one problem per file with ``problem`` and
+  ``solution``; the gold answer is the last ``\\boxed{}`` of the solution.
+- MATH-500 (and other MATH-style JSONL): ``<src>/<split>.jsonl`` with ``problem`` and
+  ``answer`` (used when present) or ``solution``.
+
+Template fields: ``{problem}``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from divrl.data.converters import LayoutError, format_prompt, require_str, sample_rows
+from divrl.data.loading import Example
+from divrl.rewards.math_reward import last_boxed
+
+DEFAULT_TEMPLATE = (
+    "{problem}\n\nPlease reason step by step, and put your final answer within \\boxed{{}}."
+)
+
+
+def convert(
+    src: Path, split: str, *, template: str | None = None, limit: int | None = None, seed: int = 0
+) -> list[Example]:
+    """Examples of ``split`` under ``src``; see the module docstring for the layouts."""
+    src = Path(src)
+    rows = sample_rows(_read_rows(src, split), limit, seed)
+    template = template or DEFAULT_TEMPLATE
+    out = []
+    for path, row_id, row in rows:
+        problem = require_str(row, "problem", path)
+        gold = _gold(row, path)
+        extra = {"index": row_id, "split": split}
+        for key in ("level", "type", "subject"):
+            if isinstance(row.get(key), str | int):
+                extra[key] = str(row[key])
+        prompt = format_prompt(template, path, problem=problem)
+        out.append(
+            Example(
+                id=row_id,
+                prompt=[{"role": "user", "content": prompt}],
+                data_source="math",
+                ground_truth=gold,
+                extra_info=extra,
+            )
+        )
+    return out
+
+
+def _gold(row: dict, path: Path | str) -> str:
+    answer = row.get("answer")
+    if isinstance(answer, str | int) and str(answer).strip():
+        return str(answer).strip()
+    solution = require_str(row, "solution", path)
+    boxed = last_boxed(solution)
+    if boxed is None or not boxed.strip():
+        raise LayoutError(path, "no \\boxed{} answer in the solution (and no 'answer')", "solution")
+    return boxed.strip()
+
+
+def _read_rows(src: Path, split: str) -> list[tuple[Path | str, str, dict]]:
+    """(where, id, row) for every problem of the split, in a stable order."""
+    folder, jsonl = src / split, src / f"{split}.jsonl"
+    if folder.is_dir():
+        files = sorted(folder.glob("*/*.json"), key=_file_order)
+        if not files:
+            raise LayoutError(folder, "no <subject>/<n>.json files (MATH layout)")
+        rows = []
+        for f in files:
+            try:
+                row = json.loads(f.read_text(encoding="utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise LayoutError(f, f"not a JSON file: {e}") from None
+            rows.append((f, f"math-{split}-{f.parent.name}-{f.stem}", row))
+        return rows
+    if jsonl.is_file():
+        rows = []
+        with jsonl.open(encoding="utf-8") as fh:
+            for line_no, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                where = f"{jsonl}: line {line_no}"
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise LayoutError(where, f"invalid JSON ({e.msg})") from None
+                uid = row.get("unique_id") if isinstance(row, dict) else None
+                rows.append((where, str(uid or f"math-{split}-{line_no}"), row))
+        return rows
+    raise LayoutError(
+        src,
+        f"no MATH split {split!r}: expected {folder}/<subject>/<n>.json (MATH) or {jsonl} "
+        "(MATH-500)",
+    )
+
+
+def _file_order(path: Path) -> tuple[str, int, str]:
+    stem = path.stem
+    return (path.parent.name, int(stem) if stem.isdigit() else -1, stem)

@@ -1,0 +1,83 @@
+"""DPH-RL inside TRL: the stream of reference samples from a divrl reference store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from divrl.data.reference_store import ReferenceStore
+from divrl.data.sampling import EpochSampler
+
+
+@dataclass
+class _ReferenceBatch:
+    input_ids: torch.Tensor  # [B, T] prompt + response, right-padded
+    attention_mask: torch.Tensor  # [B, T]
+    logits_to_keep: int  # the last K positions hold every response token
+    columns: torch.Tensor  # [B, R] column of each response token in the [B, K] log-probs
+    ref_log_probs: torch.Tensor  # [B, R]
+    mask: torch.Tensor  # [B, R]
+
+
+class _ReferenceStream:
+    """Seeded, cycling draws from a divrl reference store, identical on every process.
+
+    Draw ``n`` (counted over the run, all processes together) is a pure function of the seed
+    and ``n``, so a resumed run continues the same order (the count restarts from the resumed
+    optimizer step).
+    """
+
+    def __init__(self, path: str, temperature: float, seed: int, pad_token_id: int) -> None:
+        store = ReferenceStore.open(path, temperature=temperature)
+        self.samples = store.samples
+        self.sampler = EpochSampler(len(store), seed, shuffle=True)
+        self.pad_token_id = pad_token_id
+        self.drawn = 0  # samples drawn so far, all processes
+
+    def seek(self, drawn: int) -> None:
+        n = len(self.samples)
+        self.sampler.load_state_dict({"epoch": drawn // n, "position": drawn % n, "size": n})
+        self.drawn = drawn
+
+    def next_batch(
+        self, per_device: int, rank: int, world: int, device: torch.device
+    ) -> _ReferenceBatch:
+        indices = self.sampler.take(per_device * world)[rank * per_device : (rank + 1) * per_device]
+        self.drawn += per_device * world
+        rows = [self.samples[i] for i in indices]
+        prompt_lens = [len(r.prompt_ids) for r in rows]
+        resp_lens = [len(r.response_ids) for r in rows]
+        if min(resp_lens) == 0:
+            raise ValueError("the reference store holds an empty response; presample again")
+        total = max(p + r for p, r in zip(prompt_lens, resp_lens, strict=True))
+        # Right padding keeps every row's positions at 0..len-1, as when the reference
+        # log-probs were computed, so u = pi_theta / pi_ref is exactly 1 at initialisation.
+        input_ids = torch.full((len(rows), total), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros((len(rows), total), dtype=torch.long)
+        width = max(resp_lens)
+        ref = torch.zeros((len(rows), width), dtype=torch.float32)
+        mask = torch.zeros((len(rows), width), dtype=torch.float32)
+        keep = total - min(prompt_lens)
+        columns = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, row in enumerate(rows):
+            seq = list(row.prompt_ids) + list(row.response_ids)
+            input_ids[i, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+            attention[i, : len(seq)] = 1
+            if len(row.ref_log_probs) != resp_lens[i]:
+                raise ValueError(
+                    f"reference sample of prompt {row.prompt_id!r} has {resp_lens[i]} response "
+                    f"tokens but {len(row.ref_log_probs)} log-probs"
+                )
+            ref[i, : resp_lens[i]] = torch.tensor(row.ref_log_probs, dtype=torch.float32)
+            mask[i, : resp_lens[i]] = 1.0
+            first = prompt_lens[i] - (total - keep)
+            columns[i] = torch.clamp(torch.arange(first, first + width), max=keep - 1)
+        return _ReferenceBatch(
+            input_ids.to(device),
+            attention.to(device),
+            keep,
+            columns.to(device),
+            ref.to(device),
+            mask.to(device),
+        )

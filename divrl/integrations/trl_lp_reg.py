@@ -1,0 +1,91 @@
+"""Lp-Reg inside TRL: the min-p proxy from the hidden states of a forward TRL already runs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
+
+import torch
+
+from divrl.algorithms import minp_log_normalizer, proxy_log_prob, token_log_probs
+
+# Batch keys the adapter adds (off-policy Lp-Reg): TRL splits and shuffles them with the rest.
+PROXY_KEY, LOG_Z_KEY = "divrl_proxy_log_probs", "divrl_proxy_log_z"
+# Proxy positions projected through the LM head at once (bounds the fp32 logits' memory).
+PROXY_CHUNK_POSITIONS = 1024
+# Largest mean |log p| gap between the adapter's LM-head projection and TRL's log-probs
+# before the proxy is declared inconsistent (bf16 autocast noise is far below this; a
+# logit scale or soft-cap the adapter does not apply is far above).
+PROXY_CONSISTENCY_TOL = 0.05
+
+# --------------------------------------------------------------------------- helpers
+
+
+@dataclass
+class _Capture:
+    """What one wrapped ``_get_per_token_logps_and_entropies`` call records."""
+
+    want_proxy: bool
+    only_model: torch.nn.Module | None = None  # record only a call on this model
+    log_probs: torch.Tensor | None = None  # [B, K], with grad when the forward had it
+    proxy: torch.Tensor | None = None  # [B, K] log proxy(token), detached
+    log_z: torch.Tensor | None = None  # [B, K] log Z of the proxy, detached
+    done: bool = False
+
+
+@contextmanager
+def _hidden_state_hook(backbone: torch.nn.Module, logits_to_keep: int, out: list) -> Iterator:
+    """Collect the detached hidden states that predict the last ``logits_to_keep`` tokens."""
+
+    def hook(module, args, output):
+        hidden = getattr(output, "last_hidden_state", None)
+        if hidden is None:
+            hidden = output[0]
+        out.append(hidden[:, -(logits_to_keep + 1) : -1].detach())
+
+    handle = backbone.register_forward_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+@torch.no_grad()
+def _proxy_from_hidden(
+    lm_head: torch.nn.Module,
+    hidden: torch.Tensor,
+    tokens: torch.Tensor,
+    kappa: float,
+    temperature: float,
+    autocast: Callable[[], AbstractContextManager] = nullcontext,
+    chunk: int = PROXY_CHUNK_POSITIONS,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Proxy log-prob, ``log Z`` and plain log-prob of ``tokens`` from ``hidden`` ``[B, K, H]``.
+
+    The LM head runs under ``autocast()`` (the trainer passes the one TRL's forward runs
+    under, so the logits match TRL's), on ``chunk`` positions at a time, so the
+    ``[B, K, vocab]`` logits never exist at once. Returns three ``[B, K]`` fp32 tensors.
+    """
+    flat_h = hidden.reshape(-1, hidden.shape[-1])
+    flat_t = tokens.reshape(-1)
+    parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    for start in range(0, flat_h.shape[0], chunk):
+        with autocast():
+            logits = lm_head(flat_h[start : start + chunk])
+        logits = logits.float()
+        toks = flat_t[start : start + chunk]
+        parts.append(
+            (
+                proxy_log_prob(logits, toks, kappa, temperature),
+                minp_log_normalizer(logits, kappa, temperature),
+                token_log_probs(logits, toks, temperature),
+            )
+        )
+    return tuple(torch.cat(p).view(tokens.shape) for p in zip(*parts, strict=True))  # type: ignore[return-value]
+
+
+def _unwrapped_causal_lm(accelerator, model: torch.nn.Module) -> torch.nn.Module:
+    unwrapped = accelerator.unwrap_model(model)
+    get_base = getattr(unwrapped, "get_base_model", None)  # PEFT
+    return get_base() if callable(get_base) else unwrapped

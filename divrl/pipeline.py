@@ -1,0 +1,333 @@
+"""The stages ``divrl demo`` and ``experiments/reproduce.py`` share.
+
+A toy experiment is: find (or build) a world by name, presample DPH-RL's reference store,
+train each method from its toy preset (``configs/toy/<method>.yaml``, only paths, seed and
+scale overridden), evaluate the base model and every final checkpoint on each eval split
+of the world, summarise, report. This module holds those stages; the demo (in-process,
+three methods, one seed) and the reproduction (``divrl`` subprocesses, many methods and
+seeds, resumable) keep only their own choices.
+
+It sits at the top layer (it uses ``divrl.toy``, ``divrl.training`` and
+``divrl.evaluation``); only commands and experiments import it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "Clock",
+    "check_same_budget",
+    "configs_dir",
+    "divrl_command",
+    "eval_cli_args",
+    "evaluate_splits",
+    "final_checkpoint",
+    "open_world",
+    "preset_overrides",
+    "reference_samples",
+    "run_logged",
+    "run_parallel",
+    "split_summary",
+    "start_logged",
+    "training_curve",
+]
+
+
+# --------------------------------------------------------------------------- world
+
+
+def open_world(
+    name: str,
+    *,
+    size: str = "full",
+    world_dir: str | Path | None = None,
+    seed: int = 0,
+    progress: bool = True,
+):
+    """The world ``name`` (``divrl.toy.WORLDS``): the built directory ``world_dir`` if
+    given, else the cached (or freshly built) world of ``size`` and ``seed``."""
+    from divrl.toy.worlds import get_world, load_world
+
+    if world_dir is not None:
+        return load_world(world_dir, name)
+    return get_world(name, size=size, seed=seed, progress=progress)
+
+
+def configs_dir(arg: str | Path | None = None) -> Path:
+    """The toy presets: ``arg``, else ``configs/toy`` of the working directory or of this
+    checkout."""
+    if arg:
+        return Path(arg)
+    for root in (Path.cwd(), Path(__file__).resolve().parents[1]):
+        if (root / "configs" / "toy").is_dir():
+            return root / "configs" / "toy"
+    raise FileNotFoundError(
+        "configs/toy not found: run from the divrl checkout or pass the presets' directory"
+    )
+
+
+# --------------------------------------------------------------------------- training
+
+
+def preset_overrides(world, *, seed: int, run_dir: Path, store: Path) -> list[str]:
+    """What every toy experiment changes in a preset: the world's paths, the seed, where
+    the run and the DPH reference store go (no TensorBoard)."""
+    return [
+        f"model.path={world.model_dir}",
+        f"data.train_path={world.splits['train']}",
+        *([f"data.db_dir={world.db_dir}"] if world.db_dir is not None else []),
+        f"train.seed={seed}",
+        f"logging.output_dir={run_dir}",
+        f"reference.store={store}",
+        "logging.tensorboard=false",
+    ]
+
+
+def check_same_budget(cfgs: dict[str, Any]) -> None:
+    """Refuse presets whose rollout budget (steps, prompts per step, samples) differs."""
+    steps = {c.train.total_steps for c in cfgs.values()}
+    budgets = {(c.train.prompts_per_step, c.rollout.n) for c in cfgs.values()}
+    if len(steps) > 1 or len(budgets) > 1:
+        raise ValueError(
+            f"the presets differ in steps {steps} or (prompts per step, samples) {budgets}: "
+            "the rollout budget would not be the same for every method"
+        )
+
+
+def final_checkpoint(run_dir: Path, steps: int) -> Path | None:
+    """The model saved at the last step of a training run, or None when it is not there."""
+    model = Path(run_dir) / "checkpoints" / f"step_{steps:06d}" / "model"
+    return model if (model / "config.json").is_file() else None
+
+
+def reference_samples(store: Path) -> int | None:
+    """Samples in a presampled DPH-RL reference store (None: not presampled)."""
+    manifest = Path(store) / "manifest.json"
+    if not manifest.is_file():
+        return None
+    return int(json.loads(manifest.read_text()).get("stats", {}).get("reference_samples") or 0)
+
+
+# --------------------------------------------------------------------------- subprocesses
+
+
+def divrl_command(*args: str) -> list[str]:
+    """A ``divrl`` CLI call in this interpreter."""
+    return [sys.executable, "-m", "divrl.cli", *args]
+
+
+def start_logged(cmd: Sequence[str], log: Path, *, threads: int = 1, cwd: Path | None = None):
+    """Start ``cmd`` on ``threads`` torch threads, its output appended to ``log``."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+        "PYTHONUNBUFFERED": "1",
+    }
+    with log.open("a") as f:
+        f.write(f"\n$ {shlex.join(cmd)}\n")
+        f.flush()
+        return subprocess.Popen(list(cmd), stdout=f, stderr=subprocess.STDOUT, cwd=cwd, env=env)
+
+
+def run_logged(
+    cmd: Sequence[str],
+    log: Path,
+    *,
+    threads: int = 1,
+    cwd: Path | None = None,
+    poll: float = 60.0,
+    on_poll: Callable[[float], None] | None = None,
+) -> tuple[int, float]:
+    """Run ``cmd`` (see :func:`start_logged`) to the end; (exit code, wall-clock seconds).
+
+    ``on_poll(seconds so far)`` is called every ``poll`` seconds while it runs.
+    """
+    t0 = time.perf_counter()
+    proc = start_logged(cmd, log, threads=threads, cwd=cwd)
+    while True:
+        try:
+            return proc.wait(timeout=poll), time.perf_counter() - t0
+        except subprocess.TimeoutExpired:
+            if on_poll is not None:
+                on_poll(time.perf_counter() - t0)
+
+
+def _count_lines(path: Path) -> int:
+    try:
+        with path.open() as f:
+            return sum(1 for line in f if line.strip())
+    except FileNotFoundError:
+        return 0
+
+
+def run_parallel(tasks: list[tuple[str, list[str], Path, int]], jobs: int, logs: Path) -> None:
+    """Run ``divrl`` subprocesses, at most ``jobs`` at a time, one progress bar each.
+
+    ``tasks``: (name, divrl arguments, file whose line count is the progress, total). Each
+    subprocess runs on one torch thread; its output goes to ``logs/<name>.log``.
+    """
+    from tqdm.auto import tqdm
+
+    pending = list(tasks)
+    bars = {
+        name: tqdm(total=total, desc=name, position=i, dynamic_ncols=True, leave=True)
+        for i, (name, _, _, total) in enumerate(tasks)
+    }
+    running: dict[str, tuple[subprocess.Popen, Path, Path]] = {}
+    failed: list[str] = []
+    try:
+        while pending or running:
+            while pending and len(running) < jobs:
+                name, argv, progress_file, _ = pending.pop(0)
+                log = logs / f"{name.replace(' ', '_')}.log"
+                log.unlink(missing_ok=True)
+                proc = start_logged(divrl_command(*argv), log, threads=1)
+                running[name] = (proc, progress_file, log)
+                bars[name].reset(total=bars[name].total)  # its clock starts now, not at launch
+            time.sleep(1.0)
+            for name, (proc, progress_file, log) in list(running.items()):
+                bars[name].n = min(_count_lines(progress_file), bars[name].total)
+                bars[name].refresh()
+                rc = proc.poll()
+                if rc is not None:
+                    del running[name]
+                    if rc != 0:
+                        failed.append(f"{name} (exit {rc}, log {log})")
+    finally:
+        for proc, _, _ in running.values():
+            proc.terminate()
+        for bar in bars.values():
+            bar.close()
+    if failed:
+        raise RuntimeError("failed: " + "; ".join(failed))
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def evaluate_splits(
+    model_path: Path,
+    world,
+    eval_dir: Path,
+    cfg,
+    splits: Sequence[str],
+    say: Callable[[str], None] = print,
+) -> dict[str, dict[str, Any]]:
+    """Evaluate one model in this process on each split into ``eval_dir/<split>``;
+    a split whose ``summary.json`` exists is reused. ``cfg``: an ``EvalConfig``."""
+    from divrl.evaluation.runner import SUMMARY_FILE, evaluate, load_model
+
+    summaries: dict[str, dict[str, Any]] = {}
+    model = tokenizer = None
+    for split in splits:
+        done = eval_dir / split / SUMMARY_FILE
+        if done.is_file():
+            summaries[split] = json.loads(done.read_text())
+            say(f"  {split}: reusing {eval_dir / split}")
+            continue
+        if model is None:
+            model, tokenizer = load_model(model_path)
+        say(f"  {split}")
+        summaries[split] = evaluate(
+            model_path,
+            world.splits[split],
+            eval_dir / split,
+            cfg,
+            db_dir=world.db_dir,
+            model=model,
+            tokenizer=tokenizer,
+        )
+    return summaries
+
+
+def eval_cli_args(
+    world, split: str, out: Path, *, n: int, max_new_tokens: int, batch_size: int, seed: int
+) -> list[str]:
+    """``divrl eval`` arguments for one split of the world (model or ``--reuse`` to add)."""
+    return [
+        "eval",
+        "--data", f"{split}={world.splits[split]}",
+        "--out", str(out),
+        "--n", str(n),
+        "--max-new-tokens", str(max_new_tokens),
+        "--batch-size", str(batch_size),
+        "--seed", str(seed),
+        "--group-by", "hard",
+        "--no-progress",
+    ]  # fmt: skip
+
+
+# --------------------------------------------------------------------------- summaries
+
+
+def split_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    """The numbers a per-run summary keeps of one split's ``divrl eval`` summary."""
+    div = summary["diversity"]
+    return {
+        "n_prompts": summary["n_prompts"],
+        "n_samples": summary["n_samples_per_prompt"],
+        "greedy": summary.get("greedy_accuracy"),
+        "pass@k": summary["pass@k"],
+        "maj@k": summary["maj@k"],
+        "share_one_style": div["share_one_style"],
+        "share_3plus_styles": div["share_3plus_styles"],
+        "mean_distinct_styles": div["mean_distinct_styles"],
+        "style_counts": div["style_counts"],
+        "mean_nll_per_token": summary["tokens"]["mean_nll_per_token"],
+        "groups": {
+            g: {"n_prompts": v["n_prompts"], "pass@k": v["pass@k"]}
+            for g, v in summary.get("groups", {}).items()
+        },
+        "retention": None,
+    }
+
+
+def training_curve(metrics: Path, points: int = 200) -> dict[str, list]:
+    """The training curves of a run's ``metrics.jsonl``, downsampled evenly to at most
+    ``points`` steps (the last step always kept)."""
+    rows = [json.loads(x) for x in Path(metrics).read_text().splitlines() if x.strip()]
+    if len(rows) > points:
+        idx = sorted({round(i * (len(rows) - 1) / (points - 1)) for i in range(points)})
+        rows = [rows[i] for i in idx]
+    return {
+        "step": [r["step"] for r in rows],
+        "entropy": [r.get("actor/entropy") for r in rows],
+        "pass1": [r.get("reward/pass@1") for r in rows],
+        "seconds_per_step": [r.get("time/step") for r in rows],
+        # Lp-Reg only (None elsewhere): how many tokens it selected and regularised
+        "lp_reg_selected": [r.get("lp_reg/num_selected") for r in rows],
+        "lp_reg_regularized": [r.get("lp_reg/num_regularized") for r in rows],
+    }
+
+
+class Clock:
+    """Wall-clock seconds per stage."""
+
+    def __init__(self, say: Callable[[str], None] = print) -> None:
+        self.start = time.perf_counter()
+        self.stages: dict[str, float] = {}
+        self.say = say
+
+    def run(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)``, timed and announced as stage ``name``."""
+        t0 = time.perf_counter()
+        self.say(f"{name} ...")
+        out = fn(*args, **kwargs)
+        self.stages[name] = time.perf_counter() - t0
+        self.say(f"{name}: {self.stages[name]:.0f} s")
+        return out
+
+    @property
+    def total(self) -> float:
+        return time.perf_counter() - self.start

@@ -1,0 +1,182 @@
+"""Stage 0 of training: the model, tokenizer, prompts, optimiser and rollout engine.
+
+Everything here reads the config and builds objects; nothing runs a step. The paths must
+be resolved already (``model.path`` and ``data.train_path`` set): the command layer fills
+them with the toy world when they are null (``divrl.commands.train.with_toy_defaults``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from divrl.rollout import RolloutEngine, SamplingParams
+from divrl.training.config import Config
+
+__all__ = [
+    "PromptItem",
+    "build_optimizer",
+    "load_policy",
+    "load_prompts",
+    "make_engine",
+    "pad_token_id",
+    "require_paths",
+    "rollout_params",
+]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class PromptItem:
+    """A tokenised training prompt with what its verifier needs."""
+
+    id: str
+    prompt_ids: list[int]
+    data_source: str
+    ground_truth: Any
+    extra_info: dict[str, Any] | None = None
+
+
+def pad_token_id(tokenizer: Any) -> int:
+    """The id that pads batches: the tokenizer's pad token, else its end-of-sequence token.
+
+    Raises:
+        ValueError: the tokenizer has neither.
+    """
+    for candidate in (tokenizer.pad_token_id, tokenizer.eos_token_id):
+        if candidate is not None:
+            return int(candidate)
+    raise ValueError("the tokenizer has neither a pad token nor an eos token: set one")
+
+
+def require_paths(config: Config) -> tuple[str, str, str | None]:
+    """(model path, train data path, db dir) of a config whose paths are set."""
+    if config.model.path is None or config.data.train_path is None:
+        raise ValueError(
+            "model.path and data.train_path must be set (the `divrl train` and "
+            "`divrl presample` commands fill them with the toy world when they are null)"
+        )
+    return str(config.model.path), str(config.data.train_path), config.data.db_dir
+
+
+def load_policy(config: Config, model_path: str) -> tuple[torch.nn.Module, Any]:
+    """The policy model (train mode) and its tokenizer."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(
+        model_path, trust_remote_code=config.model.trust_remote_code
+    )
+    model = AutoModelForCausalLM.from_pretrained(
+        model_path,
+        dtype=getattr(torch, config.model.dtype),
+        trust_remote_code=config.model.trust_remote_code,
+    )
+    if config.model.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    return model, tokenizer
+
+
+def load_prompts(
+    config: Config, train_path: str, db_dir: str | None, tokenizer: Any
+) -> tuple[list[PromptItem], int]:
+    """Tokenised training prompts and the number longer than ``data.max_prompt_length``
+    (dropped or left-truncated per ``data.truncation``; ``error`` raises when any is).
+
+    Raises:
+        ValueError: ``data.truncation=error`` and some prompts are too long (the message
+            gives their count and the settings that change it), or no prompt is left.
+    """
+    from divrl.data import load_examples, render_prompt
+
+    data = config.data
+    examples = load_examples(
+        train_path, db_dir=db_dir, limit=data.limit, skip_invalid=data.skip_invalid
+    )
+    items, too_long = [], 0
+    for ex in examples:
+        text = render_prompt(ex, template=data.template, tokenizer=tokenizer)
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if len(ids) > data.max_prompt_length:
+            too_long += 1
+            if data.truncation == "drop":
+                continue
+            ids = ids[-data.max_prompt_length :]  # 'left' (verl's truncation='left')
+        items.append(PromptItem(str(ex.id), ids, ex.data_source, ex.ground_truth, ex.extra_info))
+    if too_long and data.truncation == "error":
+        raise ValueError(
+            f"{too_long} of {len(examples)} prompts in {train_path} are longer than "
+            f"data.max_prompt_length={data.max_prompt_length} tokens: raise "
+            "data.max_prompt_length, or set data.truncation=drop (leave them out) or "
+            "data.truncation=left (keep their last max_prompt_length tokens)"
+        )
+    if not items:
+        raise ValueError(f"no usable training prompts in {train_path}")
+    action = {"error": "refused", "drop": "dropped", "left": "left-truncated"}[data.truncation]
+    # always reported, also when 0: a silent drop once hid most of a dataset
+    (logger.warning if too_long else logger.info)(
+        "%d of %d prompts longer than data.max_prompt_length=%d tokens (%s, data.truncation=%s)",
+        too_long,
+        len(examples),
+        data.max_prompt_length,
+        action,
+        data.truncation,
+    )
+    return items, too_long
+
+
+def make_engine(
+    config: Config, model: torch.nn.Module, tokenizer: Any, model_path: str
+) -> RolloutEngine:
+    """The rollout engine named by ``rollout.engine``."""
+    if config.rollout.engine == "vllm":
+        from divrl.rollout.vllm import VLLMEngine
+
+        return VLLMEngine(
+            model_path,
+            gpu_memory_utilization=config.rollout.gpu_memory_utilization,
+            dtype=config.model.dtype,
+            seed=config.train.seed,
+            max_model_len=config.data.max_prompt_length + config.rollout.max_new_tokens,
+            trust_remote_code=config.model.trust_remote_code,
+        )
+    from divrl.rollout import HFEngine
+
+    return HFEngine(model, tokenizer, batch_size=config.rollout.batch_size)
+
+
+def rollout_params(config: Config) -> SamplingParams:
+    """The training rollouts' sampling settings."""
+    r = config.rollout
+    return SamplingParams(
+        n=r.n,
+        temperature=r.temperature,
+        top_p=r.top_p,
+        top_k=r.top_k,
+        max_new_tokens=r.max_new_tokens,
+        stop=tuple(r.stop),
+    )
+
+
+def build_optimizer(config: Config, model: torch.nn.Module) -> tuple[torch.optim.Optimizer, Any]:
+    """AdamW and the learning-rate schedule (stepped once per training step)."""
+    from transformers import get_scheduler
+
+    opt = config.optim
+    optimizer = torch.optim.AdamW(
+        model.parameters(),
+        lr=opt.lr,
+        betas=tuple(opt.betas),
+        eps=opt.eps,
+        weight_decay=opt.weight_decay,
+    )
+    scheduler = get_scheduler(
+        opt.schedule,
+        optimizer,
+        num_warmup_steps=opt.warmup_steps,
+        num_training_steps=config.train.total_steps,
+    )
+    return optimizer, scheduler

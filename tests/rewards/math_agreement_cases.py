@@ -1,0 +1,203 @@
+r"""Math agreement cases: (completion, gold), labelled at test time by math-verify itself.
+
+Written from the kinds of inputs in Math-Verify's test suite (tests/test_all.py, test_numina
+cases) and the misses listed in issue 13: no box, several boxes, truncated boxes, separators,
+sets, intervals, fractions, decimals, percentages, equations, text around answers.
+"""
+
+# (completion, gold)
+HAND_CASES = [
+    # no \boxed{}: math-verify's LaTeX / expression targets
+    ("$x \\geq 5$", "5"),
+    ("x equals $\\frac{1}{2}$", "2"),
+    ("x equals $\\frac{1}{2}$", "\\frac{1}{2}"),
+    ("The total is $14{,}916$", "916"),
+    ("The total is $14{,}916$", "14916"),
+    ("Maybe 4 or 7", "7"),
+    ("Maybe 4 or 7", "4"),
+    ("The answer is 42.", "42"),
+    ("The answer is 42.", "24"),
+    ("Answer: 3/4", "\\frac{3}{4}"),
+    ("Answer: 0.75", "\\frac{3}{4}"),
+    (
+        "So the final answer is $\\frac{\\sqrt{3}}{2}$. I hope it is correct.",
+        "\\frac{\\sqrt{3}}{2}",
+    ),
+    ("The final answer is $3$. I hope it is correct.", "3"),
+    ("The final answer is $3$. I hope it is correct.", "4"),
+    ("Final answer: the value is 12", "12"),
+    ("I think it's 1,234 dollars", "1234"),
+    ("I think it's 1 234 dollars", "1234"),
+    ("It is 50%", "50"),
+    ("It is 50%", "0.5"),
+    ("It is 50 percent", "50\\%"),
+    ("We get $2\\sqrt{2}$", "\\sqrt{8}"),
+    ("Therefore $\\pi/2$", "\\frac{\\pi}{2}"),
+    ("so x = 6", "6"),
+    ("so $x = 6$", "6"),
+    ("the roots are $x=2$ and $x=3$", "2,3"),
+    ("the roots are $2$ and $3$", "\\{2, 3\\}"),
+    ("answer: $(1, 2)$", "(1,2)"),
+    ("It is \\(\\frac{5}{6}\\)", "\\frac{5}{6}"),
+    ("It is \\[\\frac{5}{6}\\]", "\\frac{5}{6}"),
+    ("$$\\frac{7}{8}$$", "0.875"),
+    ("I am not sure.", "3"),
+    ("", "3"),
+    ("   ", "3"),
+    ("12", "12"),
+    ("-12", "-12"),
+    ("0", "0"),
+    ("007", "7"),
+    ("12", "13"),
+    ("70+15=85", "85"),
+    ("Q:37+48=30+40=70;7+8=15;70+15=85", "85"),
+    ("4*9=36, 36+5=41. \\boxed{41}", "41"),
+    ("4*9=36, 36+5=41. \\boxed{41}", "36"),
+    ("4*9+5=41. \\boxed{42}", "42"),
+    # several boxes
+    ("\\boxed{(2,2)} and \\boxed{(6,2)}", "(2,2),(6,2)"),
+    ("\\boxed{(2,2)}, \\boxed{(6,2)}", "(2,2),(6,2)"),
+    ("\\boxed{2} or \\boxed{3}", "2,3"),
+    ("\\boxed{2} and \\boxed{3}", "\\{2,3\\}"),
+    ("First \\boxed{1}. Later, after checking, \\boxed{2}", "2"),
+    ("First \\boxed{1}. Later, after checking, \\boxed{2}", "1"),
+    ("\\boxed{1} then \\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),
+    ("$\\boxed{3}$ and $\\boxed{4}$", "3,4"),
+    # separators and quick-path traps
+    ("\\boxed{32, 349}", "32349"),
+    ("\\boxed{32,349}", "32349"),
+    ("\\boxed{1,000}", "1000"),
+    ("\\boxed{1{,}000}", "1000"),
+    ("\\boxed{1\\,000}", "1000"),
+    ("\\boxed{1 000}", "1000"),
+    ("\\boxed{85.0}", "85"),
+    ("\\boxed{85.5}", "85"),
+    ("\\boxed{0.3333333}", "\\frac{1}{3}"),
+    ("\\boxed{0.33}", "\\frac{1}{3}"),
+    ("\\boxed{+5}", "5"),
+    ("\\boxed{05}", "5"),
+    ("\\boxed{-0}", "0"),
+    ("\\boxed{5.}", "5"),
+    ("\\boxed{\\$5}", "5"),
+    ("\\boxed{5\\%}", "5"),
+    ("\\boxed{5\\%}", "0.05"),
+    ("\\boxed{10^{3}}", "1000"),
+    ("\\boxed{1e3}", "1000"),
+    # sets, intervals, tuples
+    ("\\boxed{\\{3, 2\\}}", "\\{2, 3\\}"),
+    ("\\boxed{\\{1, 6\\}}", "\\{2, 3\\}"),
+    ("\\boxed{(-2,2)}", "(-2, 2)"),
+    ("\\boxed{[-2, 2]}", "(-2, 2)"),
+    ("\\boxed{[-2, 2]}", "[-2, 2]"),
+    ("\\boxed{(-\\infty, 3]}", "(-\\infty,3]"),
+    ("\\boxed{(-\\infty, 3)}", "(-\\infty,3]"),
+    ("\\boxed{(1,2) \\cup (3,4)}", "(1,2)\\cup(3,4)"),
+    ("\\boxed{(3,4) \\cup (1,2)}", "(1,2)\\cup(3,4)"),
+    ("\\boxed{3, 5}", "5, 3"),
+    ("\\boxed{(3, 5)}", "(5, 3)"),
+    ("\\boxed{x \\in [0, 1]}", "[0,1]"),
+    ("\\boxed{\\emptyset}", "\\emptyset"),
+    # fractions, radicals, pi
+    ("\\boxed{\\frac{1}{2}}", "0.5"),
+    ("\\boxed{0.5}", "\\frac{1}{2}"),
+    ("\\boxed{\\dfrac{5}{6}}", "\\frac{5}{6}"),
+    ("\\boxed{\\tfrac{5}{6}}", "\\frac{5}{6}"),
+    ("\\boxed{\\frac{2}{5}}", "\\frac{5}{6}"),
+    ("\\boxed{\\frac56}", "\\frac{5}{6}"),
+    ("\\boxed{5/6}", "\\frac{5}{6}"),
+    ("\\boxed{-\\frac{6}{8}}", "-3/4"),
+    ("\\boxed{\\frac{-3}{4}}", "-\\frac{3}{4}"),
+    ("\\boxed{2^{1/2}}", "\\sqrt{2}"),
+    ("\\boxed{\\frac{\\sqrt{2}}{2}}", "\\frac{1}{\\sqrt{2}}"),
+    ("\\boxed{5\\sqrt{2}}", "5\\sqrt{2}"),
+    ("\\boxed{25\\sqrt{2}}", "5\\sqrt{2}"),
+    ("\\boxed{\\sqrt{50}}", "5\\sqrt{2}"),
+    ("\\boxed{2\\pi}", "2\\pi"),
+    ("\\boxed{6.28}", "2\\pi"),
+    ("\\boxed{\\pi r^2}", "r^2\\pi"),
+    ("\\boxed{3 + 2\\sqrt{3}}", "2\\sqrt{3}+3"),
+    # equations, variables, expressions
+    ("\\boxed{x = 6}", "6"),
+    ("\\boxed{x=6}", "x=6"),
+    ("\\boxed{y = 2x + 1}", "y=2x+1"),
+    ("\\boxed{y = 2x + 1}", "2x+1"),
+    ("\\boxed{x^2 + 2x + 1}", "(x+1)^2"),
+    ("\\boxed{(x+1)(x-1)}", "x^2-1"),
+    ("\\boxed{x^2-1}", "x^2+1"),
+    ("\\boxed{a+b}", "b+a"),
+    ("\\boxed{2a}", "a+a"),
+    ("\\boxed{x \\geq 5}", "[5, \\infty)"),
+    ("\\boxed{x > 5}", "(5,\\infty)"),
+    ("\\boxed{1 < x < 3}", "(1,3)"),
+    # degrees, units, text
+    ("\\boxed{30^\\circ}", "30"),
+    ("\\boxed{30^{\\circ}}", "30^\\circ"),
+    ("\\boxed{45 \\text{ degrees}}", "45"),
+    ("\\boxed{12 \\text{ cm}}", "12"),
+    ("\\boxed{12\\text{cm}^2}", "12"),
+    ("\\boxed{\\text{(C)}}", "C"),
+    ("\\boxed{C}", "\\text{C}"),
+    ("\\boxed{\\text{Monday}}", "\\text{Monday}"),
+    ("\\boxed{\\textbf{(A)}\\ 5}", "5"),
+    # matrices
+    ("\\boxed{\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}}", "\\begin{pmatrix}1\\\\2\\end{pmatrix}"),
+    (
+        "\\boxed{\\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\end{pmatrix}}",
+        "\\begin{pmatrix}1&2\\\\3&5\\end{pmatrix}",
+    ),
+    # box variants
+    ("\\boxed 5", "5"),
+    ("so \\boxed 5$", "5"),
+    ("\\fbox{7}", "7"),
+    ("\\boxed{{7}}", "7"),
+    ("$\\boxed{7}$.", "7"),
+    ("The answer is $\\boxed{7}$.", "7"),
+    ("The answer is $\\boxed{7}$.", "8"),
+    ("<answer>4</answer>", "4"),
+    ("<think>2+2</think> <answer>4</answer>", "4"),
+    ("<answer>\\boxed{3}</answer>", "3"),
+    ("\\boxed{\udcff}", "3"),
+    ("\\boxed{}", "3"),
+    ("\\boxed{ }", "3"),
+    # gsm8k-style endings (the math profile reads them through math-verify)
+    ("She has 3 + 4 = 7 apples.\n#### 7", "7"),
+    ("She has 3 + 4 = 7 apples.\n#### 8", "7"),
+    ("Total 1,000 + 250 = 1,250\n#### 1,250", "1250"),
+]
+
+
+def generated_cases() -> list[tuple[str, str]]:
+    """Regular families: integers and fractions in several phrasings, right and wrong."""
+    cases = []
+    for _i, n in enumerate([3, 17, 250, 1024, 99999, -8]):
+        cases += [
+            (f"\\boxed{{{n}}}", str(n)),
+            (f"\\boxed{{{n}}}", str(n + 1)),
+            (f"Step one. The answer is $\\boxed{{{n}}}$.", str(n)),
+            (f"so we get {n}", str(n)),
+            (f"The final answer is ${n}$. I hope it is correct.", str(n)),
+            (f"{n}", f"{n}.0"),
+            (f"\\boxed{{{n}.0}}", str(n)),
+        ]
+    for a, b in [(1, 3), (2, 7), (5, 4), (10, 15), (-3, 8)]:
+        cases += [
+            (f"\\boxed{{\\frac{{{a}}}{{{b}}}}}", f"{a}/{b}"),
+            (f"\\boxed{{{a}/{b}}}", f"\\frac{{{a}}}{{{b}}}"),
+            (f"\\boxed{{{a / b:.4f}}}", f"\\frac{{{a}}}{{{b}}}"),
+            (f"\\boxed{{{a / b:.1f}}}", f"\\frac{{{a}}}{{{b}}}"),
+            (f"\\boxed{{\\frac{{{b}}}{{{a}}}}}", f"\\frac{{{a}}}{{{b}}}"),
+            (f"\\boxed{{({a}, {b})}}", f"({a},{b})"),
+            (f"\\boxed{{[{a}, {b}]}}", f"({a},{b})"),
+        ]
+    return cases
+
+
+CASES = HAND_CASES + generated_cases()
+
+# The last box is cut off: math-verify falls back to an earlier box (or reads the cut-off
+# text); divrl scores these 0 with reason no_answer on purpose (docs/rewards.md).
+TRUNCATED_CASES = [
+    ("\\boxed{5} then \\boxed{7", "5"),
+    ("\\boxed{5} then \\boxed{7", "7"),
+    ("we get \\boxed{\\frac{1}{2", "\\frac{1}{2}"),
+] + [(f"\\boxed{{{n}}} and finally \\boxed{{{n + 1}", str(n)) for n in (3, 250, -8)]

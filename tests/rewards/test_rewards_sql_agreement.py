@@ -1,0 +1,255 @@
+"""Agreement of divrl's SQL verdicts with the official evaluators' rules.
+
+Each (gold, prediction) pair is labelled by a small re-implementation of the official rule
+(BIRD: ``set(pred) == set(gold)``; Spider test-suite: ``result_eq`` with column
+permutations; plain: multiset / list), run on the prediction's SQL itself, and divrl must
+reach the same verdict on the prediction wrapped in every extraction form.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import Counter
+from itertools import permutations
+
+import pytest
+
+from divrl.rewards import ScoreRequest, score_batch
+
+# (gold, prediction, whether the gold's outermost query orders its rows: hand label)
+PAIRS = [
+    ("SELECT title FROM proj", "SELECT DISTINCT title FROM proj", False),
+    ("SELECT DISTINCT title FROM proj", "SELECT title FROM proj", False),
+    ("SELECT COUNT(DISTINCT title) FROM proj", "SELECT COUNT(title) FROM proj", False),
+    (
+        "SELECT name FROM emp WHERE id IN (SELECT emp_id FROM proj)",
+        "SELECT e.name FROM emp e JOIN proj p ON e.id = p.emp_id",
+        False,
+    ),
+    (
+        "SELECT DISTINCT e.name FROM emp e JOIN proj p ON e.id = p.emp_id",
+        "SELECT name FROM emp WHERE id IN (SELECT emp_id FROM proj)",
+        False,
+    ),
+    (
+        "SELECT name FROM emp ORDER BY salary, id",
+        "SELECT name FROM emp ORDER BY salary DESC, id",
+        True,
+    ),
+    ("SELECT name FROM emp ORDER BY salary, id", "SELECT name FROM emp", True),
+    ("SELECT name FROM emp ORDER BY salary, id", "SELECT name FROM emp ORDER BY salary, id", True),
+    (
+        "SELECT name FROM (SELECT name, salary FROM emp ORDER BY salary DESC)",
+        "SELECT name FROM emp",
+        False,
+    ),
+    (
+        "SELECT name, RANK() OVER (ORDER BY salary) FROM emp",
+        "SELECT name, RANK() OVER (ORDER BY salary) AS r FROM emp ORDER BY name",
+        False,
+    ),
+    ("SELECT 'order by', COUNT(*) FROM emp", "SELECT 'order by' AS x, COUNT(*) FROM emp", False),
+    (
+        "SELECT salary FROM emp ORDER BY salary",
+        "SELECT salary FROM emp ORDER BY salary, name DESC",
+        True,
+    ),
+    (
+        "SELECT name, salary FROM emp ORDER BY salary, id",
+        "SELECT name, salary FROM emp ORDER BY salary, name",
+        True,
+    ),
+    ("SELECT name, salary FROM emp", "SELECT salary, name FROM emp", False),
+    (
+        "SELECT dept_id, COUNT(*) FROM emp GROUP BY dept_id",
+        "SELECT COUNT(*), dept_id FROM emp GROUP BY dept_id",
+        False,
+    ),
+    ("SELECT name AS n FROM emp", "SELECT e.name FROM emp AS e", False),
+    ("SELECT 1", "SELECT 1.0", False),
+    ("SELECT COUNT(*) FROM emp", "SELECT SUM(1.0) FROM emp", False),
+    ("SELECT AVG(salary) FROM emp", "SELECT SUM(salary) / COUNT(*) FROM emp", False),
+    ("SELECT 0.1 + 0.2", "SELECT 0.3", False),
+    ("SELECT bonus FROM emp", "SELECT bonus FROM emp WHERE bonus IS NOT NULL", False),
+    ("SELECT bonus FROM emp WHERE id = 2", "SELECT NULL", False),
+    ("SELECT name FROM emp WHERE id > 100", "SELECT name FROM dept WHERE id > 100", False),
+    ("SELECT name FROM emp WHERE id > 100", "SELECT id, name FROM emp WHERE 0", False),
+    ("SELECT name FROM emp WHERE id > 100", "SELECT name FROM emp WHERE id = 1", False),
+    (
+        "SELECT name FROM emp WHERE name = 'Ann'",
+        "SELECT name FROM emp WHERE name LIKE 'ann'",
+        False,
+    ),
+    (
+        "SELECT d.name, COUNT(e.id) FROM dept d LEFT JOIN emp e ON e.dept_id = d.id GROUP BY d.id",
+        "SELECT d.name, COUNT(*) FROM dept d LEFT JOIN emp e ON e.dept_id = d.id GROUP BY d.id",
+        False,
+    ),
+    (
+        "SELECT 200000",
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 200000) "
+        "SELECT COUNT(*) FROM c",
+        False,
+    ),
+    ("SELECT MAX(salary) FROM emp", "SELECT MIN(salary) FROM emp", False),
+    ("SELECT t FROM bad", "SELECT t FROM bad", False),
+    ("SELECT t FROM bad", "SELECT t FROM bad WHERE t = 'ok'", False),
+    (
+        "SELECT name FROM emp UNION SELECT name FROM dept ORDER BY 1",
+        "SELECT name FROM dept UNION SELECT name FROM emp ORDER BY name",
+        True,
+    ),
+    (
+        "SELECT name FROM emp ORDER BY salary DESC LIMIT 1",
+        "SELECT name FROM emp WHERE salary = (SELECT MAX(salary) FROM emp)",
+        True,
+    ),
+    ("SELECT 1", "SELEC 1", False),
+    ("SELECT name FROM emp", "SELECT nme FROM emp", False),
+    ("SELECT COUNT(*) FROM emp", "SELECT COUNT(*) FROM emp; SELECT 1", False),
+    (
+        "SELECT COUNT(*) FROM emp WHERE salary > 150",
+        "WITH s AS (SELECT * FROM emp WHERE salary > 150) SELECT COUNT(*) FROM s",
+        False,
+    ),
+    ("SELECT UPPER(name) FROM emp WHERE id = 1", "SELECT 'ANN'", False),
+    ("SELECT 1", "SELECT '1'", False),
+    ("SELECT id, id FROM emp", "SELECT id, id FROM emp", False),
+    ("SELECT title FROM proj ORDER BY title", "SELECT title FROM proj ORDER BY title DESC", True),
+]
+
+# how a model may write its answer: each prediction is scored in every form
+FORMS = {
+    "fenced": "Let me work it out.\n```sql\n{sql}\n```",
+    "plain_fence": "```\n{sql}\n```\nDone.",
+    "answer_tag": "Reasoning...\n<answer>{sql}</answer>",
+    "solution_fenced": "<solution>\n```sql\n{sql}\n```\n</solution>",
+    "bare": "The query is:\n{sql};\nThis will select what was asked.",
+    "inline": "Final answer: `{sql}`",
+    "think_draft": "<think>```sql\nSELECT 'draft' FROM emp\n```</think>\n```sql\n{sql}\n```",
+}
+
+
+def _blank_line_form(sql: str) -> str | None:
+    if " FROM " not in sql or ";" in sql:
+        return None
+    return "SQL:\n" + sql.replace(" FROM ", "\n\nFROM ", 1) + "\n\nIt selects the rows."
+
+
+def build_db(path) -> str:
+    """The agreement database: duplicates, NULLs, floats, mixed case, invalid UTF-8."""
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        """
+        CREATE TABLE emp(id INTEGER, name TEXT, dept_id INTEGER, salary REAL, bonus INTEGER);
+        INSERT INTO emp VALUES (1,'Ann',1,100.0,10),(2,'bob',1,200.5,NULL),(3,'Cid',2,100.0,5),
+            (4,'Dee',2,300.0,NULL),(5,'Eve',3,200.5,10),(6,'ann',1,150.0,0);
+        CREATE TABLE dept(id INTEGER, name TEXT);
+        INSERT INTO dept VALUES (1,'Sales'),(2,'R&D'),(3,'Ops'),(4,'Empty');
+        CREATE TABLE proj(emp_id INTEGER, title TEXT);
+        INSERT INTO proj VALUES (1,'X'),(1,'Y'),(2,'X'),(3,'Z'),(3,'Z');
+        CREATE TABLE bad(t TEXT);
+        INSERT INTO bad VALUES (CAST(x'41ff42' AS TEXT)), ('ok');
+        """
+    )
+    conn.commit()
+    conn.close()
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    return build_db(tmp_path_factory.mktemp("agree") / "agree.sqlite")
+
+
+def _fetch(db: str, sql: str) -> list[tuple] | None:
+    conn = sqlite3.connect(db)
+    conn.text_factory = lambda b: b.decode("utf-8", "replace")
+    try:
+        return conn.execute(sql).fetchall()  # sqlite3 refuses several statements, as they do
+    except Exception:
+        return None
+    finally:
+        conn.close()
+
+
+def _test_suite_result_eq(r1: list[tuple], r2: list[tuple], order_matters: bool) -> bool:
+    """Spider test-suite's rule, written from its description (exec_eval.result_eq)."""
+    if not r1 and not r2:
+        return True
+    if len(r1) != len(r2) or len(r1[0]) != len(r2[0]):
+        return False
+    width = len(r1[0])
+    col_values = [{row[i] for row in r1} for i in range(width)]
+    for perm in permutations(range(width)):
+        # r2's column perm[i] must hold the same values as r1's column i
+        if any({row[perm[i]] for row in r2} != col_values[i] for i in range(width)):
+            continue
+        moved = [tuple(row[perm[i]] for i in range(width)) for row in r2]
+        if order_matters and moved == r1:
+            return True
+        if not order_matters and Counter(moved) == Counter(r1):
+            return True
+    return False
+
+
+def official_label(profile: str, db: str, gold: str, pred: str, ordered: bool) -> bool:
+    g, p = _fetch(db, gold), _fetch(db, pred)
+    assert g is not None, gold
+    if p is None:
+        return False
+    if profile == "bird":
+        return set(p) == set(g)
+    if profile == "spider":
+        return _test_suite_result_eq(g, p, ordered)
+    return p == g if ordered else Counter(p) == Counter(g)
+
+
+def _cases():
+    for gold, pred, ordered in PAIRS:
+        for form, template in FORMS.items():
+            if form == "inline" and "\n" in pred:
+                continue
+            yield gold, pred, ordered, form, template.format(sql=pred)
+        blank = _blank_line_form(pred)
+        if blank is not None:
+            yield gold, pred, ordered, "blank_line", blank
+
+
+@pytest.mark.parametrize("profile", ["bird", "spider", "sql"])
+def test_divrl_agrees_with_the_official_rule(db, profile):
+    cases = list(_cases())
+    assert len(cases) >= 150
+    labels = [official_label(profile, db, g, p, o) for g, p, o, _, _ in cases]
+    batch = score_batch(
+        [ScoreRequest(profile, text, g, {"db_path": db}) for g, _, _, _, text in cases],
+        max_workers=2,
+    )
+    disagreements = [
+        (form, pred, gold, label, r.reason, r.extracted)
+        for (gold, pred, _, form, _), label, r in zip(cases, labels, batch.results, strict=True)
+        if (r.score == 1.0) != label
+    ]
+    agreement = 1 - len(disagreements) / len(cases)
+    assert agreement >= 0.99, disagreements
+    # the pairs exercise both verdicts in every profile
+    assert 0 < sum(labels) < len(labels)
+
+
+def test_the_three_profiles_really_differ(db):
+    """Hand-checked verdicts on pairs where the official rules disagree with each other."""
+
+    def verdicts(gold, pred):
+        return tuple(official_label(p, db, gold, pred, False) for p in ("bird", "spider", "sql"))
+
+    assert verdicts("SELECT title FROM proj", "SELECT DISTINCT title FROM proj") == (
+        True,
+        False,
+        False,
+    )
+    assert verdicts("SELECT name, salary FROM emp", "SELECT salary, name FROM emp") == (
+        False,
+        True,
+        False,
+    )
+    assert verdicts("SELECT 1", "SELECT 1.0") == (True, True, True)

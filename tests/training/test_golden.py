@@ -1,0 +1,137 @@
+"""The refactor guard: fixed-seed CPU runs of the toy presets (GRPO, DPH-JS, Lp-Reg and the
+off-policy / DAPO / reverse-KL paths) give exactly the metrics and bitwise the final
+parameters recorded before the training step was split into stages.
+
+The fixture (fixtures/golden_runs.json) was written by ``python tests/training/test_golden.py
+--record`` on the CPU of this project's machine with one torch thread; a different CPU or
+torch build may round differently, so re-record there (on the commit before a refactor).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from train_helpers import sevens_reward, tiny_overrides
+
+from divrl.training.config import load_config
+from divrl.training.trainer import TIME_KEYS, Trainer
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = Path(__file__).parent / "fixtures" / "golden_runs.json"
+
+# The presets' values when the runs were recorded: the presets have since moved to the
+# authors' scripts (issue 14: top_p 0.9, dual clip 3, weight decay 0.01, 2 optimiser steps
+# per batch, DPH weighting `authors`); the recorded runs are pinned to the old values here
+# instead of re-recorded, so they keep guarding the step's numerics bitwise.
+RECORDED_DPH_SIDE = {
+    "rollout.top_p": 1.0,
+    "algorithm.dual_clip": None,
+    "optim.weight_decay": 0.0,
+}
+# preset file -> overrides on top of the tiny world (5 steps, tiny batches)
+CASES: dict[str, tuple[str, dict]] = {
+    "grpo": ("configs/toy/grpo.yaml", {**RECORDED_DPH_SIDE, "train.mini_batch_size": None}),
+    "dph_js": (
+        "configs/toy/dph_js.yaml",
+        {
+            **RECORDED_DPH_SIDE,
+            "train.mini_batch_size": None,
+            "algorithm.divergence_weighting": "paper",
+            "reference.per_step": 2,
+        },
+    ),
+    "lp_reg": ("configs/toy/lp_reg.yaml", {}),
+    "lp_reg_offpolicy": ("configs/toy/lp_reg.yaml", {"train.mini_batch_size": 2}),
+    "dapo": (
+        "configs/toy/dapo.yaml",
+        {
+            **RECORDED_DPH_SIDE,
+            "train.mini_batch_size": None,
+            "algorithm.kl_coef": 0.0,
+            "algorithm.overlong_buffer": 3,
+        },
+    ),
+    "grpo_rkl": ("configs/toy/grpo_rkl.yaml", {**RECORDED_DPH_SIDE, "train.mini_batch_size": 2}),
+}
+# metrics added since the recording (checked to exist, not compared)
+NEW_METRICS = {"dph/effective_eta"}
+
+
+def parameter_digest(model: torch.nn.Module) -> str:
+    """sha256 over every parameter's name, dtype, shape and raw bytes (sorted by name)."""
+    h = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        t = tensor.detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def run_case(name: str, world: dict, out: Path, store: Path) -> dict:
+    preset, extra = CASES[name]
+    overrides = {"train.total_steps": 5, "train.seed": 3, **extra}
+    if "reference.per_step" in extra:
+        overrides["reference.store"] = store
+    config = load_config(ROOT / preset, tiny_overrides(world, out, **overrides))
+    torch.set_num_threads(1)
+    trainer = Trainer(config, reward_fn=sevens_reward)
+    trainer.train()
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    return {
+        "metrics": [{k: v for k, v in r.items() if k not in TIME_KEYS} for r in rows],
+        "parameters_sha256": parameter_digest(trainer.accelerator.unwrap_model(trainer.model)),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_run_matches_the_recorded_run(name, tiny_world, reference_store, tmp_path):
+    recorded = json.loads(FIXTURE.read_text())[name]
+    got = run_case(name, tiny_world, tmp_path / name, reference_store)
+    assert len(got["metrics"]) == 5
+    for row in got["metrics"]:
+        added = set(row) - set(recorded["metrics"][0])
+        assert added <= NEW_METRICS, added
+        for key in added:
+            del row[key]
+    assert got["metrics"] == recorded["metrics"]
+    assert got["parameters_sha256"] == recorded["parameters_sha256"]
+
+
+def _record() -> None:  # pragma: no cover - run by hand before a refactor
+    import tempfile
+
+    from train_helpers import build_tiny_lm, parity_reward, write_prompts
+
+    from divrl.training.presample import presample
+
+    torch.set_num_threads(1)
+    root = Path(tempfile.mkdtemp())
+    world = {
+        "model": str(build_tiny_lm(root / "world" / "model")),
+        "data": str(write_prompts(root / "world" / "train.jsonl")),
+    }
+    # the same store as conftest's ``reference_store`` fixture
+    ref_root = root / "reference"
+    presample(
+        load_config(
+            None,
+            tiny_overrides(
+                world, ref_root, **{"reference.store": ref_root / "store", "reference.k": 4}
+            ),
+        ),
+        reward_fn=parity_reward,
+        progress=False,
+    )
+    result = {name: run_case(name, world, root / name, ref_root / "store") for name in CASES}
+    FIXTURE.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.path.insert(0, str(Path(__file__).parent))
+    if "--record" in sys.argv:
+        _record()
