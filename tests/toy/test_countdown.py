@@ -157,6 +157,11 @@ def tiny(tmp_path_factory):
 def test_tiny_world_builds_is_cached_and_measures(tiny):
     again = ensure_countdown_world(tiny.root.parent, size="tiny", progress=False)
     assert again.root == tiny.root and tiny.manifest["world"] == "countdown"
+    from divrl.toy.worlds import eval_splits, get_world, load_world
+
+    assert get_world("countdown", tiny.root.parent, size="tiny").root == tiny.root
+    assert load_world(tiny.root).splits == tiny.splits  # the kind recorded in world.json
+    assert eval_splits(tiny) == ["test", "cross_domain", "ood_math"]
     assert set(tiny.splits) == {"train", "test", "cross_domain", "ood_math"}
     row = read_rows(tiny.splits["test"])[0]
     assert row["data_source"] == "countdown" and row["prompt"].endswith("\nA: ")
