@@ -8,6 +8,7 @@ re-exported by :mod:`divrl.training.config`.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from pathlib import Path
@@ -67,6 +68,11 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
                 pass
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{key}={value!r} must be a number")
+        if not math.isfinite(value):
+            # before any section's own checks, which NaN slips through (nan > 0 is False)
+            raise ConfigError(
+                f"{key}={value!r} must be a finite number (use 0 or null to turn a feature off)"
+            )
         return float(value)
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
