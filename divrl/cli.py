@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import importlib
 import logging
+import re
 import sys
 from collections.abc import Sequence
 
@@ -83,7 +84,8 @@ class _DropRecords(logging.Filter):
         self.prefix = prefix
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(self.prefix)
+        # accelerate's process-aware logger puts "[RANK n] " in front of the message
+        return not re.sub(r"^\[RANK \d+\] ", "", str(record.msg)).startswith(self.prefix)
 
 
 def setup_logging(level: int = logging.INFO) -> None:

@@ -92,6 +92,11 @@ def test_log_lines_print_once_and_accelerate_noise_is_dropped():
         "hub_logging.get_logger('huggingface_hub.file_download').warning('hub-line')\n"
         "logging.getLogger('accelerate.utils.other').warning(\n"
         "    \"Removed shared tensor {'lm_head.weight'} while saving.\")\n"
+        "from accelerate import PartialState\n"
+        "from accelerate.logging import get_logger\n"  # as checkpoints log it: '[RANK 0] ...'
+        "PartialState(cpu=True)\n"
+        "get_logger('accelerate.utils.other').warning(\n"
+        "    \"Removed shared tensor {'lm_head.weight'} while saving.\", main_process_only=False)\n"
         "logging.getLogger('accelerate.utils.other').warning('other-accelerate-line')\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
