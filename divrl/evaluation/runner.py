@@ -122,9 +122,11 @@ def resolve_model_path(path: str | Path) -> str:
 
     Accepts a model directory, a checkpoint (``step_N/`` holding ``model/``), or a training
     run directory (its newest ``checkpoints/step_*/model``); anything else is passed on as
-    is (a hub name).
+    is (a hub name). A run or checkpoint trained with ``train.strategy=fsdp`` has a
+    ``model/`` without weights: they are exported into it once, from the sharded state.
     """
     p = Path(path)
+    _export_sharded_weights(p)
     if (p / "config.json").is_file():
         return str(p)
     if (p / "model" / "config.json").is_file():
@@ -138,6 +140,22 @@ def resolve_model_path(path: str | Path) -> str:
             "run directory (checkpoints/step_*/model)"
         )
     return str(path)
+
+
+def _export_sharded_weights(path: Path) -> None:
+    """Write the weights of a sharded (fsdp) checkpoint into its ``model/`` folder, if
+    ``path`` is such a checkpoint or a run whose newest checkpoint is one."""
+    from divrl.training.fsdp_checkpoint import export_hf, is_sharded_checkpoint
+
+    if not path.is_dir():
+        return
+    latest = RunDir(path).latest()
+    ckpt = path if is_sharded_checkpoint(path) else latest.path if latest else None
+    if ckpt is None or not is_sharded_checkpoint(ckpt):
+        return
+    model_dir = ckpt / "model"
+    if not any(model_dir.glob("*.safetensors")):
+        export_hf(ckpt, model_dir)
 
 
 def load_model(path: str | Path):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -78,8 +78,16 @@ class RolloutEngine(abc.ABC):
         its seed alone, independent of batching and of the number of processes.
         """
 
-    def sync_weights(self, model: torch.nn.Module) -> None:  # noqa: B027 - hf shares the model
-        """Load the trained policy's weights into the engine (after each update)."""
+    def sync_weights(  # noqa: B027 - hf shares the model
+        self, weights: Iterable[tuple[str, torch.Tensor]]
+    ) -> None:
+        """Load the trained policy's weights into the engine (after each update).
+
+        ``weights``: ``(Hugging Face name, full tensor)`` pairs, possibly a lazy iterator
+        that gathers each tensor from the shards as it is consumed (a collective under FSDP:
+        an engine that consumes it must do so on every process; one that shares the
+        model, like ``hf``, leaves it unconsumed and nothing is gathered).
+        """
 
 
 def collate(
