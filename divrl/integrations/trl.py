@@ -55,6 +55,8 @@ from divrl.integrations.trl_lp_reg import (
     _hidden_state_hook,
     _proxy_from_hidden,
     _unwrapped_causal_lm,
+    full_lm_head,
+    refuse_sharded_training,
 )
 
 __all__ = [
@@ -112,6 +114,7 @@ class DivRLGRPOTrainer(GRPOTrainer):
             )
             self._reference_seeked = False
         if self.args.lp_reg:
+            refuse_sharded_training(self.accelerator)
             config = _unwrapped_causal_lm(self.accelerator, self.model).config
             text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
             scaled = [
@@ -161,7 +164,7 @@ class DivRLGRPOTrainer(GRPOTrainer):
             )
         tokens = input_ids[:, -logits_to_keep:]
         proxy, log_z, check = _proxy_from_hidden(
-            lm.get_output_embeddings(),
+            full_lm_head(lm),
             torch.cat(hidden),
             tokens,
             self.args.lp_reg_kappa,

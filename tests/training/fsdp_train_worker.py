@@ -11,7 +11,9 @@ another in this one process group. For each case ``<name>``, rank 0 writes:
   ``resumed_step.json`` says where it picked up;
 - with ``"vllm"``: what a stand-in vLLM received from ``Trainer._sync_engine`` after the
   sharded steps (``vllm_received.pt``), and the greedy tokens of the trained model from
-  the hf engine (inside ``full_parameters``) on each rank (``greedy_rank<r>.json``).
+  the hf engine (inside ``full_parameters``) on each rank (``greedy_rank<r>.json``), and
+  whether the TRL adapter's Lp-Reg head check refused the FSDP2-sharded head
+  (``lm_head_refused_rank<r>.json``).
 """
 
 import contextlib
@@ -29,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from train_helpers import sevens_reward
 
 import divrl.training.update as update_mod
+from divrl.integrations.trl_lp_reg import full_lm_head
 from divrl.rollout import SamplingParams
 from divrl.training.config import load_config
 from divrl.training.fsdp import is_fsdp, iter_full_parameters
@@ -72,6 +75,12 @@ def _vllm_and_greedy(trainer: Trainer, out: Path) -> None:
     trainer.engine = hf_engine
     if trainer.rank == 0:
         torch.save(dict(received), out / "vllm_received.pt")
+    try:  # the TRL adapter's Lp-Reg head read refuses an FSDP2 shard
+        full_lm_head(trainer.model)
+        refused = False
+    except ValueError:
+        refused = True
+    (out / f"lm_head_refused_rank{trainer.rank}.json").write_text(json.dumps(refused))
     greedy = SamplingParams(n=1, temperature=0.0, max_new_tokens=8)
     tokens = hf_engine.generate([GREEDY_PROMPT], greedy).response_ids[0]
     (out / f"greedy_rank{trainer.rank}.json").write_text(json.dumps(tokens))

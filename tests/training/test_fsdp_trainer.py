@@ -52,6 +52,12 @@ def _cases(world: dict, store: Path, root: Path) -> dict[str, dict]:
         "grpo": {**COMMON, "checkpoint.save_final": True},
         "lp_reg": {**COMMON, **LP_REG},
         "dph_js": {**COMMON, **dph},
+        # a sharded frozen reference model (no optimiser), gradient checkpointing under FSDP
+        "reverse_kl": {
+            **COMMON,
+            "algorithm.kl_coef": 0.05,
+            "model.gradient_checkpointing": True,
+        },
         "full": {**COMMON, **resume},
         "killed": {**COMMON, **resume},
     }
@@ -104,7 +110,7 @@ def _params(trainer: Trainer) -> dict[str, torch.Tensor]:
     return {n: p.detach() for n, p in trainer.policy.named_parameters()}
 
 
-@pytest.mark.parametrize("case", ["grpo", "lp_reg", "dph_js"])
+@pytest.mark.parametrize("case", ["grpo", "lp_reg", "dph_js", "reverse_kl"])
 def test_two_fsdp_processes_match_one(fsdp_runs, case, tmp_path):
     root, overrides = fsdp_runs
     single = _single(overrides[case], tmp_path / "single")
@@ -121,6 +127,8 @@ def test_two_fsdp_processes_match_one(fsdp_runs, case, tmp_path):
     assert sharded.keys() == reference.keys()
     for name, value in reference.items():
         torch.testing.assert_close(sharded[name], value, rtol=0, atol=1e-5)
+    if case == "reverse_kl":
+        assert got[-1]["actor/ref_kl"] > 0
     if case == "lp_reg":  # the proxy comes from the same forwards: none extra, sharded too
         assert any(k.startswith("lp_reg/") for k in got[-1])
         grpo_forwards = json.loads((root / "grpo" / "forwards.json").read_text())
@@ -177,6 +185,12 @@ def test_vllm_stand_in_receives_the_full_weights(fsdp_runs):
     trained = torch.load(root / "grpo" / "params.pt")
     assert received.keys() == trained.keys()  # Hugging Face names, every parameter
     assert all(torch.equal(received[k], trained[k]) for k in trained)
+
+
+def test_trl_lp_reg_head_check_refuses_an_fsdp2_shard(fsdp_runs):
+    root, _ = fsdp_runs
+    for rank in (0, 1):
+        assert json.loads((root / "grpo" / f"lm_head_refused_rank{rank}.json").read_text())
 
 
 def test_export_and_eval_of_an_fsdp_run(fsdp_runs, tmp_path):
