@@ -1,6 +1,8 @@
 """Run by tests/training/test_fsdp_trainer.py under ``torchrun --nproc_per_node 2``: the
 trainer with ``train.strategy=fsdp`` on the cases of ``<out>/cases.json``, one after
-another in this one process group. For each case ``<name>``, rank 0 writes:
+another in this one process group. A ``"presample"`` case runs ``divrl presample`` (rows
+split over the ranks, the store written once). For each training case ``<name>``, rank 0
+writes:
 
 - ``<name>/params.pt``: the full parameters after training (``iter_full_parameters``);
 - ``<name>/history.json``: the metric history;
@@ -28,13 +30,14 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).parent))
-from train_helpers import sevens_reward
+from train_helpers import parity_reward, sevens_reward
 
 import divrl.training.update as update_mod
 from divrl.integrations.trl_lp_reg import full_lm_head
 from divrl.rollout import SamplingParams
 from divrl.training.config import load_config
 from divrl.training.fsdp import is_fsdp, iter_full_parameters
+from divrl.training.presample import presample
 from divrl.training.trainer import Trainer
 
 GREEDY_PROMPT = [1, 5, 6, 7]
@@ -131,7 +134,10 @@ def main() -> None:
     torch.set_num_threads(1)
     root = Path(sys.argv[1])
     for case in json.loads((root / "cases.json").read_text()):
-        run_case(case, root)
+        if case.get("presample"):
+            presample(load_config(None, case["overrides"]), reward_fn=parity_reward, progress=False)
+        else:
+            run_case(case, root)
 
 
 if __name__ == "__main__":

@@ -80,6 +80,11 @@ def fsdp_runs(tiny_world, reference_store, tmp_path_factory):
     }
     spec = [{"name": name, "overrides": overrides[name]} for name in cases]
     spec[0]["vllm"] = True
+    # the session's reference store, presampled again by 2 fsdp processes
+    store_args = {"reference.store": root / "presample_store", "reference.k": 4}
+    store_args["train.strategy"] = "fsdp"
+    presample_args = tiny_overrides(tiny_world, root / "presample", **store_args)
+    spec.insert(0, {"name": "presample", "presample": True, "overrides": presample_args})
     spec[-1]["kill_at"] = 5  # after the step-4 checkpoint and one more logged step
     (root / "cases.json").write_text(json.dumps(spec))
     torchrun = Path(sys.executable).parent / "torchrun"
@@ -97,6 +102,20 @@ def fsdp_runs(tiny_world, reference_store, tmp_path_factory):
     )
     assert proc.returncode == 0, proc.stderr[-6000:]
     return root, overrides
+
+
+def test_presample_under_fsdp_writes_the_single_process_store(fsdp_runs, reference_store):
+    from divrl.data.reference_store import ReferenceStore
+
+    root, _ = fsdp_runs
+    two, one = ReferenceStore.open(root / "presample_store"), ReferenceStore.open(reference_store)
+    assert len(one) > 0 and len(two) == len(one)
+    assert two.exploration_ids == one.exploration_ids
+    for a, b in zip(two.samples, one.samples, strict=True):
+        assert (a.prompt_id, a.response_ids) == (b.prompt_id, b.response_ids)
+        torch.testing.assert_close(
+            torch.tensor(a.ref_log_probs), torch.tensor(b.ref_log_probs), rtol=0, atol=1e-5
+        )
 
 
 def _single(overrides: list[str], out: Path, **changes) -> Trainer:
