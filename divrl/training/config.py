@@ -280,8 +280,8 @@ class TrainConfig:
         "(~16 bytes/param). fsdp: PyTorch FSDP2 fully_shard on every decoder layer and the "
         "root, all three split across the processes (~16/N bytes/param). Launch either with "
         "torchrun (--nproc_per_node; --nnodes and --rdzv-endpoint for several nodes) or "
-        "accelerate launch (docs/scaling.md). On one process fsdp shards nothing (plain "
-        "model) but still writes sharded checkpoints",
+        "accelerate launch (docs/scaling.md). A single process started without a launcher "
+        "keeps a plain model (nothing to shard) but still writes sharded checkpoints",
         "ddp",
     )
     param_dtype: Literal["float32", "bfloat16", "float16"] | None = _help(

@@ -224,7 +224,7 @@ def presample(
     model, tokenizer = load_policy(config, model_path)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device).eval()
-    if config.train.strategy == "fsdp" and procs[0] > 1:
+    if config.train.strategy == "fsdp" and torch.distributed.is_initialized():
         model = shard_model(config, model, device)
     prompts, dropped = load_prompts(config, train_path, db_dir, tokenizer)
     engine = make_engine(config, model, tokenizer, model_path)

@@ -125,9 +125,10 @@ class Trainer:
 
         self.model_path, train_path, db_dir = require_paths(cfg)
         model, self.tokenizer = load_policy(cfg, self.model_path)
-        # train.strategy=fsdp: shard after gradient checkpointing, before the optimiser; on
-        # one process there is nothing to shard (the checkpoints are sharded all the same).
-        self.sharded = cfg.train.strategy == "fsdp" and self.world > 1
+        # train.strategy=fsdp: shard after gradient checkpointing, before the optimiser.
+        # Needs a process group (any launcher, even torchrun --nproc_per_node 1); a plain
+        # single process keeps a plain model (its checkpoints are sharded all the same).
+        self.sharded = cfg.train.strategy == "fsdp" and torch.distributed.is_initialized()
         if self.sharded:
             model = shard_model(cfg, model, acc.device)
         self.pad_id = pad_token_id(self.tokenizer)

@@ -236,3 +236,20 @@ def test_export_and_eval_of_an_fsdp_run(fsdp_runs, tmp_path):
     model_dir = resolve_model_path(run)
     evaluated = AutoModelForCausalLM.from_pretrained(model_dir).state_dict()
     assert all(torch.equal(evaluated[k], v) for k, v in trained.items())
+
+
+def test_fsdp_needs_reference_samples_divisible_by_processes_and_mini_batches(tiny_world):
+    from divrl.training.trainer import check_divisibility
+
+    def config(strategy: str, per_step: int):
+        extra = {
+            "train.strategy": strategy,
+            "train.mini_batch_size": 2,
+            "reference.per_step": per_step,
+        }
+        return load_config(None, tiny_overrides(tiny_world, "unused", **extra))
+
+    check_divisibility(config("ddp", 2), world=2)  # ddp: uneven shares are fine
+    check_divisibility(config("fsdp", 4), world=2)
+    with pytest.raises(ValueError, match="processes x mini-batches"):
+        check_divisibility(config("fsdp", 2), world=2)
