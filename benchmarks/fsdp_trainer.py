@@ -63,6 +63,9 @@ def rank_worker(spec_path: str) -> None:
         "sharded": trainer.sharded,
     }
     (Path(spec_path).parent / f"rank{trainer.rank}.json").write_text(json.dumps(out))
+    # an FSDP run left with a live gloo group aborts at interpreter exit
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
 
 
 def _free_port() -> int:

@@ -49,6 +49,12 @@ def run(args: argparse.Namespace) -> int:
         failed_to_exploration=args.failed_to_exploration,
         progress=config.logging.progress,
     )
-    print(json.dumps(manifest["stats"], indent=2))
-    print(f"reference store: {config.reference_store}")
+    from accelerate import PartialState
+
+    state = PartialState()
+    if state.is_main_process:  # every process of a torchrun launch returns the manifest
+        print(json.dumps(manifest["stats"], indent=2))
+        print(f"reference store: {config.reference_store}")
+    # an FSDP run left with a live gloo group can abort at interpreter exit
+    state.destroy_process_group()
     return 0
