@@ -360,6 +360,12 @@ class Trainer:
             state = load_sharded_run_checkpoint(
                 ckpt, self.rank, self.policy, self._plain_optimizer, self.scheduler
             )
+        elif self.sharded and latest is not None:
+            # accelerate's load_state would skip the (unprepared) FSDP model silently
+            raise ValueError(
+                f"--resume: {latest.path} was written under train.strategy=ddp; resume it "
+                "with train.strategy=ddp (a sharded run cannot read a DDP checkpoint's state)"
+            )
         else:
             ckpt, state = checkpointing.load_checkpoint(self.run, self.accelerator, self.scheduler)
         self.sampler.load_state_dict(state["sampler"])
