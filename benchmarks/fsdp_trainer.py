@@ -90,9 +90,16 @@ def launch(work: Path, name: str, overrides: list[str], opts: argparse.Namespace
         env=env,
         timeout=1800,
     )
-    if proc.returncode != 0:
+    files = [case / f"rank{r}.json" for r in range(opts.nproc)]
+    if proc.returncode != 0 and not all(f.is_file() for f in files):
         raise RuntimeError(f"{name} failed:\n{proc.stderr[-3000:]}")
-    return [json.loads((case / f"rank{r}.json").read_text()) for r in range(opts.nproc)]
+    if proc.returncode != 0:  # seen 2 times in ~10 fsdp launches on this CPU (report)
+        print(
+            f"{name}: exit code {proc.returncode} after the results were written; "
+            f"{proc.stderr.strip().splitlines()[-1:]}",
+            file=sys.stderr,
+        )
+    return [{**json.loads(f.read_text()), "exit_code": proc.returncode} for f in files]
 
 
 def report(results: dict[str, list[dict]]) -> str:
