@@ -63,7 +63,7 @@ def rank_worker(spec_path: str) -> None:
         "sharded": trainer.sharded,
     }
     (Path(spec_path).parent / f"rank{trainer.rank}.json").write_text(json.dumps(out))
-    # an FSDP run left with a live gloo group aborts at interpreter exit
+    # release the process group before the interpreter exits
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
 

@@ -55,6 +55,6 @@ def run(args: argparse.Namespace) -> int:
     if state.is_main_process:  # every process of a torchrun launch returns the manifest
         print(json.dumps(manifest["stats"], indent=2))
         print(f"reference store: {config.reference_store}")
-    # an FSDP run left with a live gloo group can abort at interpreter exit
+    # release the process group before the interpreter exits
     state.destroy_process_group()
     return 0

@@ -81,7 +81,6 @@ def run(args: argparse.Namespace) -> int:
             f"pass@1 {last.get('reward/pass@1', float('nan')):.4f}; "
             f"metrics in {trainer.metrics_path}"
         )
-    # the process group is not needed any more; under FSDP a live gloo group can abort
-    # the interpreter at exit ("terminate called without an active exception")
+    # release the process group (and trackers) before the interpreter exits
     trainer.accelerator.end_training()
     return 0
