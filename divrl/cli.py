@@ -3,12 +3,19 @@
 Each subcommand lives in its own module that exposes ``add_arguments(parser)`` and
 ``run(args) -> int``; modules are imported only when their subcommand runs, so that
 ``divrl --help`` stays fast and an optional dependency of one command never breaks another.
+
+Exit codes: 0 success; 2 a usage or input error that divrl recognised (bad config or
+option, invalid data row, missing file, store or model), printed as one paragraph without a
+traceback (``divrl --debug COMMAND ...`` shows it); 130 interrupted (Ctrl-C); anything else
+is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import logging
 import sys
 from collections.abc import Sequence
 
@@ -25,15 +32,121 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "toy": ("divrl.commands.toy", "build the toy world (SQL + math data, tiny base model)"),
 }
 
+EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+# divrl's own error classes, by module and name: an error can only be one of them when its
+# module is loaded, so they are looked up in sys.modules and nothing is imported for this.
+USER_ERRORS = (
+    ("divrl.cli", "UsageError"),
+    ("divrl.training.config", "ConfigError"),
+    ("divrl.data.loading", "DataValidationError"),
+    ("divrl.rollout.model_source", "ModelSourceError"),
+)
+# Built-in errors that, raised inside divrl, name a missing or unreadable input.
+USER_OS_ERRORS = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
+
+# Log records that are noise at divrl's level of use: (logger name, message start).
+QUIET_RECORDS = (("accelerate.utils.other", "Removed shared tensor"),)
+# Libraries whose INFO lines are one per HTTP request (hub downloads).
+QUIET_LOGGERS = ("httpx", "httpcore")
+
+
+class UsageError(ValueError):
+    """A command's input is wrong in a way its message explains (raised by the commands)."""
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Appends ``(default: X)`` to every option that has a default and does not name it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text
+            or default is None
+            or default is False
+            or default == []
+            or default == argparse.SUPPRESS
+            or not action.option_strings
+        ):
+            return text
+        return text + " (default: %(default)s)"
+
+
+class _DropRecords(logging.Filter):
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.prefix)
+
+
+def setup_logging(level: int = logging.INFO) -> None:
+    """One handler for every log line: divrl's root handler.
+
+    huggingface_hub adds its own stream handler to its library logger and still lets records
+    propagate to the root, so with a root handler each of its lines would print twice; its
+    handler is removed. Accelerate's per-checkpoint "Removed shared tensor" note (tied
+    embeddings, expected) is filtered out.
+    """
+    logging.basicConfig(level=level, format="%(asctime)s %(name)s: %(message)s")
+    # the hub adds its handler when this module is first imported: import it now
+    with contextlib.suppress(ImportError):  # installed with transformers
+        import huggingface_hub.utils.logging  # noqa: F401
+    hub_logger = logging.getLogger("huggingface_hub")
+    for handler in list(hub_logger.handlers):
+        hub_logger.removeHandler(handler)
+    hub_logger.propagate = True
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+    for name, prefix in QUIET_RECORDS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropRecords) and f.prefix == prefix for f in logger.filters):
+            logger.addFilter(_DropRecords(prefix))
+
+
+def is_user_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is one of divrl's own input errors (see :data:`USER_ERRORS`)."""
+    for module_name, class_name in USER_ERRORS:
+        cls = getattr(sys.modules.get(module_name), class_name, None)
+        if cls is not None and isinstance(exc, cls):
+            return True
+    return isinstance(exc, USER_OS_ERRORS)
+
+
+def error_paragraph(command: str, exc: BaseException) -> str:
+    """One paragraph (one line, so that paths in it can be copied): ``divrl COMMAND:
+    message`` and how to see the traceback."""
+    message = " ".join(str(exc).split()) or type(exc).__name__
+    return f"divrl {command}: {message} (run `divrl --debug {command} ...` for the traceback)"
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv[:1]
+    if debug:
+        argv = argv[1:]
     parser = build_parser_for(argv)
     args = parser.parse_args(argv)
     if getattr(args, "_module", None) is None:
         parser.print_help()
         return 2
-    return int(importlib.import_module(args._module).run(args) or 0)
+    setup_logging()
+    command = args.command
+    try:
+        return int(importlib.import_module(args._module).run(args) or 0)
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(f"\ndivrl {command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        if debug or not is_user_error(exc):
+            raise
+        print(error_paragraph(command, exc), file=sys.stderr)
+        return EXIT_USER_ERROR
 
 
 def build_parser_for(argv: Sequence[str]) -> argparse.ArgumentParser:
@@ -41,13 +154,20 @@ def build_parser_for(argv: Sequence[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="divrl",
         description="RLVR that keeps diversity: DPH-RL, Lp-Reg and their baselines.",
+        epilog="`divrl --debug COMMAND ...` shows the traceback of an input error; exit codes: "
+        "0 done, 2 input error, 130 interrupted.",
     )
     from divrl import __version__
 
     parser.add_argument("--version", action="version", version=f"divrl {__version__}")
+    parser.add_argument(
+        "--debug", action="store_true", help="show tracebacks (must come before COMMAND)"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():
-        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        sub_parser = sub.add_parser(
+            name, help=help_text, description=help_text, formatter_class=HelpFormatter
+        )
         sub_parser.set_defaults(_module=module_name)
         if argv and argv[0] == name:
             importlib.import_module(module_name).add_arguments(sub_parser)

@@ -2,13 +2,20 @@
 
 A run directory (``logging.output_dir``) holds::
 
+    run.json                    the run's identity: run_id, created (written once)
     config.yaml                 the resolved config of the run
+    history.jsonl               one record per start / resume / overwrite / finish / interrupt
+    .lock                       held while a process writes the run: pid, host, since
     metrics.jsonl               one JSON record per training step
     tensorboard/                TensorBoard events (optional)
     checkpoints/step_NNNNNN/    one per saved step: ``state/`` (accelerate: model,
                                 optimiser, RNG), ``scheduler.pt``, ``trainer_state.json``
                                 and ``model/`` (a plain transformers directory)
     checkpoints/.tmp_step_*/    a checkpoint being written (renamed when complete)
+    checkpoints/corrupt_step_*/ a checkpoint that failed to load, moved aside
+
+Each checkpoint's ``trainer_state.json`` holds the ``run_id`` of the run that wrote it:
+pruning deletes only the run's own checkpoints (:meth:`RunDir.own_checkpoints`).
 
 This module sits below training and evaluation (it imports neither): both ask it where
 things are.
@@ -16,11 +23,15 @@ things are.
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Checkpoint", "RunDir"]
+__all__ = ["Checkpoint", "RunDir", "RunLock", "RunLockedError"]
 
 _STEP_DIR = re.compile(r"step_(\d+)")
 
@@ -53,6 +64,13 @@ class Checkpoint:
     def has_model(self) -> bool:
         return (self.model_dir / "config.json").is_file()
 
+    def run_id(self) -> str | None:
+        """The ``run_id`` its trainer state records (None: unreadable or not recorded)."""
+        try:
+            return json.loads(self.trainer_state_path.read_text()).get("run_id")
+        except (OSError, ValueError, AttributeError):
+            return None
+
 
 @dataclass(frozen=True)
 class RunDir:
@@ -74,6 +92,34 @@ class RunDir:
     @property
     def tensorboard_dir(self) -> Path:
         return self.root / "tensorboard"
+
+    @property
+    def identity_path(self) -> Path:
+        return self.root / "run.json"
+
+    @property
+    def history_path(self) -> Path:
+        return self.root / "history.jsonl"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.root / ".lock"
+
+    def run_files(self) -> list[Path]:
+        """The files and folders of a training run present here (a DPH reference store or
+        anything else a user put in the folder is not listed)."""
+        names = ("run.json", "config.yaml", "history.jsonl", "metrics.jsonl", "tensorboard")
+        found = [self.root / n for n in names if (self.root / n).exists()]
+        if self.checkpoints_dir.is_dir() and any(self.checkpoints_dir.iterdir()):
+            found.append(self.checkpoints_dir)
+        return found
+
+    def run_id(self) -> str | None:
+        """The id recorded in ``run.json`` (None when absent or unreadable)."""
+        try:
+            return json.loads(self.identity_path.read_text()).get("run_id")
+        except (OSError, ValueError, AttributeError):
+            return None
 
     @property
     def checkpoints_dir(self) -> Path:
@@ -98,6 +144,14 @@ class RunDir:
                 found.append(Checkpoint(path, int(match.group(1))))
         return sorted(found, key=lambda c: c.step)
 
+    def own_checkpoints(self, run_id: str) -> list[Checkpoint]:
+        """The checkpoints written by run ``run_id``, oldest step first."""
+        return [c for c in self.checkpoints() if c.run_id() == run_id]
+
+    def corrupt_checkpoint_path(self, step: int) -> Path:
+        """Where a checkpoint that failed to load is moved (not listed by checkpoints())."""
+        return self.checkpoints_dir / f"corrupt_step_{step:06d}"
+
     def latest(self) -> Checkpoint | None:
         """The newest checkpoint, or None."""
         ckpts = self.checkpoints()
@@ -109,3 +163,93 @@ class RunDir:
             if ckpt.has_model():
                 return ckpt.model_dir
         return None
+
+
+class RunLockedError(RuntimeError):
+    """The run directory is locked by another live process (or one on another host)."""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by another user
+        return True
+    return True
+
+
+class RunLock:
+    """``.lock`` in a run directory, created exclusively, holding pid, host and start time.
+
+    A lock left by a dead process on this host (kill -9, power loss) is stale: it is
+    reported and taken over. A lock of a live process, or of another host (its pid cannot
+    be checked), is refused with what it holds and how to remove it.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.stale: dict | None = None  # the stale lock taken over, if any
+        self._held = False
+
+    def holder(self) -> dict | None:
+        try:
+            return json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            return {"pid": None, "host": None, "since": None}
+
+    def acquire(self) -> RunLock:
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                held = self.holder() or {}
+                if self._is_stale(held):
+                    self.stale = held
+                    self.path.unlink(missing_ok=True)
+                    continue
+                raise self._locked_error(held) from None
+            with os.fdopen(fd, "w") as f:
+                json.dump(me, f)
+            self._held = True
+            return self
+        raise RunLockedError(f"could not take {self.path}")
+
+    def raise_if_held(self) -> None:
+        """Raise :class:`RunLockedError` when a live process holds the lock (reads only)."""
+        held = self.holder()
+        if held is not None and not self._held and not self._is_stale(held):
+            raise self._locked_error(held)
+
+    @staticmethod
+    def _is_stale(held: dict) -> bool:
+        pid, host = held.get("pid"), held.get("host")
+        return host == socket.gethostname() and isinstance(pid, int) and not _pid_alive(pid)
+
+    def _locked_error(self, held: dict) -> RunLockedError:
+        since = held.get("since")
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since)) if since else "?"
+        return RunLockedError(
+            f"{self.path.parent} is in use: {self.path} is held by pid {held.get('pid')} on "
+            f"host {held.get('host')} since {when}. Wait for that run to end, or, if no "
+            f"process is using it (e.g. the other host is down), delete {self.path}"
+        )
+
+    @property
+    def held(self) -> bool:
+        """Whether this object holds the lock now."""
+        return self._held
+
+    def release(self) -> None:
+        if self._held:
+            self.path.unlink(missing_ok=True)
+            self._held = False
+
+    def __enter__(self) -> RunLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

@@ -14,3 +14,106 @@ def test_version_flag():
         [sys.executable, "-m", "divrl.cli", "--version"], capture_output=True, text=True, check=True
     )
     assert out.stdout.startswith("divrl ")
+
+
+def divrl(*args, env=None, timeout=120):
+    import os
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    full_env = {**os.environ, "PYTHONPATH": str(root), **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "divrl.cli", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+        cwd=root,
+    )
+
+
+def test_input_error_is_one_paragraph_with_exit_2_and_debug_shows_traceback(tmp_path):
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"prompt": "1+1?", "data_source": "math"}\n')  # no ground_truth
+    completions = tmp_path / "c.jsonl"
+    completions.write_text('{"id": "0", "completion": "2"}\n')
+    out = divrl("score", "--data", str(data), "--completions", str(completions))
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr
+    assert out.stderr.startswith("divrl score: ") and "ground_truth" in out.stderr
+    assert "row 1" in out.stderr and "--debug" in out.stderr
+    debug = divrl("--debug", "score", "--data", str(data), "--completions", str(completions))
+    assert debug.returncode == 1 and "Traceback" in debug.stderr
+    assert "DataValidationError" in debug.stderr
+
+
+def test_missing_local_model_fails_fast_without_traceback(tmp_path):
+    import time
+
+    data = tmp_path / "set.jsonl"
+    data.write_text('{"prompt": "1+1?", "data_source": "math", "ground_truth": "2"}\n')
+    start = time.perf_counter()
+    out = divrl(
+        "eval", "--model", str(tmp_path / "no_such_model"), "--data", f"s={data}",
+        "--out", str(tmp_path / "ev"),
+    )  # fmt: skip
+    assert time.perf_counter() - start < 60
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert f"no local folder {tmp_path / 'no_such_model'}" in out.stderr
+    # a hub id with the hub unreachable (closed local port) and not in the cache
+    out = divrl(
+        "eval", "--model", "someone/not-cached-model", "--data", f"s={data}",
+        "--out", str(tmp_path / "ev"),
+        env={"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf")},
+    )  # fmt: skip
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "no local folder someone/not-cached-model and no network" in out.stderr
+    assert not (tmp_path / "ev").exists()
+
+
+def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
+    import divrl.commands.report as report_command
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report_command, "run", interrupted)
+    assert main(["report", "x", "--out", "y"]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "divrl report: interrupted"
+
+
+def test_log_lines_print_once_and_accelerate_noise_is_dropped():
+    code = (
+        "import logging\n"
+        "from divrl.cli import setup_logging\n"
+        "setup_logging()\n"  # as divrl.cli.main does, before any library is imported
+        "from huggingface_hub.utils import logging as hub_logging\n"
+        "hub_logging.get_logger('huggingface_hub.file_download').warning('hub-line')\n"
+        "logging.getLogger('accelerate.utils.other').warning(\n"
+        "    \"Removed shared tensor {'lm_head.weight'} while saving.\")\n"
+        "logging.getLogger('accelerate.utils.other').warning('other-accelerate-line')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stderr.count("hub-line") == 1  # divrl's handler only, not the hub's too
+    assert "huggingface_hub.file_download: hub-line" in out.stderr
+    assert "Removed shared tensor" not in out.stderr
+    assert "other-accelerate-line" in out.stderr
+
+
+def test_help_shows_defaults():
+    eval_help = divrl("eval", "--help").stdout.split("options:", 1)[1]
+    for option, default in (
+        ("--temperature", "(default: 1.0)"),
+        ("--batch-size", "(default: 16)"),
+        ("--seed", "(default: 0)"),
+        ("--n ", "(default: 16)"),
+        ("--max-new-tokens", "default: 256"),
+    ):
+        text = " ".join(eval_help.split(option, 1)[1].split("--", 1)[0].split())
+        assert default in text, (option, text)
+    score_help = " ".join(divrl("score", "--help").stdout.split())
+    assert "the verifier's, 5 s" in score_help and "min(8, CPU count)" in score_help
+    toy_help = " ".join(divrl("toy", "build", "--help").stdout.split())
+    assert "prompts measured per split (default: 256)" in toy_help
+    assert "samples per prompt (Pass@k) (default: 16)" in toy_help

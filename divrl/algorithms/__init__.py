@@ -2,8 +2,7 @@
 
 Shapes are ``[batch, response_len]`` unless a docstring says otherwise; inputs may be fp32
 or bf16 (computed in fp32), on any device. Each loss returns ``(loss, metrics)`` with
-``metrics`` a dict of Python floats. The methods follow ``ALGORITHMS.md`` of the project
-(see docs/algorithms.md): the authors' code behaviour by default, the paper's form as an
+``metrics`` a dict of Python floats. The methods follow docs/algorithms.md: the authors' code behaviour by default, the paper's form as an
 option where the two differ.
 """
 
@@ -14,6 +13,12 @@ from divrl.algorithms.divergences import (
     divergence_generator,
     reference_divergence_loss,
 )
+from divrl.algorithms.dph_weighting import (
+    DIVERGENCE_WEIGHTINGS,
+    StreamWeights,
+    micro_batch_weights,
+    stream_weights,
+)
 from divrl.algorithms.entropy_control import (
     clip_cov_loss,
     entropy_bonus,
@@ -23,6 +28,15 @@ from divrl.algorithms.entropy_control import (
 )
 from divrl.algorithms.kl import KL_ESTIMATORS, kl_estimate
 from divrl.algorithms.logits import LogitStats, entropy_from_logits, logit_stats, token_log_probs
+from divrl.algorithms.loss_options import (
+    ClipCovOptions,
+    GSPOOptions,
+    HighEntropyOptions,
+    KLCovOptions,
+    LossOptions,
+    LpRegOptions,
+    VanillaOptions,
+)
 from divrl.algorithms.lp_reg import (
     FILTERED_LOG_PROB,
     lp_reg_loss,
@@ -30,16 +44,37 @@ from divrl.algorithms.lp_reg import (
     proxy_log_prob,
     proxy_log_prob_rows,
 )
-from divrl.algorithms.policy_loss import POLICY_LOSSES, get_policy_loss, gspo_loss, policy_loss
+from divrl.algorithms.policy_loss import (
+    POLICY_LOSS_OPTIONS,
+    POLICY_LOSSES,
+    PolicyLossSpec,
+    get_policy_loss,
+    gspo_loss,
+    policy_loss,
+    policy_loss_options,
+    policy_loss_spec,
+    register_policy_loss,
+)
 
 __all__ = [
     "ADVANTAGE_SCALES",
     "AGGREGATIONS",
     "DIVERGENCES",
+    "DIVERGENCE_WEIGHTINGS",
     "FILTERED_LOG_PROB",
     "KL_ESTIMATORS",
     "POLICY_LOSSES",
+    "POLICY_LOSS_OPTIONS",
+    "ClipCovOptions",
+    "GSPOOptions",
+    "HighEntropyOptions",
+    "KLCovOptions",
     "LogitStats",
+    "LossOptions",
+    "LpRegOptions",
+    "PolicyLossSpec",
+    "StreamWeights",
+    "VanillaOptions",
     "aggregate",
     "clip_cov_loss",
     "divergence_generator",
@@ -54,10 +89,15 @@ __all__ = [
     "kl_estimate",
     "logit_stats",
     "lp_reg_loss",
+    "micro_batch_weights",
     "minp_log_normalizer",
     "policy_loss",
+    "policy_loss_options",
+    "policy_loss_spec",
     "proxy_log_prob",
     "proxy_log_prob_rows",
     "reference_divergence_loss",
+    "register_policy_loss",
+    "stream_weights",
     "token_log_probs",
 ]

@@ -10,6 +10,9 @@ import torch
 # exp() of a log-ratio is clamped to this range everywhere, as in verl, so that a stale or
 # extreme log-prob can never overflow to inf.
 LOG_RATIO_CLAMP = 20.0
+# verl (``low_var_kl``), the DPH-RL authors (forward KL) and the Lp-Reg authors (the proxy
+# penalty) all clamp the k3 value to this range: one constant for the three uses.
+K3_VALUE_CLAMP = 10.0
 
 F = TypeVar("F", bound=Callable)
 
@@ -54,8 +57,32 @@ def to_float(x: torch.Tensor | float) -> float:
     return float(x.detach().float().item()) if isinstance(x, torch.Tensor) else float(x)
 
 
-def safe_exp_ratio(log_ratio: torch.Tensor) -> torch.Tensor:
-    return torch.exp(log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+def clamp_log_ratio(log_ratio: torch.Tensor) -> torch.Tensor:
+    """``log_ratio`` clamped to ``[-20, 20]`` (the range every ``exp`` of a log-ratio uses)."""
+    return log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+
+
+def clamped_ratio(log_ratio: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(clamped log-ratio, exp of it)``: the importance ratio of every policy loss.
+
+    ``r = exp(clamp(log_ratio, -20, 20))``; the clamped log-ratio is returned too because the
+    metrics (``pg/approx_kl``) and KL-Cov's ``|lp - old|`` use it.
+    """
+    clamped = clamp_log_ratio(log_ratio)
+    return clamped, torch.exp(clamped)
+
+
+def k3(d: torch.Tensor) -> torch.Tensor:
+    """The k3 ("low_var_kl") value ``exp(d) - d - 1`` of a log-ratio ``d``, clamped.
+
+    ``d`` is clamped to ``[-20, 20]`` first (this changes no value: the result saturates at 10
+    from ``|d| ~ 2.6 / 11`` on, but it keeps ``exp(d)`` finite so the value clamp's zero
+    gradient never meets an inf), then the value to ``[-10, 10]``. ``expm1`` keeps it accurate
+    near ``d = 0``. Used by the reverse-KL estimator (``d = ref - lp``), DPH's forward KL
+    (``d = lp - ref``) and Lp-Reg's penalty (``d = proxy - lp``).
+    """
+    d = clamp_log_ratio(d)
+    return (torch.expm1(d) - d).clamp(-K3_VALUE_CLAMP, K3_VALUE_CLAMP)
 
 
 class Registry(dict):

@@ -18,11 +18,12 @@ import torch
 import torch.nn.functional as F
 
 from divrl.algorithms._utils import (
-    LOG_RATIO_CLAMP,
     Registry,
     as_fp32,
     check_same_shape,
+    clamp_log_ratio,
     float_mask,
+    k3,
     masked_mean,
     to_float,
 )
@@ -32,20 +33,18 @@ Generator = Callable[[torch.Tensor], torch.Tensor]
 DIVERGENCES = Registry("divergence kind")
 
 LN2 = math.log(2.0)
-# The authors' forward-KL (k3 form) clamps its value to this range.
-FORWARD_KL_VALUE_CLAMP = 10.0
 
 
 def _clamped(log_u: torch.Tensor) -> torch.Tensor:
-    return as_fp32(log_u).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    return clamp_log_ratio(as_fp32(log_u))
 
 
 @DIVERGENCES.register("forward_kl")
 def _forward_kl(alpha: float | None) -> Generator:
     def f(log_u: torch.Tensor) -> torch.Tensor:
         # u - 1 - log u; E_ref = KL(pi_ref || pi_theta). Gradient (u - 1) grad log pi_theta.
-        lu = _clamped(log_u)
-        return (torch.expm1(lu) - lu).clamp(-FORWARD_KL_VALUE_CLAMP, FORWARD_KL_VALUE_CLAMP)
+        # The authors' k3 form, value clamped to [-10, 10].
+        return k3(as_fp32(log_u))
 
     return f
 
@@ -147,7 +146,7 @@ def reference_divergence_loss(
     values = generator(log_u)
     m = float_mask(mask, values)
     loss = aggregate(values, m, agg)
-    lu = log_u.detach().clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    lu = clamp_log_ratio(log_u.detach())
     return loss, {
         "dph/divergence": to_float(loss),
         "dph/log_u_mean": to_float(masked_mean(lu, m)),

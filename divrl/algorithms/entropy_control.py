@@ -13,16 +13,17 @@ import math
 import torch
 
 from divrl.algorithms._utils import (
-    LOG_RATIO_CLAMP,
     as_fp32,
     broadcast_advantages,
     check_same_shape,
+    clamped_ratio,
     float_mask,
     masked_mean,
     to_float,
 )
 from divrl.algorithms.aggregation import aggregate
-from divrl.algorithms.policy_loss import POLICY_LOSSES, clipped_surrogate, surrogate_metrics
+from divrl.algorithms.loss_options import ClipCovOptions, HighEntropyOptions, KLCovOptions
+from divrl.algorithms.policy_loss import clipped_surrogate, register_policy_loss, surrogate_metrics
 
 
 def entropy_bonus(
@@ -72,28 +73,30 @@ def high_entropy_mask(
     return keep
 
 
-@POLICY_LOSSES.register("high_entropy")
+@register_policy_loss("high_entropy", HighEntropyOptions)
 def high_entropy_policy_loss(
     log_prob: torch.Tensor,
     old_log_prob: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
     entropy: torch.Tensor | None = None,
-    top_fraction: float = 0.2,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    agg: str = "token-mean",
+    top_fraction: float = HighEntropyOptions.top_fraction,
+    clip_low: float = HighEntropyOptions.clip_low,
+    clip_high: float = HighEntropyOptions.clip_high,
+    dual_clip: float | None = HighEntropyOptions.dual_clip,
+    agg: str = HighEntropyOptions.agg,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """80/20: the clipped surrogate on the top ``top_fraction`` highest-entropy tokens only.
 
     The other tokens get no policy gradient; the loss is normalised over the kept tokens.
-    ``entropy`` (``[batch, len]``) is required.
+    ``entropy`` (``[batch, len]``) is required. ``dual_clip`` as in
+    :func:`divrl.algorithms.policy_loss`.
     """
     if entropy is None:
         raise ValueError("the high_entropy (80/20) loss needs the per-token entropy")
     keep = high_entropy_mask(entropy, mask, top_fraction)
     loss_mat, parts = clipped_surrogate(
-        log_prob, old_log_prob, advantages, mask, clip_low, clip_high
+        log_prob, old_log_prob, advantages, mask, clip_low, clip_high, dual_clip
     )
     loss = aggregate(loss_mat, keep, agg)
     return loss, {
@@ -111,15 +114,15 @@ def _covariance(adv: torch.Tensor, lp: torch.Tensor, valid: torch.Tensor) -> tor
     return (a - masked_mean(a, m)) * (x - masked_mean(x, m))
 
 
-@POLICY_LOSSES.register("kl_cov")
+@register_policy_loss("kl_cov", KLCovOptions)
 def kl_cov_loss(
     log_prob: torch.Tensor,
     old_log_prob: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    kl_cov_ratio: float = 0.002,
-    ppo_kl_coef: float = 1.0,
-    agg: str = "token-mean",
+    kl_cov_ratio: float = KLCovOptions.kl_cov_ratio,
+    ppo_kl_coef: float = KLCovOptions.ppo_kl_coef,
+    agg: str = KLCovOptions.agg,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """KL-Cov: ``-A * r`` everywhere (no ratio clipping at all), plus ``coef * |lp - old|`` on
     the top ``kl_cov_ratio`` share of valid tokens by covariance
@@ -135,8 +138,7 @@ def kl_cov_loss(
     lp, old = as_fp32(log_prob), as_fp32(old_log_prob.detach())
     adv = broadcast_advantages(advantages, lp)
     valid = float_mask(mask, lp) > 0
-    log_ratio = (lp - old).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    ratio = torch.exp(log_ratio)
+    log_ratio, ratio = clamped_ratio(lp - old)
     loss_mat = -adv * ratio
     penalised = torch.zeros_like(valid)
     n_valid = int(valid.sum())
@@ -154,18 +156,19 @@ def kl_cov_loss(
     }
 
 
-@POLICY_LOSSES.register("clip_cov")
+@register_policy_loss("clip_cov", ClipCovOptions)
 def clip_cov_loss(
     log_prob: torch.Tensor,
     old_log_prob: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    clip_ratio: float = 0.0002,
-    clip_cov_lb: float = 1.0,
-    clip_cov_ub: float = 5.0,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    agg: str = "token-mean",
+    clip_ratio: float = ClipCovOptions.clip_ratio,
+    clip_cov_lb: float = ClipCovOptions.clip_cov_lb,
+    clip_cov_ub: float = ClipCovOptions.clip_cov_ub,
+    clip_low: float = ClipCovOptions.clip_low,
+    clip_high: float = ClipCovOptions.clip_high,
+    dual_clip: float | None = ClipCovOptions.dual_clip,
+    agg: str = ClipCovOptions.agg,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Clip-Cov: the clipped surrogate, with the gradient of a few high-covariance tokens cut.
@@ -174,16 +177,18 @@ def clip_cov_loss(
     ``(clip_cov_lb, clip_cov_ub)``, ``max(floor(clip_ratio * N_valid), 1)`` are drawn at
     random (``generator`` makes the draw reproducible) and their loss is multiplied by 0.
     As in verl's ``clip_cov``, the covariance here uses the live ``lp`` minus its detached
-    mean.
+    mean. ``dual_clip`` as in :func:`divrl.algorithms.policy_loss`; dual-clipped tokens
+    already have no gradient and are not eligible for the cut.
     """
     loss_mat, parts = clipped_surrogate(
-        log_prob, old_log_prob, advantages, mask, clip_low, clip_high
+        log_prob, old_log_prob, advantages, mask, clip_low, clip_high, dual_clip
     )
     lp = as_fp32(log_prob)
     adv = broadcast_advantages(advantages, lp)
     valid = float_mask(mask, lp) > 0
     cov = _covariance(adv, lp, valid)
-    eligible = valid & ~parts["clipped"] & (cov > clip_cov_lb) & (cov < clip_cov_ub)
+    already_clipped = parts["clipped"] | parts["dual_clipped"]
+    eligible = valid & ~already_clipped & (cov > clip_cov_lb) & (cov < clip_cov_ub)
     cut = torch.zeros_like(valid)
     idx = eligible.reshape(-1).nonzero().squeeze(-1)
     if idx.numel() > 0:

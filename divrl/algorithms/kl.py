@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from divrl.algorithms._utils import LOG_RATIO_CLAMP, Registry, as_fp32, check_same_shape
+from divrl.algorithms._utils import Registry, as_fp32, check_same_shape, k3
 
 KL_ESTIMATORS = Registry("KL estimator")
-
-# verl clamps the k3 ("low_var_kl") value to this range.
-K3_VALUE_CLAMP = 10.0
 
 
 @KL_ESTIMATORS.register("k1")
@@ -24,9 +21,8 @@ def _k2(log_ratio: torch.Tensor) -> torch.Tensor:
 
 @KL_ESTIMATORS.register("k3")
 def _k3(log_ratio: torch.Tensor) -> torch.Tensor:
-    # k3 = exp(ref - lp) - (ref - lp) - 1, written with expm1 for accuracy near 0.
-    d = (-log_ratio).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    return (torch.expm1(d) - d).clamp(-K3_VALUE_CLAMP, K3_VALUE_CLAMP)
+    # k3 = exp(ref - lp) - (ref - lp) - 1.
+    return k3(-log_ratio)
 
 
 def kl_estimate(

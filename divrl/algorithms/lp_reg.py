@@ -13,25 +13,24 @@ import math
 import torch
 
 from divrl.algorithms._utils import (
-    LOG_RATIO_CLAMP,
     as_fp32,
     broadcast_advantages,
     check_same_shape,
+    clamped_ratio,
     float_mask,
+    k3,
     masked_mean,
     to_float,
 )
 from divrl.algorithms.aggregation import aggregate
 from divrl.algorithms.logits import FILTERED_LOG_PROB, _validate, map_rows
-from divrl.algorithms.policy_loss import POLICY_LOSSES, clipped_surrogate, surrogate_metrics
-
-# The authors clamp the k3 penalty to this range (it switches off where Z < ~0.073).
-K3_VALUE_CLAMP = 10.0
+from divrl.algorithms.loss_options import LpRegOptions
+from divrl.algorithms.policy_loss import clipped_surrogate, register_policy_loss, surrogate_metrics
 
 
 def _check_kappa(kappa: float) -> None:
-    if not 0.0 <= kappa <= 1.0:
-        raise ValueError(f"kappa must be in [0, 1] (the paper uses 0.02), got {kappa}")
+    # The bound is declared once, in LpRegOptions; building it validates kappa.
+    LpRegOptions(kappa=kappa)
 
 
 def _kept_and_scaled(rows: torch.Tensor, kappa: float, temperature: float):
@@ -136,23 +135,40 @@ def _full_vocab_kl(proxy_rows: torch.Tensor, policy_rows: torch.Tensor) -> torch
     return (q * diff).sum(-1)
 
 
-@POLICY_LOSSES.register("lp_reg")
+def _select_lowest(
+    lp: torch.Tensor, candidates: torch.Tensor, rho: float, min_k: int
+) -> tuple[torch.Tensor, float]:
+    """The ``k = max(1, floor(rho * N_neg))`` candidates of lowest ``lp`` (none when
+    ``k < min_k``) and the probability of the highest of them."""
+    num_negative = int(candidates.sum())
+    k = max(1, math.floor(rho * num_negative))
+    selected = torch.zeros_like(candidates)
+    if num_negative == 0 or k < min_k:
+        return selected, 0.0
+    scores = torch.where(candidates, lp, torch.full_like(lp, math.inf))
+    lowest = torch.topk(scores.reshape(-1), k, largest=False)
+    selected.view(-1)[lowest.indices] = True
+    return selected, to_float(torch.exp(lowest.values.max()))
+
+
+@register_policy_loss("lp_reg", LpRegOptions)
 def lp_reg_loss(
     log_prob: torch.Tensor,
     old_log_prob: torch.Tensor,
     proxy_log_prob: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    rho: float = 0.01,
-    beta: float = 1.0,
-    clip_low: float = 1.0,
-    clip_high: float = 9.0,
-    agg: str = "token-mean",
-    min_k: int = 2,
+    rho: float = LpRegOptions.rho,
+    beta: float = LpRegOptions.beta,
+    clip_low: float = LpRegOptions.clip_low,
+    clip_high: float = LpRegOptions.clip_high,
+    agg: str = LpRegOptions.agg,
+    min_k: int = LpRegOptions.min_k,
     log_normalizer: torch.Tensor | None = None,
-    full_vocab: bool = False,
+    full_vocab: bool = LpRegOptions.full_vocab,
     proxy_rows: torch.Tensor | None = None,
     policy_rows: torch.Tensor | None = None,
+    selected: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Lp-Reg policy loss (the authors' code semantics).
 
@@ -180,6 +196,10 @@ def lp_reg_loss(
         rho: the selected share of negative-advantage tokens (paper: 0.01; 0.005 for 32B).
         beta: penalty weight (paper: 1).
         log_normalizer: optional ``[batch, len]`` ``log Z`` for the ``lp_reg/mean_z`` metric.
+        selected: optional ``[batch, len]`` bool, a selection made over a larger population
+            than this batch (the trainer's ``algorithm.lp_reg_scope``: a mini-batch or step);
+            it replaces step 2 (``rho`` and ``min_k`` were applied to that population), and
+            is intersected with this batch's candidates.
 
     Returns:
         ``(loss, metrics)``: the clipped-surrogate metrics plus ``lp_reg/num_negative``,
@@ -187,8 +207,7 @@ def lp_reg_loss(
         selected tokens that pass the filter), ``lp_reg/prob_threshold`` (probability of
         the k-th lowest selected token), ``lp_reg/penalty`` and ``lp_reg/mean_z``.
     """
-    if not 0.0 <= rho <= 1.0:
-        raise ValueError(f"rho must be in [0, 1] (the paper uses 0.01), got {rho}")
+    LpRegOptions(rho=rho, min_k=min_k)  # the bounds declared once, in LpRegOptions
     check_same_shape(log_prob=log_prob, old_log_prob=old_log_prob, proxy_log_prob=proxy_log_prob)
     if full_vocab and (proxy_rows is None or policy_rows is None):
         raise ValueError("full_vocab=True needs proxy_rows and policy_rows ([batch, len, vocab])")
@@ -204,26 +223,17 @@ def lp_reg_loss(
 
     candidates = (m > 0) & (adv < 0)
     num_negative = int(candidates.sum())
-    k = max(1, math.floor(rho * num_negative))
-    selected = torch.zeros_like(candidates)
-    threshold = 0.0
-    if num_negative > 0 and k >= min_k:
-        scores = torch.where(candidates, lp_detached, torch.full_like(lp_detached, math.inf))
-        lowest = torch.topk(scores.reshape(-1), k, largest=False)
-        selected.view(-1)[lowest.indices] = True
-        threshold = to_float(torch.exp(lowest.values.max()))
+    if selected is not None:
+        selected = selected.to(candidates.device).bool() & candidates
+        picked = lp_detached[selected]
+        threshold = to_float(torch.exp(picked.max())) if picked.numel() else 0.0
+    else:
+        selected, threshold = _select_lowest(lp_detached, candidates, rho, min_k)
     regularized = selected & (lp_detached < proxy)
 
-    ratio = torch.exp(
-        (lp - as_fp32(old_log_prob.detach())).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    )
-    if full_vocab:
-        penalty = _full_vocab_kl(proxy_rows, policy_rows)
-    else:
-        # Clamping D first changes no value (the result saturates at 10 from |D| ~ 2.6 / 11
-        # on) but keeps exp(D) finite, so the clamp's zero gradient never meets an inf.
-        d = (proxy - lp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-        penalty = (torch.expm1(d) - d).clamp(-K3_VALUE_CLAMP, K3_VALUE_CLAMP)
+    _, ratio = clamped_ratio(lp - as_fp32(old_log_prob.detach()))
+    # The clamped k3 switches the penalty off where Z < ~0.073 (the authors' clamp).
+    penalty = _full_vocab_kl(proxy_rows, policy_rows) if full_vocab else k3(proxy - lp)
     replaced = -adv * ratio + beta * penalty
     loss_mat = torch.where(regularized, replaced, loss_mat)
     loss = aggregate(loss_mat, m, agg)

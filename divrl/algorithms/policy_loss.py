@@ -2,31 +2,91 @@
 
 Every loss in :data:`POLICY_LOSSES` takes ``(log_prob, old_log_prob, advantages, mask,
 **options)`` and returns ``(loss, metrics)``, so the trainer picks one by name
-(``get_policy_loss("kl_cov")``) and a new method is one decorated function.
+(``get_policy_loss("kl_cov")``) and a new method is one decorated function plus its options
+dataclass (:mod:`divrl.algorithms.loss_options`), registered together with
+:func:`register_policy_loss`. :func:`policy_loss_options` builds a loss's validated options
+from a name and overrides, rejecting an option the loss does not take.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
 import torch
 
 from divrl.algorithms._utils import (
-    LOG_RATIO_CLAMP,
     Registry,
     as_fp32,
     broadcast_advantages,
     check_same_shape,
+    clamp_log_ratio,
+    clamped_ratio,
     float_mask,
     masked_mean,
     to_float,
 )
 from divrl.algorithms.aggregation import aggregate
+from divrl.algorithms.loss_options import GSPOOptions, LossOptions, VanillaOptions
 
 POLICY_LOSSES = Registry("policy loss")
+# name -> the options dataclass of that loss (same keys as POLICY_LOSSES).
+POLICY_LOSS_OPTIONS: dict[str, type[LossOptions]] = {}
+
+F = TypeVar("F", bound=Callable)
+
+
+@dataclass(frozen=True)
+class PolicyLossSpec:
+    """A registered policy loss: its name, its function and its options dataclass."""
+
+    name: str
+    fn: Callable[..., tuple[torch.Tensor, dict[str, float]]]
+    options: type[LossOptions]
+
+
+def register_policy_loss(name: str, options: type[LossOptions]) -> Callable[[F], F]:
+    """Register a policy loss under ``name`` together with its options dataclass."""
+    if name != options.LOSS:
+        raise ValueError(f"{options.__name__}.LOSS={options.LOSS!r} but the loss is {name!r}")
+
+    def decorator(fn: F) -> F:
+        POLICY_LOSSES.register(name)(fn)
+        POLICY_LOSS_OPTIONS[name] = options
+        return fn
+
+    return decorator
 
 
 def get_policy_loss(name: str):
     """The registered policy loss called ``name`` (``ValueError`` listing valid names)."""
     return POLICY_LOSSES.get_or_raise(name)
+
+
+def policy_loss_spec(name: str) -> PolicyLossSpec:
+    """``PolicyLossSpec(name, fn, options)`` of a registered loss (``ValueError`` if unknown)."""
+    return PolicyLossSpec(name, POLICY_LOSSES.get_or_raise(name), POLICY_LOSS_OPTIONS[name])
+
+
+def policy_loss_options(name: str, **overrides: Any) -> LossOptions:
+    """The validated options of loss ``name``: its defaults with ``overrides`` applied.
+
+    Raises:
+        ValueError: unknown loss; an option the loss does not declare (the message names the
+            loss and lists its options, and says why when the loss refuses it, e.g.
+            ``dual_clip`` for ``gspo``); a value out of its bounds.
+    """
+    options = policy_loss_spec(name).options
+    valid = ", ".join(options.names())
+    for key in sorted(set(overrides) - set(options.names())):
+        if key in options.REFUSED:
+            raise ValueError(
+                f"policy loss {name!r} does not take {key!r}: {options.REFUSED[key]}; "
+                f"its options: {valid}"
+            )
+        raise ValueError(f"policy loss {name!r} has no option {key!r}; its options: {valid}")
+    return options(**overrides)
 
 
 def clipped_surrogate(
@@ -42,8 +102,7 @@ def clipped_surrogate(
     check_same_shape(log_prob=log_prob, old_log_prob=old_log_prob)
     lp, old = as_fp32(log_prob), as_fp32(old_log_prob.detach())
     adv = broadcast_advantages(advantages, lp)
-    log_ratio = (lp - old).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    ratio = torch.exp(log_ratio)
+    log_ratio, ratio = clamped_ratio(lp - old)
     unclipped = -adv * ratio
     clipped = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
     loss = torch.maximum(unclipped, clipped)
@@ -76,16 +135,16 @@ def surrogate_metrics(parts: dict[str, torch.Tensor], mask: torch.Tensor) -> dic
     }
 
 
-@POLICY_LOSSES.register("vanilla")
+@register_policy_loss("vanilla", VanillaOptions)
 def policy_loss(
     log_prob: torch.Tensor,
     old_log_prob: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    dual_clip: float | None = None,
-    agg: str = "token-mean",
+    clip_low: float = VanillaOptions.clip_low,
+    clip_high: float = VanillaOptions.clip_high,
+    dual_clip: float | None = VanillaOptions.dual_clip,
+    agg: str = VanillaOptions.agg,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO / GRPO / DAPO clipped surrogate.
 
@@ -112,15 +171,15 @@ def policy_loss(
     return loss, {"pg/loss": to_float(loss), **surrogate_metrics(parts, mask)}
 
 
-@POLICY_LOSSES.register("gspo")
+@register_policy_loss("gspo", GSPOOptions)
 def gspo_loss(
     log_prob: torch.Tensor,
     old_log_prob: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    clip_low: float = 3e-4,
-    clip_high: float = 4e-4,
-    agg: str = "seq-mean-token-mean",
+    clip_low: float = GSPOOptions.clip_low,
+    clip_high: float = GSPOOptions.clip_high,
+    agg: str = GSPOOptions.agg,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """GSPO: the clipped surrogate with a sequence-level importance ratio.
 
@@ -134,7 +193,7 @@ def gspo_loss(
     m = float_mask(mask, lp)
     adv = broadcast_advantages(advantages, lp)
     seq_log_ratio = ((lp - old) * m).sum(-1) / m.sum(-1).clamp_min(1.0)
-    seq_log_ratio = seq_log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    seq_log_ratio = clamp_log_ratio(seq_log_ratio)
     log_ratio = seq_log_ratio.detach().unsqueeze(-1) + lp - lp.detach()
     ratio = torch.exp(log_ratio)
     unclipped = -adv * ratio

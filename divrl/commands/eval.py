@@ -11,10 +11,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
 TOY_EVAL_SPLITS = ("test", "cross_domain", "ood_math")
+DEFAULT_MAX_NEW_TOKENS = 256
+# prompt tokens left free when capping --max-new-tokens by the context (the toy presets'
+# data.max_prompt_length)
+PROMPT_ROOM = 48
+# eval-set names become folder names under --out (and appear in reports): no separators,
+# no "..", nothing that HTML or a shell would read specially
+SET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}$")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,11 +43,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--reuse", action="store_true", help="re-score existing samples in --out, no sampling"
     )
-    parser.add_argument("--n", type=int, default=16, help="samples per prompt (default 16)")
+    parser.add_argument("--n", type=int, default=16, help="samples per prompt")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
     parser.add_argument("--top-p", type=float, default=1.0, help="nucleus threshold (1 = off)")
     parser.add_argument("--top-k", type=int, default=0, help="top-k (0 = off)")
-    parser.add_argument("--max-new-tokens", type=int, default=256, help="response length limit")
+    parser.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help=f"response length limit in tokens (default: {DEFAULT_MAX_NEW_TOKENS}, at most the "
+        f"model's context minus {PROMPT_ROOM} tokens of prompt: 80 for the toy model, whose "
+        "context is 128)",
+    )
     parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     parser.add_argument("--no-greedy", action="store_true", help="skip the greedy response")
     parser.add_argument("--batch-size", type=int, default=16, help="prompts per generate call")
@@ -71,22 +86,48 @@ def _data_sets(specs: list[str], toy_size: str) -> list[tuple[str, str]]:
         name, sep, path = spec.partition("=")
         if not sep:
             name, path = Path(spec).stem, spec
-        sets.append((name, path))
+        sets.append((check_set_name(name), path))
     names = [n for n, _ in sets]
     if len(set(names)) != len(names):
         raise ValueError(f"eval set names must differ, got {names}; use NAME=PATH")
     return sets
 
 
+def check_set_name(name: str) -> str:
+    """``name`` when it is a safe eval-set name (see :data:`SET_NAME`), else ValueError."""
+    if not SET_NAME.match(name) or ".." in name:
+        raise ValueError(
+            f"eval set name {name!r} is not allowed: use letters, digits and _ . + - (not "
+            "starting with one of them, no '..'), e.g. --data my_set=PATH"
+        )
+    return name
+
+
+def default_max_new_tokens(model) -> int:
+    """:data:`DEFAULT_MAX_NEW_TOKENS`, capped by the model's context (minus prompt room)."""
+    context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if not isinstance(context, int):
+        return DEFAULT_MAX_NEW_TOKENS
+    return max(1, min(DEFAULT_MAX_NEW_TOKENS, context - PROMPT_ROOM))
+
+
 def print_summary_table(summaries: dict[str, dict], title: str = "evaluation") -> None:
-    """A compact table: greedy, mean accuracy, Pass@k and maj@n per eval set."""
+    """A compact table: greedy accuracy, Pass@k (P@1 = mean sampled accuracy), maj@n per set.
+
+    On a terminal it fits the terminal; otherwise (a log file, a pipe) it is printed at its
+    natural width, never cut.
+    """
     from rich.console import Console
     from rich.table import Table
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=10_000)
 
     table = Table(title=title)
     first = next(iter(summaries.values()))
     ks = first["ks"]
-    for col in ["set", "prompts", "greedy", "mean acc", *[f"P@{k}" for k in ks], f"maj@{ks[-1]}"]:
+    for col in ["set", "prompts", "greedy", *[f"P@{k}" for k in ks], f"maj@{ks[-1]}"]:
         table.add_column(col, justify="right" if col != "set" else "left")
     for name, s in summaries.items():
         greedy = s.get("greedy_accuracy")
@@ -94,70 +135,95 @@ def print_summary_table(summaries: dict[str, dict], title: str = "evaluation") -
             name,
             str(s["n_prompts"]),
             "-" if greedy is None else f"{greedy:.3f}",
-            f"{s['mean_accuracy']:.3f}",
             *[f"{s['pass@k'].get(str(k), float('nan')):.3f}" for k in ks],
             f"{s['maj@k'][str(s['ks'][-1])]:.3f}",
         )
-    Console().print(table)
+    console.print(table)
+
+
+def _eval_config(args: argparse.Namespace, model):
+    from divrl.evaluation.runner import EvalConfig
+
+    max_new_tokens = args.max_new_tokens
+    if max_new_tokens is None:
+        max_new_tokens = DEFAULT_MAX_NEW_TOKENS if model is None else default_max_new_tokens(model)
+    return EvalConfig(
+        n=args.n,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        max_new_tokens=max_new_tokens,
+        stop=tuple(args.stop),
+        greedy=not args.no_greedy,
+        batch_size=args.batch_size,
+        template=args.template,
+        seed=args.seed,
+        limit=args.limit,
+        n_boot=args.n_boot,
+        group_by=tuple(args.group_by),
+    )
+
+
+def _load(args: argparse.Namespace):
+    """(model, tokenizer, model path as given), after checking that the model exists."""
+    from divrl.evaluation.runner import load_model, resolve_model_path
+    from divrl.rollout.model_source import check_model_source
+
+    if not args.model:
+        raise ValueError("--model is required (unless --reuse)")
+    model_path = args.model
+    if model_path == "toy":
+        from divrl.toy import ensure_toy_world
+
+        model_path = str(ensure_toy_world(size=args.toy_size).model_dir)
+    resolved = check_model_source(resolve_model_path(model_path))
+    print(f"[divrl eval] model: {resolved}", file=sys.stderr)
+    model, tokenizer = load_model(resolved)
+    return model, tokenizer, model_path
 
 
 def run(args: argparse.Namespace) -> int:
-    from divrl.evaluation.runner import SAMPLES_FILE, EvalConfig, evaluate, load_model
+    """Input errors propagate to divrl.cli's handler (one paragraph, exit code 2)."""
+    from divrl.cli import UsageError
 
     try:
-        cfg = EvalConfig(
-            n=args.n,
-            temperature=args.temperature,
-            top_p=args.top_p,
-            top_k=args.top_k,
-            max_new_tokens=args.max_new_tokens,
-            stop=tuple(args.stop),
-            greedy=not args.no_greedy,
-            batch_size=args.batch_size,
-            template=args.template,
-            seed=args.seed,
-            limit=args.limit,
-            n_boot=args.n_boot,
-            group_by=tuple(args.group_by),
-        )
-        out = Path(args.out)
-        if args.reuse and not args.data:
-            sets = [(p.parent.name, None) for p in sorted(out.glob(f"*/{SAMPLES_FILE}"))]
-            if not sets:
-                raise FileNotFoundError(f"--reuse: no */{SAMPLES_FILE} under {out}")
-        else:
-            sets = _data_sets(args.data, args.toy_size)
-            if not sets:
-                raise ValueError("give at least one --data set")
-        model = tokenizer = None
-        if not args.reuse:
-            if not args.model:
-                raise ValueError("--model is required (unless --reuse)")
-            model_path = args.model
-            if model_path == "toy":
-                from divrl.toy import ensure_toy_world
+        return _run(args)
+    except ValueError as exc:  # the evaluation's input checks (names, data, settings)
+        if type(exc) is not ValueError:
+            raise
+        raise UsageError(str(exc)) from exc
 
-                model_path = str(ensure_toy_world(size=args.toy_size).model_dir)
-            model, tokenizer = load_model(model_path)
-        else:
-            model_path = None
-        summaries = {}
-        for name, path in sets:
-            print(f"[divrl eval] {name}: {path or out / name}", file=sys.stderr)
-            summaries[name] = evaluate(
-                model_path,
-                path,
-                out / name,
-                cfg,
-                reuse=args.reuse,
-                db_dir=args.db_dir,
-                model=model,
-                tokenizer=tokenizer,
-                progress=not args.no_progress,
-            )
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"divrl eval: {exc}", file=sys.stderr)
-        return 2
+
+def _run(args: argparse.Namespace) -> int:
+    from divrl.evaluation.runner import SAMPLES_FILE, evaluate
+
+    out = Path(args.out)
+    if args.reuse and not args.data:
+        sets = [(p.parent.name, None) for p in sorted(out.glob(f"*/{SAMPLES_FILE}"))]
+        if not sets:
+            raise FileNotFoundError(f"--reuse: no */{SAMPLES_FILE} under {out}")
+    else:
+        sets = _data_sets(args.data, args.toy_size)
+        if not sets:
+            raise ValueError("give at least one --data set")
+    model = tokenizer = model_path = None
+    if not args.reuse:
+        model, tokenizer, model_path = _load(args)
+    cfg = _eval_config(args, model)
+    summaries = {}
+    for name, path in sets:
+        print(f"[divrl eval] {name}: {path or out / name}", file=sys.stderr)
+        summaries[name] = evaluate(
+            model_path,
+            path,
+            out / name,
+            cfg,
+            reuse=args.reuse,
+            db_dir=args.db_dir,
+            model=model,
+            tokenizer=tokenizer,
+            progress=not args.no_progress,
+        )
     combined_path = out / "summary.json"
     combined = json.loads(combined_path.read_text()) if combined_path.is_file() else {}
     combined.update(summaries)

@@ -29,7 +29,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="comma-separated words whose probability is plotted over each run's "
         "checkpoints (e.g. ' wait, however'); loads every checkpoint",
     )
-    parser.add_argument("--spark-split", help="eval set whose base responses are the contexts")
+    parser.add_argument(
+        "--spark-split",
+        help="eval set whose base responses are the contexts (default: the first eval set)",
+    )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="fail (exit code 2) when a model lacks an eval set that another model has; "
+        "without it that is a warning on stderr and in the report",
+    )
 
 
 def _argv(args: argparse.Namespace) -> list[str]:
@@ -41,6 +50,8 @@ def _argv(args: argparse.Namespace) -> list[str]:
         out += ["--spark-words", args.spark_words]
     if args.spark_split:
         out += ["--spark-split", args.spark_split]
+    if args.strict:
+        out += ["--strict"]
     return out
 
 
@@ -50,29 +61,32 @@ def _named(spec: str) -> tuple[str | None, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from divrl.evaluation.report import build_report, load_model_eval
+    """Input errors propagate to divrl.cli's handler (one paragraph, exit code 2)."""
+    from divrl.cli import UsageError
+    from divrl.evaluation.report import build_report, load_model_eval, missing_evals
 
-    try:
-        runs = [load_model_eval(path, name) for name, path in map(_named, args.runs)]
-        base = None
-        if args.base:
-            name, path = _named(args.base)
-            base = load_model_eval(path, name or "base")
-        names = [m.name for m in runs] + ([base.name] if base else [])
-        if len(set(names)) != len(names):
-            raise ValueError(f"model names must differ, got {names}; use NAME=DIR")
-        words = [w for w in args.spark_words.split(",") if w.strip()]
-        path = build_report(
-            runs,
-            base,
-            args.out,
-            title=args.title,
-            spark_words=words,
-            spark_split=args.spark_split,
-            command="divrl report " + shlex.join(_argv(args)),
-        )
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"divrl report: {exc}", file=sys.stderr)
-        return 2
-    print(f"report: {path} (and {path.with_suffix('.html')})")
+    runs = [load_model_eval(path, name) for name, path in map(_named, args.runs)]
+    base = None
+    if args.base:
+        name, path = _named(args.base)
+        base = load_model_eval(path, name or "base")
+    names = [m.name for m in runs] + ([base.name] if base else [])
+    if len(set(names)) != len(names):
+        raise UsageError(f"model names must differ, got {names}; use NAME=DIR")
+    missing = missing_evals(([base] if base else []) + runs)
+    if missing and args.strict:
+        raise UsageError("--strict: " + "; ".join(missing))
+    for line in missing:
+        print(f"divrl report: warning: {line}", file=sys.stderr)
+    words = [w for w in args.spark_words.split(",") if w.strip()]
+    path = build_report(
+        runs,
+        base,
+        args.out,
+        title=args.title,
+        spark_words=words,
+        spark_split=args.spark_split,
+        command="divrl report " + shlex.join(_argv(args)),
+    )
+    print(f"report: {path} (and {path.with_suffix('.html')}, self-contained)")
     return 0

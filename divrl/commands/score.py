@@ -37,9 +37,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--timeout",
         type=_timeout_arg,
         default=None,
-        help="hard limit per completion, seconds (finite, > 0)",
+        help="hard limit per completion, seconds, finite and > 0 (default: the verifier's, "
+        "5 s for math and SQL)",
     )
-    parser.add_argument("--workers", type=int, default=None, help="verifier worker processes")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="verifier worker processes (default: min(8, CPU count))",
+    )
 
 
 def _timeout_arg(text: str) -> float:

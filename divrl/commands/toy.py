@@ -20,7 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ("build", "build the toy world (cached) and print its measured properties"),
         ("measure", "sample and measure the base model of a built toy world again"),
     ):
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        p = sub.add_parser(
+            name, help=help_text, description=help_text, formatter_class=parser.formatter_class
+        )
         p.add_argument("--cache-dir", help="default: $DIVRL_CACHE_DIR/toy or ~/.cache/divrl/toy")
         p.add_argument("--seed", type=int, default=0, help="generator and training seed")
         p.add_argument(

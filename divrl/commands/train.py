@@ -2,7 +2,9 @@
 
 Runs on one process or under ``accelerate launch`` / ``torchrun`` (one shard of the
 prompts per process). ``--resume`` continues from the newest checkpoint of the run's
-``logging.output_dir``.
+``logging.output_dir``; a folder that holds another run is refused unless ``--resume`` or
+``--overwrite`` is given (see docs/reliability.md). Ctrl-C stops with one line and exit
+code 130; the last checkpoint is intact.
 """
 
 from __future__ import annotations
@@ -25,6 +27,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="dotted overrides, e.g. train.total_steps=10 algorithm.clip_high=0.28",
     )
     parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="delete the run already in logging.output_dir (config, metrics, checkpoints) and "
+        "start a new one there; without it (or --resume) such a folder is refused",
+    )
+    parser.add_argument(
+        "--resume-with-changes",
+        metavar="KEYS",
+        action="append",
+        default=[],
+        help="with --resume: config keys (comma-separated, e.g. optim.lr,train.total_steps) "
+        "that may differ from the run's config.yaml; recorded in its history.jsonl",
+    )
     parser.add_argument(
         "--print-config", action="store_true", help="print the resolved config and exit"
     )
@@ -70,10 +86,33 @@ def run(args: argparse.Namespace) -> int:
         print(dump_config(config), end="")
         return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    from divrl.fileio import DiskFullError
+    from divrl.runs import RunLockedError
+    from divrl.training.run_session import RunDirError
     from divrl.training.trainer import Trainer
 
-    trainer = Trainer(with_toy_defaults(config), resume=args.resume)
-    history = trainer.train()
+    allowed = tuple(k.strip() for arg in args.resume_with_changes for k in arg.split(",") if k)
+    trainer = None
+    try:
+        trainer = Trainer(
+            with_toy_defaults(config),
+            resume=args.resume,
+            overwrite=args.overwrite,
+            resume_with_changes=allowed,
+        )
+        if _already_finished(trainer):
+            return 0
+        history = trainer.train()
+    except (RunDirError, RunLockedError) as exc:
+        print(f"divrl train: {exc}", file=sys.stderr)
+        return 2
+    except DiskFullError as exc:
+        print(f"divrl train: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        step = trainer.step if trainer is not None else 0
+        print(f"interrupted at step {step}; resume with --resume", file=sys.stderr)
+        return 130
     if trainer.accelerator.is_main_process and history:
         last = history[-1]
         print(
@@ -84,3 +123,17 @@ def run(args: argparse.Namespace) -> int:
     # release the process group (and trackers) before the interpreter exits
     trainer.accelerator.end_training()
     return 0
+
+
+def _already_finished(trainer) -> bool:
+    """Say so (and return True) when a resumed run has nothing left to do."""
+    total = trainer.config.train.total_steps
+    if trainer.step < total:
+        return False
+    if trainer.accelerator.is_main_process:
+        print(
+            f"{trainer.run.root}: the run already finished at step {trainer.step} "
+            f"(train.total_steps={total}); nothing to do. To train further, pass "
+            "train.total_steps=N --resume-with-changes train.total_steps"
+        )
+    return True

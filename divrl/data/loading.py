@@ -153,14 +153,94 @@ def _iter_rows(path: Path) -> Iterator[tuple[int, Any]]:
 
 
 def _iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
-    with path.open(encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
+    """Rows of a JSONL file; a line that does not decode (invalid UTF-8, invalid JSON,
+    nesting deeper than :data:`MAX_JSON_DEPTH`) becomes a :class:`_BadJson` naming its byte
+    column, so that ``skip_invalid`` can skip it. Numbers keep their text (see
+    :class:`_JsonFloat`); integers too long for ``int()`` (over 4300 digits) stay text."""
+    with path.open("rb") as f:
+        for line_no, raw in enumerate(f, start=1):
+            if not raw.strip():
                 continue  # blank lines (e.g. a trailing newline) are not rows
             try:
-                yield line_no, json.loads(line)
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                yield line_no, _BadJson(f"invalid UTF-8 ({e.reason}) at byte column {e.start + 1}")
+                continue
+            try:
+                row = json.loads(line, parse_float=_JsonFloat, parse_int=_json_int)
             except json.JSONDecodeError as e:
-                yield line_no, _BadJson(f"invalid JSON ({e.msg} at column {e.colno})")
+                column = len(line[: e.pos].encode("utf-8")) + 1
+                yield line_no, _BadJson(f"invalid JSON ({e.msg} at byte column {column})")
+                continue
+            except RecursionError:
+                row = None
+            if row is None or _json_depth(row) > MAX_JSON_DEPTH:
+                message = f"nested more than {MAX_JSON_DEPTH} levels deep"
+                yield line_no, _BadJson(message, _deep_field(line))
+                continue
+            yield line_no, row
+
+
+#: Deepest nesting a JSONL row may have (rows are a few levels deep; a 100k-deep
+#: ``extra_info`` would crash any recursive reader later).
+MAX_JSON_DEPTH = 64
+
+
+class _JsonFloat(float):
+    """A JSON number with a fraction or exponent that remembers its text, so that a ground
+    truth ``1e300`` stays ``"1e300"`` (not a 301-digit integer)."""
+
+    def __new__(cls, text: str) -> _JsonFloat:
+        number = super().__new__(cls, text)
+        number.text = text
+        return number
+
+
+def _json_int(text: str) -> int | str:
+    # int() refuses more than sys.get_int_max_str_digits() (4300) digits: keep the text
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def _deep_field(line: str) -> str:
+    """The top-level key of a JSON object line whose value nests deepest (a scan of the
+    text, so that it works where json.loads hits the recursion limit)."""
+    depth, in_string, escaped, start, last_string = 0, False, False, 0, ""
+    key, deepest, worst = "<row>", 0, "<row>"
+    for i, ch in enumerate(line):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string, last_string = False, line[start:i]
+        elif ch == '"':
+            in_string, start = True, i + 1
+        elif ch == ":" and depth == 1:
+            key = last_string
+        elif ch in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest, worst = depth, key
+        elif ch in "]}":
+            depth -= 1
+    return worst
+
+
+def _json_depth(value: Any) -> int:
+    """Nesting depth of a decoded JSON value (iterative: no recursion limit)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            if depth <= MAX_JSON_DEPTH:
+                children = item.values() if isinstance(item, dict) else item
+                stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def _iter_dataset_dir(path: Path) -> Iterator[Any]:
@@ -176,8 +256,9 @@ def _iter_dataset_dir(path: Path) -> Iterator[Any]:
 
 
 class _BadJson:
-    def __init__(self, message: str):
+    def __init__(self, message: str, field: str = "<row>"):
         self.message = message
+        self.field = field
 
 
 def _to_example(row: Any, path: Path, row_no: int, db_dir, get_verifier) -> Example:
@@ -185,7 +266,7 @@ def _to_example(row: Any, path: Path, row_no: int, db_dir, get_verifier) -> Exam
         return DataValidationError(path, row_no, fieldname, message)
 
     if isinstance(row, _BadJson):
-        raise fail("<row>", row.message)
+        raise fail(row.field, row.message)
     if not isinstance(row, dict):
         raise fail("<row>", f"expected an object, got {type(row).__name__}")
 
@@ -273,8 +354,12 @@ def _check_answer(value: Any, name: str, fail) -> str:
         raise fail(name, f"expected a string or a number, got {value!r}")
     if isinstance(value, float) and not math.isfinite(value):
         raise fail(name, f"not a finite number: {value!r}")
-    if isinstance(value, int | float):
-        return str(int(value)) if float(value).is_integer() else repr(value)
+    if isinstance(value, int):  # any size: float(int) overflows past 308 digits
+        return str(value)
+    if isinstance(value, float):
+        if isinstance(value, _JsonFloat):  # a JSONL number: the row's own text
+            return value.text
+        return str(int(value)) if value.is_integer() and abs(value) < 2**53 else repr(value)
     if isinstance(value, str):
         if not value.strip():
             raise fail(name, "empty")

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = [
+    "model_colors",
     "plot_pass_at_k",
     "plot_spark_words",
     "plot_style_histogram",
@@ -44,62 +45,107 @@ def _save(fig, path: str | Path) -> Path:
     return path
 
 
+def model_colors(names: Sequence[str]) -> dict[str, str]:
+    """One fixed colour per model, by its position in ``names`` (matplotlib's tab10, then
+    tab20's lighter shades): pass the same mapping to every plot of a report."""
+    from matplotlib import colormaps
+
+    palette = [colormaps["tab10"](i) for i in range(10)]
+    palette += [colormaps["tab20"](2 * i + 1) for i in range(10)]
+    from matplotlib.colors import to_hex
+
+    return {name: to_hex(palette[i % len(palette)]) for i, name in enumerate(names)}
+
+
+def _color(colors: Mapping[str, str] | None, name: str) -> str | None:
+    return None if colors is None else colors.get(name)
+
+
+def _zoom(
+    ax, lows: list[float], highs: list[float], floor: float | None, ceiling: float | None
+) -> None:
+    """Y limits around the drawn values (lines and bands) with a 10% margin, kept within
+    ``[floor, ceiling]`` (a Pass@k axis never shows values a share cannot take)."""
+    values = [v for v in lows + highs if v is not None and math.isfinite(v)]
+    if not values:
+        return
+    lo, hi = min(values), max(values)
+    pad = max((hi - lo) * 0.1, 0.01)
+    bottom = lo - pad if floor is None else max(floor, lo - pad)
+    top = hi + pad if ceiling is None else min(ceiling, hi + pad)
+    ax.set_ylim(bottom, top)
+
+
+def _k_axis(ax, all_ks: list[int]) -> None:
+    ax.set_xscale("log", base=2)
+    ax.set_xlim(min(all_ks) / 1.2, max(all_ks) * 1.2)
+    ax.set_xticks(all_ks, [str(k) for k in all_ks])
+    ax.minorticks_off()
+    ax.set_xlabel("k (samples per prompt)")
+
+
 def plot_pass_at_k(
     curves: Mapping[str, Mapping[str, Mapping[int, float]]],
     path: str | Path,
     *,
     relative_to: str | None = None,
     intervals: Mapping[str, Mapping[str, Mapping[int, tuple[float, float]]]] | None = None,
+    colors: Mapping[str, str] | None = None,
     title: str,
 ) -> Path:
-    """Pass@k against k, one panel per eval set, one line per model.
+    """Pass@k against k, one panel per eval set, one line per model; the y axis is zoomed to
+    the lines and their bands (a fixed 0-1 axis flattens the differences).
 
     Args:
-        curves: ``{eval set: {model: {k: Pass@k}}}``.
-        relative_to: draw ``Pass@k(model) / Pass@k(relative_to)`` instead (that model is
-            then the dashed line at 1), as in the DPH paper's Figure 1.
-        intervals: optional ``{eval set: {model: {k: (low, high)}}}`` shaded around lines.
+        curves: ``{eval set: {model: {k: value}}}``: Pass@k, or with ``relative_to`` already
+            the ratio to that model (the DPH paper's Figure 1).
+        relative_to: the values are ratios to this model, drawn as the dashed line at 1.
+        intervals: optional ``{eval set: {model: {k: (low, high)}}}`` shaded around lines
+            (bootstrap intervals; for ratios the paired interval).
+        colors: ``{model: colour}`` (:func:`model_colors`), the same in every plot.
     """
     plt = _pyplot()
     rows, cols = _grid(len(curves))
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.7 * rows), squeeze=False)
     for ax, (split, models) in zip(axes.flat, curves.items(), strict=False):
-        base = models.get(relative_to) if relative_to else None
+        lows: list[float] = [1.0] if relative_to else []
+        highs: list[float] = [1.0] if relative_to else []
         for name, values in models.items():
-            if relative_to and name == relative_to:
+            ks = sorted(k for k in values if values[k] is not None and math.isfinite(values[k]))
+            if not ks or (relative_to and name == relative_to):
                 continue
-            ks = sorted(values)
-            y = np.array([values[k] for k in ks])
-            if base is not None:
-                den = np.array([base.get(k, math.nan) for k in ks])
-                y = np.divide(y, den, out=np.full_like(y, math.nan), where=den > 0)
-            if np.isnan(y).all():
-                continue  # undefined ratio (base Pass@k = 0 at every k)
-            (line,) = ax.plot(ks, y, marker="o", ms=3.5, label=name)
+            y = [values[k] for k in ks]
+            ax.plot(ks, y, marker="o", ms=3.5, label=name, color=_color(colors, name))
+            lows += y
+            highs += y
             band = (intervals or {}).get(split, {}).get(name)
-            if band and base is None:
-                lo = [band[k][0] for k in ks]
-                hi = [band[k][1] for k in ks]
-                ax.fill_between(ks, lo, hi, color=line.get_color(), alpha=0.15, lw=0)
+            if band and all(k in band for k in ks):
+                lo, hi = [band[k][0] for k in ks], [band[k][1] for k in ks]
+                color = _color(colors, name) or ax.get_lines()[-1].get_color()
+                ax.fill_between(ks, lo, hi, color=color, alpha=0.1, lw=0)
+                for edge in (lo, hi):  # thin edges keep overlapping bands apart
+                    ax.plot(ks, edge, color=color, lw=0.6, alpha=0.5, ls=":")
+                lows += lo
+                highs += hi
         if relative_to:
-            ax.axhline(1.0, color="k", ls="--", lw=1, label=f"{relative_to} (= 1)")
+            base_color = _color(colors, relative_to) or "k"
+            ax.axhline(1.0, color=base_color, ls="--", lw=1.2, label=f"{relative_to} (= 1)")
             ax.set_ylabel(f"Pass@k / Pass@k of {relative_to}")
+            _zoom(ax, lows, highs, floor=0.0, ceiling=None)
         else:
             ax.set_ylabel("Pass@k (share of prompts)")
-            ax.set_ylim(-0.02, 1.02)
-        all_ks = sorted({k for v in models.values() for k in v})
-        ax.set_xlim(min(all_ks) / 1.2, max(all_ks) * 1.2)
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(all_ks, [str(k) for k in all_ks])
-        ax.set_xlabel("k (samples per prompt)")
+            _zoom(ax, lows, highs, floor=-0.01, ceiling=1.01)
+        _k_axis(ax, sorted({k for v in models.values() for k in v}))
         if len(curves) > 1:
             ax.set_title(split)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     for ax in list(axes.flat)[len(curves) :]:
         ax.set_visible(False)
-    shaded = intervals is not None and relative_to is None
-    fig.suptitle(title + ("\n(shaded: bootstrap confidence interval)" if shaded else ""))
+    if intervals is not None:
+        kind = "paired bootstrap" if relative_to else "bootstrap"
+        title += f"\n(shaded: {kind} confidence interval over prompts)"
+    fig.suptitle(title)
     fig.tight_layout()
     return _save(fig, path)
 
@@ -117,6 +163,7 @@ def plot_training_curves(
     panels: Sequence[tuple[str, Sequence[str], str]],
     path: str | Path,
     *,
+    colors: Mapping[str, str] | None = None,
     title: str,
 ) -> Path:
     """Training metrics against step: one panel per quantity, one line per run.
@@ -128,6 +175,8 @@ def plot_training_curves(
             panel's first).
     """
     plt = _pyplot()
+    from matplotlib.ticker import MaxNLocator
+
     rows, cols = _grid(len(panels))
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows), squeeze=False)
     longest = max((len(r) for r in runs.values()), default=1)
@@ -141,11 +190,12 @@ def plot_training_curves(
             steps = np.array([r["step"] for r in records if key in r], dtype=float)
             y = np.array([r[key] for r in records if key in r], dtype=float)
             label = name if key == keys[0] else f"{name} ({key})"
-            (line,) = ax.plot(steps, y, lw=0.6, alpha=0.35)
+            (line,) = ax.plot(steps, y, lw=0.6, alpha=0.35, color=_color(colors, name))
             ax.plot(steps, _smooth(y, window), lw=1.8, color=line.get_color(), label=label)
             drawn += 1
         ax.set_title(panel_title)
         ax.set_xlabel("training step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
         if drawn:
@@ -160,32 +210,55 @@ def plot_training_curves(
     return _save(fig, path)
 
 
+MAX_STYLES = 20
+
+
 def plot_style_histogram(
-    counts: Mapping[str, Mapping[str, int]], path: str | Path, *, title: str
+    counts: Mapping[str, Mapping[str, int]],
+    path: str | Path,
+    *,
+    colors: Mapping[str, str] | None = None,
+    title: str,
 ) -> Path:
-    """Share of samples per solution style, grouped bars, one group per style.
+    """Share of samples per solution style: horizontal grouped bars, one group per style.
+
+    Styles are rows (long style names stay readable), most common first; past
+    :data:`MAX_STYLES` the rest are summed into one "other styles" row.
 
     Args:
         counts: ``{model: {style: number of samples}}``.
+        colors: ``{model: colour}`` (:func:`model_colors`).
     """
     plt = _pyplot()
-    totals = {m: sum(c.values()) for m, c in counts.items()}
+    totals = {m: max(sum(c.values()), 1) for m, c in counts.items()}
+    share = {m: {s: n / totals[m] for s, n in c.items()} for m, c in counts.items()}
     styles = sorted(
         {s for c in counts.values() for s in c},
-        key=lambda s: -sum(c.get(s, 0) / max(totals[m], 1) for m, c in counts.items()),
+        key=lambda s: (-sum(sh.get(s, 0.0) for sh in share.values()), s),
     )
-    width = 0.8 / max(len(counts), 1)
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(styles) + 2), 4.2))
-    x = np.arange(len(styles))
-    for i, (model, c) in enumerate(counts.items()):
-        shares = [c.get(s, 0) / max(totals[model], 1) for s in styles]
-        ax.bar(x + (i - (len(counts) - 1) / 2) * width, shares, width, label=model)
-    ax.set_xticks(x, styles, rotation=30, ha="right")
-    ax.set_ylabel("share of samples")
-    ax.set_xlabel("solution style")
+    if len(styles) > MAX_STYLES:
+        rest = set(styles[MAX_STYLES - 1 :])
+        styles = [*styles[: MAX_STYLES - 1], f"other styles ({len(rest)})"]
+        for sh in share.values():
+            sh[styles[-1]] = sum(v for s, v in sh.items() if s in rest)
+    n_models = max(len(counts), 1)
+    height = 0.8 / n_models
+    label_chars = max((len(s) for s in styles), default=10)
+    fig, ax = plt.subplots(
+        figsize=(6.5 + min(label_chars, 60) * 0.07, 1.3 + len(styles) * (0.1 + 0.07 * n_models))
+    )
+    y = np.arange(len(styles))
+    for i, model in enumerate(counts):
+        values = [share[model].get(s, 0.0) for s in styles]
+        offset = (i - (n_models - 1) / 2) * height
+        ax.barh(y + offset, values, height, label=model, color=_color(colors, model))
+    ax.set_yticks(y, styles, fontsize=8)
+    ax.invert_yaxis()  # most common style on top
+    ax.set_xlabel("share of samples")
+    ax.set_ylabel("solution style")
     ax.set_title(title)
-    ax.grid(alpha=0.3, axis="y")
-    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, axis="x")
+    ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     return _save(fig, path)
 
@@ -195,6 +268,7 @@ def plot_spark_words(
     words: Sequence[str],
     path: str | Path,
     *,
+    colors: Mapping[str, str] | None = None,
     title: str,
 ) -> Path:
     """Spark-word probability against checkpoint step: one panel per word, line per run.
@@ -210,7 +284,14 @@ def plot_spark_words(
     for ax, word in zip(axes.flat, words, strict=False):
         for name, points in curves.items():
             steps = [p["step"] for p in points]
-            ax.plot(steps, [p[word] for p in points], marker="o", ms=3.5, label=name)
+            ax.plot(
+                steps,
+                [p[word] for p in points],
+                marker="o",
+                ms=3.5,
+                label=name,
+                color=_color(colors, name),
+            )
         ax.set_title(f"word {word!r}")
         ax.set_xlabel("training step (checkpoint)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shlex
 import sys
 from collections.abc import Sequence
@@ -28,11 +29,18 @@ from typing import Any
 
 from divrl.evaluation import plots
 from divrl.evaluation.diversity import checkpoint_models, retention, spark_word_curve
+from divrl.evaluation.report_html import render_html
 from divrl.evaluation.runner import CONFIG_FILE, RESULTS_FILE, SUMMARY_FILE, read_jsonl
 from divrl.evaluation.stats import paired_ratio_ci
 from divrl.evaluation.summary import per_prompt_arrays
 
-__all__ = ["ModelEval", "build_report", "comparison_table", "load_model_eval"]
+__all__ = [
+    "ModelEval",
+    "build_report",
+    "headline_table",
+    "load_model_eval",
+    "missing_evals",
+]
 
 TRAINING_PANELS = (
     ("Training reward", ("reward/pass@1", "reward/score"), "Pass@1 of the rollouts"),
@@ -141,27 +149,64 @@ def _relative(base: ModelEval, model: ModelEval, split: str, k: int, seed: int =
     return float(ratio), paired_ratio_ci(vm, vb, seed=seed)
 
 
-def comparison_table(models: Sequence[ModelEval], splits: Sequence[str]) -> list[list[str]]:
-    """Rows ``[model, then per split: greedy, Pass@1, Pass@n]`` (header row first)."""
-    header = ["model"]
+def headline_table(models: Sequence[ModelEval], splits: Sequence[str]) -> list[list[str]]:
+    """Rows ``[eval set, model, greedy, P@1, P@n [CI], styles / prompt, 1 style]`` (header
+    first), one per eval set and model: accuracy and diversity side by side."""
+    n_max = max((m.summaries[s]["ks"][-1] for m in models for s in m.summaries), default=0)
+    rows = [
+        [
+            "eval set",
+            "model",
+            "greedy",
+            "P@1",
+            f"P@n [CI] (n = {n_max})" if n_max else "P@n",
+            "styles / prompt",
+            "1 style",
+        ]
+    ]
     for split in splits:
-        n = next((m.summaries[split]["ks"][-1] for m in models if split in m.summaries), None)
-        header += [f"{split} greedy", f"{split} P@1", f"{split} P@{n}"]
-    rows = [header]
-    for m in models:
-        row = [m.name]
-        for split in splits:
+        for i, m in enumerate(models):
             s = m.summaries.get(split)
+            shown = split if i == 0 else ""  # the set named once per group of rows
             if s is None:
-                row += ["-", "-", "-"]
+                rows.append([shown, m.name, *["-"] * 5])
                 continue
-            row += [
-                _fmt(s.get("greedy_accuracy")),
-                _fmt(s["pass@k"]["1"]),
-                _fmt(s["pass@k"][str(s["ks"][-1])]),
-            ]
-        rows.append(row)
+            n = str(s["ks"][-1])
+            label = _fmt_ci(s["pass@k"].get(n), s["pass@k_ci"].get(n))
+            d = s.get("diversity", {})
+            rows.append(
+                [
+                    shown,
+                    m.name,
+                    _fmt(s.get("greedy_accuracy")),
+                    _fmt(s["pass@k"]["1"]),
+                    label if n == str(n_max) else f"{label} (n = {n})",
+                    _fmt(d.get("mean_distinct_styles"), 2),
+                    _fmt(d.get("share_one_style"), 2),
+                ]
+            )
     return rows
+
+
+def missing_evals(models: Sequence[ModelEval]) -> list[str]:
+    """One sentence per model that lacks an eval set some other model has."""
+    splits = sorted({s for m in models for s in m.summaries}, key=_split_order)
+    out = []
+    for m in models:
+        missing = [s for s in splits if s not in m.summaries]
+        if missing:
+            sets = ", ".join(missing)
+            out.append(
+                f"model {m.name} has no evaluation of {sets} (looked in {_show(m.eval_dir)}); "
+                f"its cells show '-': run `divrl eval --out {_show(m.eval_dir)} ...` on "
+                f"{'that set' if len(missing) == 1 else 'those sets'}"
+            )
+    return out
+
+
+def _slug(name: str) -> str:
+    """A file-name part for ``name`` (eval-set names may come from any folder name)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name).strip(".") or "set"
 
 
 # --------------------------------------------------------------------------- document
@@ -190,26 +235,17 @@ class _Doc:
         self.parts.append("\n".join(lines) + "\n")
 
     def image(self, path: Path, root: Path, alt: str) -> None:
-        self.parts.append(f"![{alt}]({path.relative_to(root).as_posix()})\n")
+        self.images([path], root, [alt])
+
+    def images(self, paths: Sequence[Path], root: Path, alts: Sequence[str]) -> None:
+        """Images in one paragraph: side by side in the HTML when they fit."""
+        links = [
+            f"![{a}]({p.relative_to(root).as_posix()})" for p, a in zip(paths, alts, strict=True)
+        ]
+        self.parts.append(" ".join(links) + "\n")
 
     def markdown(self) -> str:
         return "\n".join(self.parts)
-
-
-def _html(markdown: str, title: str) -> str:
-    from markdown_it import MarkdownIt
-
-    body = MarkdownIt("commonmark").enable("table").render(markdown)
-    style = (
-        "body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;}"
-        "table{border-collapse:collapse;margin:1em 0;font-size:0.9em;}"
-        "th,td{border:1px solid #ccc;padding:3px 8px;}th{background:#f3f3f3;}"
-        "img{max-width:100%;}code{background:#f6f6f6;}"
-    )
-    return (
-        f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{title}</title>"
-        f"<style>{style}</style></head><body>\n{body}</body></html>\n"
-    )
 
 
 def build_report(
@@ -233,22 +269,30 @@ def build_report(
     out.mkdir(parents=True, exist_ok=True)
     models = ([base] if base is not None else []) + list(runs)
     splits = sorted({s for m in models for s in m.summaries}, key=_split_order)
+    colors = plots.model_colors([m.name for m in models])
     doc = _Doc()
     doc.h(1, title)
     if command is None:
         command = "divrl report " + shlex.join(sys.argv[2:])
     doc.p(f"Produced by `{command}`.")
     _describe_inputs(doc, models, base)
+    missing = missing_evals(models)
+    if missing:
+        doc.h(2, "Missing evaluations")
+        doc.p("**Warning:** " + " ".join(f"{m[0].upper()}{m[1:]}." for m in missing))
 
     if splits:
         doc.h(2, "Headline")
-        doc.table(comparison_table(models, splits))
+        doc.table(headline_table(models, splits), align_left=2)
         doc.p(
             "Greedy: accuracy of the temperature-0 response. P@k: unbiased Pass@k from n "
-            "samples per prompt, averaged over prompts."
+            "samples per prompt, averaged over prompts, with its 95% bootstrap interval over "
+            "prompts at the largest k. Styles / prompt: distinct solution styles among a "
+            "prompt's n samples (higher = more diverse); 1 style: share of prompts whose "
+            "samples all use one style (lower = more diverse)."
         )
     for split in splits:
-        _split_section(doc, out, models, base, split)
+        _split_section(doc, out, models, base, split, colors)
 
     if any(m.metrics for m in runs):
         doc.h(2, "Training curves")
@@ -256,6 +300,7 @@ def build_report(
             {m.name: m.metrics for m in runs if m.metrics},
             TRAINING_PANELS,
             out / "training_curves.png",
+            colors=colors,
             title="Training metrics per step",
         )
         doc.image(path, out, "training curves")
@@ -269,12 +314,13 @@ def build_report(
         )
 
     if spark_words and base is not None and splits:
-        _spark_section(doc, out, runs, base, spark_words, spark_split or splits[0], spark_max_texts)
+        split = spark_split or splits[0]
+        _spark_section(doc, out, runs, base, spark_words, split, spark_max_texts, colors)
 
     markdown = doc.markdown()
     md_path = out / "report.md"
     md_path.write_text(markdown)
-    (out / "report.html").write_text(_html(markdown, title))
+    (out / "report.html").write_text(render_html(markdown, title, out))
     return md_path
 
 
@@ -317,7 +363,12 @@ def _describe_inputs(doc: _Doc, models: Sequence[ModelEval], base: ModelEval | N
 
 
 def _split_section(
-    doc: _Doc, out: Path, models: Sequence[ModelEval], base: ModelEval | None, split: str
+    doc: _Doc,
+    out: Path,
+    models: Sequence[ModelEval],
+    base: ModelEval | None,
+    split: str,
+    colors: dict[str, str],
 ) -> None:
     present = [m for m in models if split in m.summaries]
     s0 = present[0].summaries[split]
@@ -359,30 +410,14 @@ def _split_section(
             "solves (at least one correct sample) that the model still solves."
         )
 
-    curves = {
-        split: {
-            m.name: {int(k): v for k, v in m.summaries[split]["pass@k"].items()} for m in present
-        }
-    }
-    bands = {
-        split: {
-            m.name: {int(k): tuple(v) for k, v in m.summaries[split]["pass@k_ci"].items()}
-            for m in present
-        }
-    }
-    path = plots.plot_pass_at_k(
-        curves, out / f"pass_at_k_{split}.png", intervals=bands, title=f"Pass@k on {split}"
-    )
-    doc.image(path, out, f"Pass@k on {split}")
-    if base is not None and len(present) > 1:
-        path = plots.plot_pass_at_k(
-            curves,
-            out / f"relative_pass_at_k_{split}.png",
-            relative_to=base.name,
-            title=f"Pass@k relative to {base.name} on {split}",
-        )
-        doc.image(path, out, f"relative Pass@k on {split}")
+    _pass_at_k_plots(doc, out, present, base, split, colors)
+    _diversity_section(doc, out, present, split, colors)
 
+
+def _diversity_section(
+    doc: _Doc, out: Path, present: Sequence[ModelEval], split: str, colors: dict[str, str]
+) -> None:
+    """The diversity table (styles, answers, NLL, length) and the style histogram."""
     doc.h(3, "Diversity")
     rows = [
         [
@@ -425,9 +460,66 @@ def _split_section(
     }
     if counts:
         path = plots.plot_style_histogram(
-            counts, out / f"styles_{split}.png", title=f"Solution styles on {split} (all samples)"
+            counts,
+            out / f"styles_{_slug(split)}.png",
+            colors=colors,
+            title=f"Solution styles on {split} (all samples)",
         )
         doc.image(path, out, f"styles on {split}")
+
+
+def _pass_at_k_plots(
+    doc: _Doc,
+    out: Path,
+    present: Sequence[ModelEval],
+    base: ModelEval | None,
+    split: str,
+    colors: dict[str, str],
+) -> None:
+    """Pass@k with bootstrap bands; with a base, Pass@k / base's with paired bands."""
+    curves = {
+        split: {
+            m.name: {int(k): v for k, v in m.summaries[split]["pass@k"].items()} for m in present
+        }
+    }
+    bands = {
+        split: {
+            m.name: {int(k): tuple(v) for k, v in m.summaries[split]["pass@k_ci"].items()}
+            for m in present
+        }
+    }
+    path = plots.plot_pass_at_k(
+        curves,
+        out / f"pass_at_k_{_slug(split)}.png",
+        intervals=bands,
+        colors=colors,
+        title=f"Pass@k on {split}",
+    )
+    if base is None or len(present) < 2:
+        doc.image(path, out, f"Pass@k on {split}")
+        return
+    ratios: dict[str, dict[int, float]] = {}
+    ratio_bands: dict[str, dict[int, tuple[float, float]]] = {}
+    for m in present:
+        if m is base:
+            continue
+        for k in curves[split][m.name]:
+            rel = _relative(base, m, split, k)
+            if rel is not None and math.isfinite(rel[0]):
+                ratios.setdefault(m.name, {})[k] = rel[0]
+                ratio_bands.setdefault(m.name, {})[k] = tuple(rel[1])
+    if not ratios:
+        doc.image(path, out, f"Pass@k on {split}")
+        return
+    rel_path = plots.plot_pass_at_k(
+        {split: ratios},
+        out / f"relative_pass_at_k_{_slug(split)}.png",
+        relative_to=base.name,
+        intervals={split: ratio_bands},
+        colors=colors,
+        title=f"Pass@k relative to {base.name} on {split}",
+    )
+    doc.images([path, rel_path], out, [f"Pass@k on {split}", f"relative Pass@k on {split}"])
 
 
 def _spark_section(
@@ -438,6 +530,7 @@ def _spark_section(
     words: Sequence[str],
     split: str,
     max_texts: int,
+    colors: dict[str, str],
 ) -> None:
     results = base.results(split) or []
     texts = [(r["prompt"], r["greedy"]["text"]) for r in results if r.get("greedy")][:max_texts]
@@ -457,7 +550,11 @@ def _spark_section(
         doc.p("Spark words: skipped (no run has checkpoints).")
         return
     path = plots.plot_spark_words(
-        curves, words, out / "spark_words.png", title="Probability of starting a word"
+        curves,
+        words,
+        out / "spark_words.png",
+        colors=colors,
+        title="Probability of starting a word",
     )
     doc.image(path, out, "spark words")
     last = [["run", *[f"{w!r}" for w in words]]]

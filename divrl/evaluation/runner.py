@@ -133,6 +133,7 @@ def resolve_model_path(path: str | Path) -> str:
         return str(p / "model")
     final = RunDir(p).final_model() if p.is_dir() else None
     if final is not None:
+        logger.info("%s is a run directory: evaluating its checkpoint %s", p, final.parent)
         return str(final)
     if p.exists():
         raise FileNotFoundError(

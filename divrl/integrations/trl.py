@@ -221,7 +221,7 @@ class DivRLGRPOTrainer(GRPOTrainer):
                 _raise_on_internal_problems(["_compute_loss no longer computes log-probs"])
             loss = loss + self._lp_reg_replacement(inputs, cap)
         if self._reference is not None and train:
-            loss = loss + self._dph_term(model)
+            loss = loss + self._dph_term(model, int(inputs["completion_ids"].shape[0]))
         return loss
 
     # ------------------------------------------------------------------ the two methods
@@ -282,8 +282,18 @@ class DivRLGRPOTrainer(GRPOTrainer):
         self._log_divrl(metrics)
         return replacement
 
-    def _dph_term(self, model: torch.nn.Module) -> torch.Tensor:
-        """``dph_eta * D_f`` on a micro-batch of reference samples, divided by the GA steps."""
+    def _dph_scale(self, rollouts: int) -> float:
+        """The factor on the reference micro-batch's divergence: ``dph_eta`` (``paper``), or
+        ``dph_eta * dph_batch_size / rollouts`` (``authors``: the reference stream weighs
+        eta times its share of the samples, as in the DPH-RL authors' actor)."""
+        eta = self.args.dph_eta
+        if self.args.dph_weighting == "paper":
+            return eta
+        return eta * self.args.dph_batch_size / max(rollouts, 1)
+
+    def _dph_term(self, model: torch.nn.Module, rollouts: int) -> torch.Tensor:
+        """``dph_eta * D_f`` (scaled per ``dph_weighting``) on a micro-batch of reference
+        samples, divided by the GA steps; ``rollouts`` = completions in this micro-batch."""
         ref = self._reference
         assert ref is not None
         acc = self.accelerator
@@ -309,8 +319,8 @@ class DivRLGRPOTrainer(GRPOTrainer):
             self.args.dph_divergence,
             self.args.dph_alpha,
         )
-        term = self.args.dph_eta * divergence / self._grad_accum()
-        metrics["dph/loss"] = self.args.dph_eta * metrics["dph/divergence"]
+        term = self._dph_scale(rollouts) * divergence / self._grad_accum()
+        metrics["dph/loss"] = self._dph_scale(rollouts) * metrics["dph/divergence"]
         metrics["dph/response_length"] = float(batch.mask.sum(-1).mean())
         self._log_divrl(metrics)
         return term

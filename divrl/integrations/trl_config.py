@@ -7,9 +7,12 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from divrl.algorithms import DIVERGENCES, divergence_generator
+from divrl.algorithms import DIVERGENCES, LpRegOptions, divergence_generator
 
-__all__ = ["LP_REG_LOSS_TYPES", "DivRLGRPOConfig"]
+__all__ = ["LP_REG_LOSS_TYPES", "TRL_DPH_WEIGHTINGS", "DivRLGRPOConfig"]
+
+# divrl's DPH stream weightings the adapter offers (docs/trl.md)
+TRL_DPH_WEIGHTINGS = ("authors", "paper")
 
 
 # Loss types whose per-token loss is the clipped surrogate Lp-Reg replaces, with the divrl
@@ -57,6 +60,17 @@ class DivRLGRPOConfig(GRPOConfig):
             "help": "Directory of a divrl reference store (written by `divrl presample`): "
             "responses of the initial policy with their per-token log-probs. Required with "
             "dph_divergence.",
+        },
+    )
+    dph_weighting: str = field(
+        default="authors",
+        metadata={
+            "help": "How dph_eta weighs the reference samples against TRL's loss. 'authors' "
+            "(default): the term is multiplied by dph_batch_size / (completions in the "
+            "micro-batch), so the reference stream weighs dph_eta times its share of the "
+            "samples, the balance of the DPH-RL authors' actor (one kind per micro-batch, "
+            "equal micro-batch sizes), under which the paper's eta values were tuned. "
+            "'paper': loss = TRL's loss + dph_eta * D_f (an absolute weight). See docs/trl.md.",
         },
     )
     dph_batch_size: int = field(
@@ -117,6 +131,12 @@ class DivRLGRPOConfig(GRPOConfig):
             )
         if not (self.dph_eta >= 0 and math.isfinite(self.dph_eta)):
             raise ValueError(f"dph_eta must be a finite number >= 0, got {self.dph_eta}")
+        if self.dph_weighting not in TRL_DPH_WEIGHTINGS:
+            raise ValueError(
+                f"dph_weighting={self.dph_weighting!r}: use one of {list(TRL_DPH_WEIGHTINGS)} "
+                "('concat' of divrl's trainer is not offered: TRL's loss normalisation depends "
+                "on loss_type)"
+            )
         if self.dph_batch_size < 1:
             raise ValueError(f"dph_batch_size must be >= 1, got {self.dph_batch_size}")
         if self.beta != 0.0:
@@ -126,14 +146,12 @@ class DivRLGRPOConfig(GRPOConfig):
             )
 
     def _validate_lp_reg(self) -> None:
-        if not 0.0 <= self.lp_reg_kappa <= 1.0:
-            raise ValueError(
-                f"lp_reg_kappa must be in [0, 1] (paper: 0.02), got {self.lp_reg_kappa}"
-            )
-        if not 0.0 < self.lp_reg_rho <= 1.0:
-            raise ValueError(f"lp_reg_rho must be in (0, 1] (paper: 0.01), got {self.lp_reg_rho}")
-        if not self.lp_reg_beta >= 0.0:
-            raise ValueError(f"lp_reg_beta must be >= 0 (paper: 1.0), got {self.lp_reg_beta}")
+        # the bounds live in one place: divrl's Lp-Reg options dataclass
+        for name in ("kappa", "rho", "beta"):
+            try:
+                LpRegOptions(**{name: getattr(self, f"lp_reg_{name}")})
+            except ValueError as exc:
+                raise ValueError(f"lp_reg_{name}: {exc}") from exc
         # Lp-Reg replaces TRL's clipped per-token loss on a few tokens; the settings below
         # change that per-token loss in ways the replacement would not reproduce.
         if self.loss_type not in LP_REG_LOSS_TYPES:

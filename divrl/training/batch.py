@@ -126,6 +126,7 @@ class Experience(PaddedPairs):
     proxy_log_probs: torch.Tensor | None = None  # [N, R] off-policy Lp-Reg only
     log_normalizers: torch.Tensor | None = None  # [N, R] off-policy Lp-Reg only (log Z)
     ref_log_probs: torch.Tensor | None = None  # [N, R] reverse-KL only
+    lp_reg_selected: torch.Tensor | None = None  # [N, R] bool, Lp-Reg's scope-wide selection
 
     @classmethod
     def from_rollouts(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -20,7 +21,8 @@ from typing import Any, Literal
 
 import yaml
 
-from divrl.algorithms import AGGREGATIONS, DIVERGENCES, POLICY_LOSSES
+from divrl.algorithms import DIVERGENCES, POLICY_LOSSES, LossOptions
+from divrl.training import loss_config
 
 __all__ = [
     "AlgorithmConfig",
@@ -60,6 +62,24 @@ def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
         raise ConfigError(f"{name}={value!r} must be {'>= 0' if allow_zero else '> 0'}")
 
 
+def reject_non_finite(config: Any, prefix: str = "") -> None:
+    """Raise :class:`ConfigError` for a NaN or infinite number anywhere in ``config`` (a
+    :class:`Config`; sections are walked). No float option has a meaning for them, and
+    comparisons let NaN through (``nan > 0`` and ``nan < 0`` are both false): a NaN clip
+    would skip every step, a NaN max_grad_norm turn clipping off. Off switches are 0 or null."""
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if dataclasses.is_dataclass(value):
+            reject_non_finite(value, f"{prefix}{f.name}.")
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, float) and not math.isfinite(item):
+                raise ConfigError(
+                    f"{prefix}{f.name}={item!r} must be a finite number (use 0 or null to "
+                    "turn a feature off)"
+                )
+
+
 def _help(text: str, default: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
     return field(default=default, metadata={"help": text}, **kwargs)
 
@@ -95,7 +115,19 @@ class DataConfig:
     limit: int | None = _help("use only the first N training examples", None)
     shuffle: bool = _help("reshuffle the prompts every epoch (seeded by train.seed)", True)
     max_prompt_length: int = _help(
-        "prompts with more tokens than this are dropped at load time (counted in the log)", 1024
+        "longest prompt in tokens; longer ones are handled by data.truncation", 1024
+    )
+    # --- fidelity (issue 14): what happens to prompts over max_prompt_length
+    truncation: Literal["error", "drop", "left"] = _help(
+        "prompts longer than data.max_prompt_length: 'error' stops at load time naming how "
+        "many; 'drop' leaves them out; 'left' keeps their last max_prompt_length tokens "
+        "(verl's truncation='left'). The count dropped or truncated is always printed",
+        "error",
+    )
+    skip_invalid: bool = _help(
+        "skip training rows that fail to decode or validate (each is counted and the first "
+        "logged with its file, line and field) instead of stopping",
+        False,
     )
 
     def __post_init__(self) -> None:
@@ -144,7 +176,8 @@ class RolloutConfig:
 
 POLICY_LOSS_NAMES = tuple(sorted(POLICY_LOSSES))
 DIVERGENCE_NAMES = tuple(sorted(DIVERGENCES))
-AGG_MODES = tuple(AGGREGATIONS)
+_UNSET = "null = the policy loss's own default (divrl.algorithms.loss_options)"
+_ALIAS = "deprecated alias of algorithm.loss_options."
 
 
 @dataclass
@@ -157,10 +190,34 @@ class AlgorithmConfig:
     adv_scale: Literal["group", "batch", "none"] = _help(
         "advantage normalisation: group std (GRPO), batch std, none (Dr.GRPO)", "group"
     )
-    clip_low: float = _help("ratio clip below: r >= 1 - clip_low", 0.2)
-    clip_high: float = _help("ratio clip above: r <= 1 + clip_high (DAPO clip-higher 0.28)", 0.2)
-    dual_clip: float | None = _help("dual-clip constant c for A < 0 (null = off)", None)
-    loss_agg: str = _help("loss aggregation mode (verl names)", "token-mean")
+    # --- fidelity (issue 14): the policy loss's options, resolved by divrl.training.loss_config
+    loss_options: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "options of algorithm.policy_loss by the loss's own names (e.g. {rho: "
+            "0.01, min_k: 2} for lp_reg); unset ones keep the loss's defaults; an option the "
+            "loss does not take is an error. After loading: every option the loss runs with"
+        },
+    )
+    clip_low: float | None = _help(f"ratio clip below: r >= 1 - clip_low ({_UNSET})", None)
+    clip_high: float | None = _help(
+        f"ratio clip above: r <= 1 + clip_high, DAPO clip-higher 0.28 ({_UNSET})", None
+    )
+    dual_clip: float | None = _help(
+        "dual-clip c for A < 0, verl's clip_ratio_c (null = off; gspo/lp_reg/kl_cov refuse it)",
+        None,
+    )
+    loss_agg: str | None = _help(
+        f"loss aggregation mode, verl names; also aggregates the KL, entropy and DPH terms "
+        f"({_UNSET}: token-mean, gspo seq-mean-token-mean)",
+        None,
+    )
+    lp_reg_scope: Literal["micro_batch", "mini_batch", "step"] = _help(
+        "Lp-Reg: the tokens over which the rho-quantile selection is taken: each micro-batch "
+        "(the authors' code), each mini-batch, or the whole step's rollouts (the last two "
+        "cost one extra no-grad forward per mini-batch)",
+        "micro_batch",
+    )
     kl_coef: float = _help(
         "beta of the online reverse-KL term on policy samples (> 0 loads a frozen reference model)",
         0.0,
@@ -172,21 +229,23 @@ class AlgorithmConfig:
     )
     divergence_alpha: float | None = _help("alpha of the alpha-divergence, in (0, 1)", None)
     divergence_coef: float = _help("eta: weight of the divergence term", 0.0)
-    divergence_weighting: Literal["paper", "concat"] = _help(
-        "'paper': L_pg + eta * L_f, each token-meaned over its own stream; 'concat': the "
-        "authors' code, one token-mean over rollouts and reference samples together",
-        "paper",
+    divergence_weighting: Literal["authors", "paper", "concat"] = _help(
+        "DPH-RL weight of the reference stream (docs/algorithms.md): 'authors' (their actor): "
+        "each micro-batch token-meaned on its own, the step loss the mean over all "
+        "micro-batches of both kinds, reference ones times eta; 'paper': L_pg + eta * L_f, "
+        "each stream token-meaned over itself; 'concat': one token-mean over both streams",
+        "authors",
     )
     entropy_coef: float = _help("entropy bonus: loss -= coef * aggregate(H)", 0.0)
-    lp_reg_rho: float = _help("Lp-Reg: share of negative-advantage tokens considered", 0.01)
-    lp_reg_beta: float = _help("Lp-Reg: weight of the k3 penalty toward the proxy", 1.0)
-    lp_reg_kappa: float = _help("Lp-Reg: min-p threshold of the proxy (relative to max p)", 0.02)
-    kl_cov_ratio: float = _help("KL-Cov: share of tokens (top covariance) penalised", 0.002)
-    kl_cov_coef: float = _help("KL-Cov: coefficient of |lp - old| on those tokens", 1.0)
-    clip_cov_ratio: float = _help("Clip-Cov: share of valid tokens whose gradient is cut", 0.0002)
-    clip_cov_lb: float = _help("Clip-Cov: lower covariance bound", 1.0)
-    clip_cov_ub: float = _help("Clip-Cov: upper covariance bound", 5.0)
-    high_entropy_fraction: float = _help("80/20: share of highest-entropy tokens trained", 0.2)
+    lp_reg_rho: float | None = _help(f"{_ALIAS}rho (lp_reg)", None)
+    lp_reg_beta: float | None = _help(f"{_ALIAS}beta (lp_reg)", None)
+    lp_reg_kappa: float | None = _help(f"{_ALIAS}kappa (lp_reg)", None)
+    kl_cov_ratio: float | None = _help(f"{_ALIAS}kl_cov_ratio (kl_cov)", None)
+    kl_cov_coef: float | None = _help(f"{_ALIAS}ppo_kl_coef (kl_cov)", None)
+    clip_cov_ratio: float | None = _help(f"{_ALIAS}clip_ratio (clip_cov)", None)
+    clip_cov_lb: float | None = _help(f"{_ALIAS}clip_cov_lb (clip_cov)", None)
+    clip_cov_ub: float | None = _help(f"{_ALIAS}clip_cov_ub (clip_cov)", None)
+    high_entropy_fraction: float | None = _help(f"{_ALIAS}top_fraction (high_entropy)", None)
     dynamic_sampling: bool = _help(
         "DAPO: drop groups whose rewards are all equal and refill the batch", False
     )
@@ -198,7 +257,7 @@ class AlgorithmConfig:
 
     def __post_init__(self) -> None:
         _choice("algorithm.policy_loss", self.policy_loss, POLICY_LOSS_NAMES)
-        _choice("algorithm.loss_agg", self.loss_agg, AGG_MODES)
+        self._resolve_loss_options()
         if self.divergence is not None:
             _choice("algorithm.divergence", self.divergence, DIVERGENCE_NAMES)
             if self.divergence == "alpha" and not (
@@ -207,18 +266,33 @@ class AlgorithmConfig:
                 raise ConfigError(
                     "algorithm.divergence=alpha needs algorithm.divergence_alpha in (0, 1)"
                 )
-        for name in ("clip_low", "clip_high", "kl_coef", "divergence_coef", "entropy_coef"):
+        for name in ("kl_coef", "divergence_coef", "entropy_coef"):
             _positive(f"algorithm.{name}", getattr(self, name), allow_zero=True)
-        if self.dual_clip is not None and self.dual_clip <= 1.0:
-            raise ConfigError(f"algorithm.dual_clip={self.dual_clip} must be > 1 (or null)")
-        for name in ("lp_reg_rho", "kl_cov_ratio", "clip_cov_ratio", "high_entropy_fraction"):
-            value = getattr(self, name)
-            if not 0.0 < value <= 1.0:
-                raise ConfigError(f"algorithm.{name}={value} must be in (0, 1]")
-        if not 0.0 < self.lp_reg_kappa < 1.0:
-            raise ConfigError(f"algorithm.lp_reg_kappa={self.lp_reg_kappa} must be in (0, 1)")
+        if self.lp_reg_scope != "micro_batch" and self.policy_loss != "lp_reg":
+            raise ConfigError(
+                f"algorithm.lp_reg_scope={self.lp_reg_scope!r} is set but "
+                f"algorithm.policy_loss={self.policy_loss!r} (not lp_reg): remove it"
+            )
         _positive("algorithm.max_refill_rounds", self.max_refill_rounds, allow_zero=True)
         _positive("algorithm.overlong_buffer", self.overlong_buffer, allow_zero=True)
+
+    def _resolve_loss_options(self) -> None:
+        """Typed options of the policy loss (bounds checked once, by its dataclass); the
+        flat keys and loss_options are rewritten to the values the loss runs with."""
+        flat = {key: getattr(self, key) for key in loss_config.FLAT_OPTION_KEYS}
+        try:
+            resolved = loss_config.resolved_option_fields(
+                self.policy_loss, flat, dict(self.loss_options)
+            )
+        except ValueError as exc:
+            raise ConfigError(f"algorithm: {exc}") from exc
+        for key, value in resolved.items():
+            setattr(self, key, value)
+
+    @property
+    def options(self) -> LossOptions:
+        """The policy loss's validated options (``loss_kwargs()`` are its keyword args)."""
+        return loss_config.resolve_loss_options(self.policy_loss, {}, self.loss_options)
 
 
 @dataclass
@@ -257,7 +331,20 @@ class TrainConfig:
         "prompts per optimiser step (null = prompts_per_step: on-policy, one step per batch)",
         None,
     )
-    micro_batch_size: int = _help("sequences per forward/backward pass on each process", 8)
+    micro_batch_size: int = _help(
+        "sequences per forward/backward pass on each process (when micro_batch_tokens is "
+        "null). The loss weighting makes token-mean losses independent of it, but not "
+        "losses that select tokens within a micro-batch: Lp-Reg (algorithm.lp_reg_scope="
+        "micro_batch), KL-Cov, Clip-Cov and 80/20 see a different population",
+        8,
+    )
+    # --- fidelity (issue 14): token-budget micro-batches (verl's dynamic batch size)
+    micro_batch_tokens: int | None = _help(
+        "pack each process's micro-batches up to this many tokens (prompt + response) after "
+        "length bucketing (verl's use_dynamic_bsz / ppo_max_token_len_per_gpu); a longer "
+        "sequence gets its own micro-batch. null = micro_batch_size sequences",
+        None,
+    )
     ppo_epochs: int = _help("passes over each rollout batch", 1)
     length_bucketing: bool = _help(
         "sort each mini-batch's sequences by length before cutting it into micro-batches, so "
@@ -315,6 +402,8 @@ class TrainConfig:
             _positive(f"train.{name}", getattr(self, name))
         if self.logits_chunk_size is not None:
             _positive("train.logits_chunk_size", self.logits_chunk_size)
+        if self.micro_batch_tokens is not None:
+            _positive("train.micro_batch_tokens", self.micro_batch_tokens)
         if self.mini_batch_size is not None:
             _positive("train.mini_batch_size", self.mini_batch_size)
             if self.prompts_per_step % self.mini_batch_size:
@@ -389,6 +478,7 @@ class Config:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
     def __post_init__(self) -> None:
+        reject_non_finite(self)
         algo = self.algorithm
         if algo.divergence is not None and algo.divergence_coef > 0 and self.reference.per_step < 1:
             raise ConfigError(
@@ -447,6 +537,10 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
     if origin is Literal:
         _choice(key, value, typing.get_args(tp))
         return value
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}={value!r} must be a mapping")
+        return dict(value)
     if origin is list:
         (item_tp,) = typing.get_args(tp)
         if isinstance(value, str | int | float) and not isinstance(value, bool):
@@ -546,7 +640,8 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         raise ConfigError(f"override {text!r} must look like section.key=value")
     key, _, value = text.partition("=")
     parts = key.strip().split(".")
-    if len(parts) != 2 or not all(parts):
+    # section.key, or section.key.entry for a mapping (algorithm.loss_options.rho=0.5)
+    if len(parts) not in (2, 3) or not all(parts):
         raise ConfigError(f"override key {key!r} must be section.key (e.g. train.total_steps)")
     return parts, yaml.safe_load(value) if value.strip() else None
 
@@ -555,8 +650,10 @@ def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] 
     """Load a YAML config (or the defaults when ``path`` is None) and apply overrides."""
     raw = _read_yaml(Path(path)) if path is not None else {}
     for text in overrides:
-        (section, key), value = parse_override(text)
-        raw = _merge(raw, {section: {key: value}})
+        parts, value = parse_override(text)
+        for name in reversed(parts):
+            value = {name: value}
+        raw = _merge(raw, value)
     return config_from_dict(raw)
 
 

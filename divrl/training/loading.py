@@ -107,27 +107,49 @@ def shard_model(config: Config, model: torch.nn.Module, device: torch.device) ->
 def load_prompts(
     config: Config, train_path: str, db_dir: str | None, tokenizer: Any
 ) -> tuple[list[PromptItem], int]:
-    """Tokenised training prompts and the number dropped for exceeding max_prompt_length."""
+    """Tokenised training prompts and the number longer than ``data.max_prompt_length``
+    (dropped or left-truncated per ``data.truncation``; ``error`` raises when any is).
+
+    Raises:
+        ValueError: ``data.truncation=error`` and some prompts are too long (the message
+            gives their count and the settings that change it), or no prompt is left.
+    """
     from divrl.data import load_examples, render_prompt
 
-    examples = load_examples(train_path, db_dir=db_dir, limit=config.data.limit)
-    items, dropped = [], 0
+    data = config.data
+    examples = load_examples(
+        train_path, db_dir=db_dir, limit=data.limit, skip_invalid=data.skip_invalid
+    )
+    items, too_long = [], 0
     for ex in examples:
-        text = render_prompt(ex, template=config.data.template, tokenizer=tokenizer)
+        text = render_prompt(ex, template=data.template, tokenizer=tokenizer)
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-        if len(ids) > config.data.max_prompt_length:
-            dropped += 1
-            continue
+        if len(ids) > data.max_prompt_length:
+            too_long += 1
+            if data.truncation == "drop":
+                continue
+            ids = ids[-data.max_prompt_length :]  # 'left' (verl's truncation='left')
         items.append(PromptItem(str(ex.id), ids, ex.data_source, ex.ground_truth, ex.extra_info))
+    if too_long and data.truncation == "error":
+        raise ValueError(
+            f"{too_long} of {len(examples)} prompts in {train_path} are longer than "
+            f"data.max_prompt_length={data.max_prompt_length} tokens: raise "
+            "data.max_prompt_length, or set data.truncation=drop (leave them out) or "
+            "data.truncation=left (keep their last max_prompt_length tokens)"
+        )
     if not items:
         raise ValueError(f"no usable training prompts in {train_path}")
-    if dropped:
-        logger.warning(
-            "dropped %d prompts longer than data.max_prompt_length=%d tokens",
-            dropped,
-            config.data.max_prompt_length,
-        )
-    return items, dropped
+    action = {"error": "refused", "drop": "dropped", "left": "left-truncated"}[data.truncation]
+    # always reported, also when 0: a silent drop once hid most of a dataset
+    (logger.warning if too_long else logger.info)(
+        "%d of %d prompts longer than data.max_prompt_length=%d tokens (%s, data.truncation=%s)",
+        too_long,
+        len(examples),
+        data.max_prompt_length,
+        action,
+        data.truncation,
+    )
+    return items, too_long
 
 
 def make_engine(

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections import defaultdict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from divrl.fileio import append_record, atomic_write_text, fsync_path
 from divrl.runs import RunDir
 from divrl.training.collective import Collective
-from divrl.training.config import Config, dump_config
+from divrl.training.config import Config
 
 __all__ = [
     "REDUCTIONS",
@@ -26,6 +28,8 @@ __all__ = [
     "MetricWriters",
     "StepMetrics",
     "progress_postfix",
+    "read_metrics",
+    "strict_json_record",
     "truncate_metrics",
 ]
 
@@ -109,9 +113,9 @@ class MetricWriters:
         self._writers: list[tuple[str, Any]] = []
 
     def open(self) -> None:
-        """Create the run directory, write config.yaml and open the optional writers."""
+        """Open the optional writers (the run directory and config.yaml exist already:
+        :class:`~divrl.training.run_session.RunSession` writes them)."""
         self.run.root.mkdir(parents=True, exist_ok=True)
-        self.run.config_path.write_text(dump_config(self.config))
         if self.config.logging.tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
@@ -131,9 +135,8 @@ class MetricWriters:
             self._writers.append(("wandb", wb))
 
     def write(self, record: Mapping[str, float]) -> None:
-        """Append one step's record (it holds ``step``)."""
-        with self.run.metrics_path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
+        """Append one step's record (it holds ``step``) as one whole line of strict JSON."""
+        append_record(self.run.metrics_path, strict_json_record(record))
         for kind, writer in self._writers:
             if kind == "tb":
                 for k, v in record.items():
@@ -142,16 +145,56 @@ class MetricWriters:
             else:
                 writer.log(dict(record), step=record["step"])
 
+    def sync(self) -> None:
+        """Flush metrics.jsonl to disk (before a checkpoint: a checkpoint of step k implies
+        the records up to k survive a power loss)."""
+        fsync_path(self.run.metrics_path)
+
     def close(self) -> None:
         for kind, writer in self._writers:
             writer.close() if kind == "tb" else writer.finish()
         self._writers = []
 
 
+def strict_json_record(record: Mapping[str, Any]) -> str:
+    """``record`` as strict JSON (RFC 8259 has no NaN/Infinity): a non-finite value is
+    written as null and the record gains ``nonfinite_count``, the number of them."""
+    clean: dict[str, Any] = {}
+    bad = 0
+    for key, value in record.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            clean[key], bad = None, bad + 1
+        else:
+            clean[key] = value
+    if bad:
+        clean["nonfinite_count"] = bad
+    return json.dumps(clean, allow_nan=False)
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The records of a metrics.jsonl. A torn last line (a write cut by a crash or a full
+    disk) is reported with the file name and dropped; a bad line before it is an error
+    naming the file and the line."""
+    if not path.is_file():
+        return []
+    lines = path.read_bytes().split(b"\n")
+    records = []
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            records.append(json.loads(raw))
+        except ValueError as exc:  # JSONDecodeError and invalid UTF-8
+            if any(x.strip() for x in lines[number:]):
+                raise ValueError(f"{path}: line {number} is not a JSON record: {exc}") from None
+            logger.warning("%s: dropping a torn last line %d (%s)", path, number, exc)
+    return records
+
+
 def truncate_metrics(path: Path, step: int) -> None:
-    """Drop the records after ``step`` (steps logged after a checkpoint are redone)."""
+    """Drop the records after ``step`` (steps logged after a checkpoint are redone) and
+    any torn last line; the file is replaced atomically (temp file + rename)."""
     if not path.is_file():
         return
-    lines = path.read_text().splitlines()
-    kept = [ln for ln in lines if ln.strip() and json.loads(ln)["step"] <= step]
-    path.write_text("".join(ln + "\n" for ln in kept))
+    kept = [r for r in read_metrics(path) if r["step"] <= step]
+    atomic_write_text(path, "".join(strict_json_record(r) + "\n" for r in kept))

@@ -63,6 +63,7 @@ from divrl.training.metrics import (
     progress_postfix,
     truncate_metrics,
 )
+from divrl.training.run_session import RunSession
 from divrl.training.sharded_checkpointing import (
     load_sharded_run_checkpoint,
     save_sharded_run_checkpoint,
@@ -88,13 +89,19 @@ def check_divisibility(config: Config, world: int) -> None:
             f"reference.per_step={config.reference.per_step} must be divisible by the "
             f"number of processes ({world})"
         )
-    # Under FSDP every forward is a collective: each process must run as many reference
-    # micro-batches in each mini-batch as the others.
-    blocks = world * t.num_mini_batches
-    if t.strategy == "fsdp" and world > 1 and config.reference.per_step % blocks:
+    # Under FSDP every forward is a collective: each process must run as many
+    # micro-batches (rollouts and reference samples) in each mini-batch as the others.
+    if t.strategy != "fsdp" or world == 1:
+        return
+    if config.reference.per_step % (world * t.num_mini_batches):
         raise ValueError(
             f"train.strategy=fsdp: reference.per_step={config.reference.per_step} must be "
             f"divisible by processes x mini-batches ({world} x {t.num_mini_batches})"
+        )
+    if t.micro_batch_tokens is not None:
+        raise ValueError(
+            "train.strategy=fsdp on several processes needs train.micro_batch_tokens=null: "
+            "token-budget micro-batches differ in number between processes"
         )
 
 
@@ -106,10 +113,19 @@ class Trainer:
             ``data.train_path`` are set.
         reward_fn: typed requests -> ``BatchScores`` or scores (default: the verifiers).
         resume: continue from the newest checkpoint in ``logging.output_dir``.
+        overwrite: delete another run's files in ``logging.output_dir`` first (without it,
+            or ``resume``, a folder holding a run is refused).
+        resume_with_changes: config keys that may differ from the resumed run's config.yaml.
     """
 
     def __init__(
-        self, config: Config, *, reward_fn: RewardFn | None = None, resume: bool = False
+        self,
+        config: Config,
+        *,
+        reward_fn: RewardFn | None = None,
+        resume: bool = False,
+        overwrite: bool = False,
+        resume_with_changes: tuple[str, ...] = (),
     ) -> None:
         from accelerate import Accelerator
         from accelerate.utils import set_seed
@@ -122,6 +138,8 @@ class Trainer:
         set_seed(cfg.train.seed)
         self.run = RunDir(cfg.logging.output_dir)
         self.output_dir = self.run.root
+        self.session = self._check_run_dir(resume, overwrite, resume_with_changes)
+        self._corrupt_checkpoints: list = []
 
         self.model_path, train_path, db_dir = require_paths(cfg)
         model, self.tokenizer = load_policy(cfg, self.model_path)
@@ -185,9 +203,19 @@ class Trainer:
             reference_store=self.reference_store,
             pad_id=self.pad_id,
         )
+        if cfg.algorithm.policy_loss == "lp_reg":
+            logger.info("Lp-Reg selection scope: %s", cfg.algorithm.lp_reg_scope)
         self.step = 0
         if resume:
             self._load_latest_checkpoint()
+
+    def _check_run_dir(self, resume: bool, overwrite: bool, changes: tuple[str, ...]) -> RunSession:
+        """Check logging.output_dir before anything is loaded: refuse mixing runs early."""
+        session = RunSession(
+            self.run, self.config, resume=resume, overwrite=overwrite, allowed_changes=changes
+        )
+        session.check()
+        return session
 
     @property
     def policy(self) -> torch.nn.Module:
@@ -257,8 +285,9 @@ class Trainer:
         local.update(means)
         local.update(counts, reduce="sum")
         local.update(update)
-        if "loss/total" in update:  # already a sum over processes
-            local.put("loss/total", update["loss/total"], reduce="global")
+        for key in ("loss/total", "dph/effective_eta"):  # already the same on every process
+            if key in update:
+                local.put(key, update[key], reduce="global")
         metrics = local.reduced(self.collective)
         metrics["actor/skipped_steps"] = float(skipped)
         metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
@@ -277,12 +306,17 @@ class Trainer:
         end = cfg.train.total_steps
         if max_steps is not None:
             end = min(end, self.step + max_steps)
-        history = []
+        history: list[dict[str, float]] = []
+        if self.step >= end:
+            logger.info("%s: already at step %d of %d", self.run.root, self.step, end)
+            return history
         writers = MetricWriters(cfg, self.run) if acc.is_main_process else None
-        bar = self._progress_bar()
-        if writers is not None:
-            writers.open()
+        self._begin_writing(main=writers is not None)
+        bar, outcome = None, "failed"
         try:
+            if writers is not None:
+                writers.open()
+            bar = self._progress_bar()
             while self.step < end:
                 metrics = self.train_step()
                 record = {"step": self.step, **metrics}
@@ -296,16 +330,45 @@ class Trainer:
                 if (every and self.step % every == 0) or (
                     self.step == cfg.train.total_steps and cfg.checkpoint.save_final
                 ):
+                    if writers is not None:
+                        writers.sync()
                     self.save_checkpoint()
                 if on_step is not None:
                     on_step(self.step, record)
+            outcome = "finish" if self.step >= cfg.train.total_steps else "pause"
+        except KeyboardInterrupt:
+            outcome = "interrupted"
+            raise
         finally:
             if bar is not None:
                 bar.close()
             if writers is not None:
                 writers.close()
+                self.session.end(outcome, self.step)
         acc.wait_for_everyone()
         return history
+
+    def _begin_writing(self, main: bool) -> None:
+        """Before the first write, the main process takes the run's lock and writes its
+        files (run_session); on resume it cuts metrics.jsonl back to the checkpoint's step
+        and moves unloadable checkpoints aside. Every process learns whether that worked,
+        so that a refused lock stops all of them instead of leaving the others waiting."""
+        error = None
+        if main:
+            try:
+                self.session.begin(self.step)
+                if self.session.resume:
+                    truncate_metrics(self.run.metrics_path, self.step)
+                    checkpointing.set_corrupt_aside(self.run, self._corrupt_checkpoints)
+            except Exception as exc:
+                error = exc
+        failed = any(self.collective.all_gather_object(error is not None))
+        if error is not None:
+            if self.session.lock.held:
+                self.session.end("failed", self.step)
+            raise error
+        if failed:
+            raise RuntimeError("the main process could not open the run directory (see its error)")
 
     def _progress_bar(self):
         if not (self.config.logging.progress and self.accelerator.is_main_process):
@@ -323,6 +386,7 @@ class Trainer:
             "sampler": self.sampler.state_dict(),
             "reference_cursor": self.ref_sampler.state_dict() if self.ref_sampler else None,
             "world_size": self.world,
+            "run_id": self.session.run_id,
         }
         if self.config.train.strategy == "fsdp":
             return self._save_sharded_checkpoint(state)
@@ -349,7 +413,8 @@ class Trainer:
             state,
         )
         if self.accelerator.is_main_process:
-            checkpointing.prune_checkpoints(self.run, self.config.checkpoint.keep_last)
+            keep = self.config.checkpoint.keep_last
+            checkpointing.prune_checkpoints(self.run, keep, state.get("run_id"))
         self.accelerator.wait_for_everyone()
         return path
 
@@ -367,13 +432,16 @@ class Trainer:
                 "with train.strategy=ddp (a sharded run cannot read a DDP checkpoint's state)"
             )
         else:
-            ckpt, state = checkpointing.load_checkpoint(self.run, self.accelerator, self.scheduler)
+            ckpt, state, self._corrupt_checkpoints = checkpointing.load_checkpoint(
+                self.run, self.accelerator, self.scheduler
+            )
         self.sampler.load_state_dict(state["sampler"])
         if self.ref_sampler is not None and state["reference_cursor"] is not None:
             self.ref_sampler.load_state_dict(state["reference_cursor"])
         self.step = int(state["step"])
+        checkpointing.apply_optimizer_changes(
+            self.optimizer, self.scheduler, self.config.optim, self.session.changes
+        )
         self._sync_engine()
-        if self.accelerator.is_main_process:  # steps logged after the checkpoint are redone
-            truncate_metrics(self.run.metrics_path, self.step)
-        self.accelerator.wait_for_everyone()
+        # metrics logged after the checkpoint are cut when writing starts (under the lock)
         logger.info("resumed from %s (step %d)", ckpt.path, self.step)

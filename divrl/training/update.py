@@ -1,17 +1,22 @@
 """Stage 2 of a training step: the update (log-prob passes, losses, optimiser steps).
 
-Loss weighting (token-mean): every micro-batch's loss is weighted by its share of the
-mini-batch's tokens counted over all processes (:func:`micro_batch_weight`), so the
-gradient is exactly the token-mean of the whole mini-batch whatever the number of processes
-and micro-batches. DPH-RL's ``paper`` weighting token-means rollouts and reference samples
-separately (``L_pg + eta * L_f``); ``concat`` (the authors' code) token-means both streams
-together.
+Micro-batches: ``train.micro_batch_size`` sequences, or packed up to
+``train.micro_batch_tokens`` tokens (:func:`pack_by_tokens`), after length bucketing; a
+micro-batch holds rollouts or DPH reference samples, never both.
+
+Loss weighting: each micro-batch's aggregated loss is multiplied by its weight from
+:func:`divrl.algorithms.micro_batch_weights`, computed over the micro-batches of ALL
+processes (kinds and token counts gathered), times ``world`` because DDP averages the
+processes' gradients. Without reference samples that is each micro-batch's share of the
+mini-batch's tokens (token-mean): the gradient is exactly the token-mean of the whole
+mini-batch whatever the number of processes and micro-batches. With reference samples
+``algorithm.divergence_weighting`` decides the reference stream's weight (``authors``,
+``paper``, ``concat``; docs/algorithms.md), logged as ``dph/effective_eta``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
 import math
 from collections.abc import Sequence
@@ -21,12 +26,15 @@ import torch
 
 from divrl.algorithms import (
     aggregate,
-    get_policy_loss,
     kl_estimate,
     logit_stats,
+    micro_batch_weights,
+    policy_loss_spec,
     reference_divergence_loss,
+    stream_weights,
     token_log_probs,
 )
+from divrl.algorithms.dph_weighting import REFERENCE, ROLLOUT
 from divrl.data.reference_store import ReferenceStore
 from divrl.training.batch import Experience, PaddedPairs, ReferenceSamples
 from divrl.training.collective import Collective
@@ -34,7 +42,7 @@ from divrl.training.config import Config
 from divrl.training.forward import response_logits, to_device
 from divrl.training.metrics import MetricMeter
 
-__all__ = ["PolicyUpdate", "chunks", "micro_batch_weight", "split"]
+__all__ = ["PolicyUpdate", "chunks", "pack_by_tokens", "split"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,34 +63,27 @@ def split(indices: Sequence[int], parts: int) -> list[list[int]]:
     return out
 
 
-def micro_batch_weight(
-    kind: str,
-    tokens: int,
-    *,
-    policy_tokens: float,
-    reference_tokens: float,
-    policy_micro_batches: int,
-    reference_micro_batches: int,
-    world: int,
-    token_mean: bool,
-    concat: bool,
-    eta: float,
-) -> float:
-    """The factor on one micro-batch's (already token-meaned) loss.
+def pack_by_tokens(indices: Sequence[int], lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """Consecutive pieces of ``indices`` whose ``lengths`` add up to at most ``budget`` (a
+    sequence longer than the budget is a piece of its own).
 
-    ``kind`` is ``"pg"`` (rollouts) or ``"ref"`` (DPH reference samples); ``tokens`` its
-    response tokens; ``policy_tokens`` / ``reference_tokens`` the mini-batch's tokens of
-    each stream over all ``world`` processes. Token-mean: ``tokens * world / denominator``
-    (the stream's tokens, or both streams' under ``concat``); otherwise each micro-batch
-    counts equally in its stream (``1 / micro-batches``). Reference micro-batches are
-    multiplied by ``eta``. Summed over the processes' micro-batches and divided by
-    ``world`` (DDP averages gradients), the weights of a stream add up to 1 (``eta``).
+    Like verl's dynamic batch size (``use_dynamic_bsz``, ``ppo_max_token_len_per_gpu``),
+    which also caps the sum of the sequences' tokens; verl balances the pieces
+    (Karmarkar-Karp), this packs greedily in the given (length-sorted) order.
     """
-    if kind == "pg":
-        denom = (policy_tokens + reference_tokens) if concat else policy_tokens
-        return tokens * world / denom if token_mean else 1.0 / policy_micro_batches
-    denom = (policy_tokens + reference_tokens) if concat else reference_tokens
-    return eta * (tokens * world / denom if token_mean else 1.0 / reference_micro_batches)
+    pieces: list[list[int]] = []
+    current: list[int] = []
+    used = 0
+    for i in indices:
+        n = int(lengths[i])
+        if current and used + n > budget:
+            pieces.append(current)
+            current, used = [], 0
+        current.append(i)
+        used += n
+    if current:
+        pieces.append(current)
+    return pieces
 
 
 class PolicyUpdate:
@@ -119,15 +120,23 @@ class PolicyUpdate:
             else ReferenceSamples.from_samples(reference_store.samples, pad_id)
         )
         self.chunk = config.train.logits_chunk_size
-        self.policy_loss_fn = get_policy_loss(config.algorithm.policy_loss)
-        self._loss_params = set(inspect.signature(self.policy_loss_fn).parameters)
+        self.loss_spec = policy_loss_spec(config.algorithm.policy_loss)
+        self.loss_options = config.algorithm.options  # typed, validated once by the config
+        self.agg = self.loss_options.agg  # also aggregates the KL, entropy and DPH terms
+        self.kappa = getattr(self.loss_options, "kappa", None)  # Lp-Reg's proxy only
 
     def _inputs(self, pairs: PaddedPairs, idx: Sequence[int]) -> dict[str, torch.Tensor]:
         return to_device(pairs.model_inputs(idx), self.accelerator.device)
 
-    def _order(self, exp: Experience) -> list[int]:
-        order = list(range(len(exp)))
-        return exp.by_length(order) if self.config.train.length_bucketing else order
+    def micro_batches(self, pairs: PaddedPairs, rows: Sequence[int]) -> list[list[int]]:
+        """``rows`` cut into micro-batches: length-bucketed (``train.length_bucketing``),
+        then ``train.micro_batch_tokens`` tokens or ``train.micro_batch_size`` rows each."""
+        train = self.config.train
+        rows = pairs.by_length(rows) if train.length_bucketing else list(rows)
+        if train.micro_batch_tokens is None:
+            return chunks(rows, train.micro_batch_size)
+        lengths = (pairs.prompt_lengths + pairs.response_lengths).tolist()
+        return pack_by_tokens(rows, lengths, train.micro_batch_tokens)
 
     # ------------------------------------------------------------------ no-grad passes
 
@@ -136,7 +145,7 @@ class PolicyUpdate:
         """Old log-probs and the Lp-Reg proxy (off-policy), reference log-probs (reverse KL),
         written into ``exp`` as ``[N, R]`` tensors (zero beyond each response)."""
         cfg = self.config
-        temp, micro = cfg.rollout.temperature, cfg.train.micro_batch_size
+        temp = cfg.rollout.temperature
         lp_reg = cfg.algorithm.policy_loss == "lp_reg"
         if not cfg.train.on_policy:
             policy = self.accelerator.unwrap_model(self.model)
@@ -144,7 +153,7 @@ class PolicyUpdate:
             if lp_reg:
                 exp.proxy_log_probs = torch.zeros(exp.responses.shape)
                 exp.log_normalizers = torch.zeros(exp.responses.shape)
-            for idx in chunks(self._order(exp), micro):
+            for idx in self.micro_batches(exp, range(len(exp))):
                 data = self._inputs(exp, idx)
                 # one pass over the logits: the old log-probs and pi_old's Lp-Reg proxy
                 stats = logit_stats(
@@ -153,7 +162,7 @@ class PolicyUpdate:
                     temp,
                     self.chunk,
                     with_entropy=False,
-                    minp_kappa=cfg.algorithm.lp_reg_kappa if lp_reg else None,
+                    minp_kappa=self.kappa if lp_reg else None,
                 )
                 _scatter(exp.old_log_probs, idx, stats.log_prob, data["response_mask"])
                 if lp_reg:
@@ -161,36 +170,63 @@ class PolicyUpdate:
                     _scatter(exp.log_normalizers, idx, stats.log_normalizer, data["response_mask"])
         if self.ref_model is not None:
             exp.ref_log_probs = torch.zeros(exp.responses.shape)
-            for idx in chunks(self._order(exp), micro):
+            for idx in self.micro_batches(exp, range(len(exp))):
                 data = self._inputs(exp, idx)
                 logits = response_logits(self.ref_model, data)
                 lp = token_log_probs(logits, data["responses"], temp, self.chunk)
                 _scatter(exp.ref_log_probs, idx, lp, data["response_mask"])
 
-    # ------------------------------------------------------------------ losses
+    # ------------------------------------------------------------------ Lp-Reg scope
 
-    def _loss_options(self, entropy: torch.Tensor, proxy, log_z) -> dict[str, Any]:
-        """The config's settings under the loss functions' argument names (only those the
-        configured loss takes are passed)."""
+    @property
+    def _scoped_lp_reg(self) -> bool:
         algo = self.config.algorithm
-        options = {
-            "clip_low": algo.clip_low,
-            "clip_high": algo.clip_high,
-            "dual_clip": algo.dual_clip,
-            "agg": algo.loss_agg,
-            "rho": algo.lp_reg_rho,
-            "beta": algo.lp_reg_beta,
-            "proxy_log_prob": proxy,
-            "log_normalizer": log_z,
-            "kl_cov_ratio": algo.kl_cov_ratio,
-            "ppo_kl_coef": algo.kl_cov_coef,
-            "clip_ratio": algo.clip_cov_ratio,
-            "clip_cov_lb": algo.clip_cov_lb,
-            "clip_cov_ub": algo.clip_cov_ub,
-            "entropy": entropy.detach(),
-            "top_fraction": algo.high_entropy_fraction,
-        }
-        return {k: v for k, v in options.items() if k in self._loss_params}
+        return algo.policy_loss == "lp_reg" and algo.lp_reg_scope != "micro_batch"
+
+    @torch.no_grad()
+    def select_lp_reg(self, exp: Experience, seqs: list[int], meter: MetricMeter) -> None:
+        """Lp-Reg's selection over ``algorithm.lp_reg_scope`` (the mini-batch ``seqs`` or
+        the whole step, over all processes) instead of each micro-batch: the current
+        policy's log-probs of the population's negative-advantage tokens (one no-grad
+        pass), the rho-share threshold, and ``exp.lp_reg_selected`` for the loss."""
+        step_wide = self.config.algorithm.lp_reg_scope == "step"
+        population = list(range(len(exp))) if step_wide else list(seqs)
+        policy = self.accelerator.unwrap_model(self.model)
+        lp = torch.zeros(exp.responses.shape)
+        for idx in self.micro_batches(exp, population):
+            data = self._inputs(exp, idx)
+            values = token_log_probs(
+                response_logits(policy, data),
+                data["responses"],
+                self.config.rollout.temperature,
+                self.chunk,
+            )
+            _scatter(lp, idx, values, data["response_mask"])
+        rows = torch.as_tensor(population, dtype=torch.long)
+        negative = exp.advantages[rows] < 0
+        candidates = (exp.response_mask[rows] > 0) & negative.view(-1, 1)
+        threshold, population_size = self._lowest_share(lp[rows][candidates])
+        in_population = torch.zeros(exp.responses.shape, dtype=torch.bool)
+        in_population[rows] = candidates & (lp[rows] <= threshold)
+        # the mini-batch's rows only: the next mini-batch selects again, after this update
+        exp.lp_reg_selected = torch.zeros_like(in_population)
+        exp.lp_reg_selected[seqs] = in_population[seqs]
+        meter.add({"lp_reg/population_negative": population_size})
+
+    def _lowest_share(self, values: torch.Tensor) -> tuple[float, float]:
+        """(threshold, N): the k-th lowest of the candidates' log-probs of all processes,
+        ``k = max(1, floor(rho * N))`` (``-inf`` when ``k < min_k``), and ``N``."""
+        rho, min_k = self.loss_options.rho, self.loss_options.min_k
+        (total,) = self.collective.all_reduce([float(values.numel())])
+        k = max(1, math.floor(rho * total))
+        if total == 0 or k < min_k:
+            return -math.inf, total
+        # only a process's own k lowest can be among the k lowest of all
+        lowest = torch.topk(values, min(k, values.numel()), largest=False).values.tolist()
+        pooled = sorted(v for part in self.collective.all_gather_object(lowest) for v in part)
+        return pooled[k - 1], total
+
+    # ------------------------------------------------------------------ losses
 
     def policy_micro(self, exp: Experience, idx: list[int]) -> tuple[torch.Tensor, dict, int]:
         """(loss, metrics, response tokens) of the rollout rows ``idx``."""
@@ -206,7 +242,7 @@ class PolicyUpdate:
             responses,
             cfg.rollout.temperature,
             self.chunk,
-            minp_kappa=algo.lp_reg_kappa if proxy_here else None,
+            minp_kappa=self.kappa if proxy_here else None,
         )
         lp = stats.log_prob
         entropy = stats.entropy if algo.entropy_coef > 0 else stats.entropy.detach()
@@ -222,13 +258,20 @@ class PolicyUpdate:
         else:
             old = stored(exp.old_log_probs)
             proxy, log_z = stored(exp.proxy_log_probs), stored(exp.log_normalizers)
-        # keywords throughout: the registered losses agree on names, not on positions
-        loss, metrics = self.policy_loss_fn(
+        # the tensors a loss may take; it gets those its options declare (INPUTS)
+        available = {
+            "proxy_log_prob": proxy,
+            "log_normalizer": log_z,
+            "entropy": entropy.detach(),
+            "selected": stored(exp.lp_reg_selected),
+        }
+        loss, metrics = self.loss_spec.fn(
             log_prob=lp,
             old_log_prob=old,
             advantages=exp.advantages[idx].to(lp.device),
             mask=mask,
-            **self._loss_options(entropy, proxy, log_z),
+            **self.loss_options.loss_kwargs(),
+            **{k: available[k] for k in self.loss_options.INPUTS if available[k] is not None},
         )
         metrics = dict(metrics)
         attention = data["attention_mask"]
@@ -241,12 +284,12 @@ class PolicyUpdate:
         )
         if algo.kl_coef > 0:
             kl = aggregate(
-                kl_estimate(lp, stored(exp.ref_log_probs), algo.kl_estimator), mask, algo.loss_agg
+                kl_estimate(lp, stored(exp.ref_log_probs), algo.kl_estimator), mask, self.agg
             )
             loss = loss + algo.kl_coef * kl
             metrics["actor/ref_kl"] = float(kl.detach())
         if algo.entropy_coef > 0:
-            loss = loss - algo.entropy_coef * aggregate(entropy, mask, algo.loss_agg)
+            loss = loss - algo.entropy_coef * aggregate(entropy, mask, self.agg)
         return loss, metrics, int(mask.sum().item())
 
     def reference_micro(self, rows: list[int]) -> tuple[torch.Tensor, dict, int]:
@@ -257,24 +300,36 @@ class PolicyUpdate:
         lp = token_log_probs(logits, data["responses"], self.config.rollout.temperature, self.chunk)
         ref = samples.ref_log_probs[rows, : lp.shape[1]].to(lp.device)
         loss, metrics = reference_divergence_loss(
-            lp, ref, data["response_mask"], algo.divergence, algo.divergence_alpha, algo.loss_agg
+            lp, ref, data["response_mask"], algo.divergence, algo.divergence_alpha, self.agg
         )
         return loss, metrics, int(data["response_mask"].sum().item())
 
     # ------------------------------------------------------------------ the optimiser step
 
     def _jobs(self, exp: Experience, seqs: list[int], refs: list[int]) -> list[tuple[str, list]]:
-        micro = self.config.train.micro_batch_size
-        if self.config.train.length_bucketing:
-            seqs = exp.by_length(seqs)
-            if refs:
-                refs = self.reference_samples.by_length(refs)
-        return [("pg", c) for c in chunks(seqs, micro)] + [("ref", c) for c in chunks(refs, micro)]
+        jobs = [(ROLLOUT, c) for c in self.micro_batches(exp, seqs)] if seqs else []
+        if refs:
+            jobs += [(REFERENCE, c) for c in self.micro_batches(self.reference_samples, refs)]
+        return jobs
 
-    def _token_counts(self, exp: Experience, seqs: list[int], refs: list[int]) -> list[float]:
-        tok_pg = int(exp.response_lengths[seqs].sum()) if seqs else 0
-        tok_ref = int(self.reference_samples.response_lengths[refs].sum()) if refs else 0
-        return self.collective.all_reduce([tok_pg, tok_ref])
+    def _weights(self, exp: Experience, jobs: list[tuple[str, list]]) -> tuple[list[float], float]:
+        """This process's micro-batch weights (times ``world``: DDP averages gradients) from
+        all processes' micro-batch kinds and token counts, and the step's effective eta."""
+        algo = self.config.algorithm
+        pairs = {ROLLOUT: exp, REFERENCE: self.reference_samples}
+        mine = [(kind, int(pairs[kind].response_lengths[idx].sum())) for kind, idx in jobs]
+        parts = self.collective.all_gather_object(mine)
+        offset = sum(len(p) for p in parts[: self.collective.rank])
+        kinds = [k for part in parts for k, _ in part]
+        tokens = [n for part in parts for _, n in part]
+        # without reference samples every weighting is the rollouts' token share ('paper')
+        mode = algo.divergence_weighting if REFERENCE in kinds else "paper"
+        args = (kinds, tokens, algo.divergence_coef, mode)
+        token_mean = self.agg == "token-mean"
+        weights = micro_batch_weights(*args, token_mean=token_mean)
+        world = self.collective.world
+        local = [w * world for w in weights[offset : offset + len(jobs)]]
+        return local, stream_weights(*args, token_mean=token_mean).effective_eta
 
     def step(
         self, exp: Experience, seqs: list[int], refs: list[int], meter: MetricMeter, step: int
@@ -282,27 +337,21 @@ class PolicyUpdate:
         """Accumulate one mini-batch's gradients (rollout rows ``seqs``, reference rows
         ``refs``) and step the optimiser; False when the step was skipped (a non-finite loss
         or gradient norm)."""
-        algo, world = self.config.algorithm, self.collective.world
+        world = self.collective.world
+        if self._scoped_lp_reg:
+            self.select_lp_reg(exp, seqs, meter)
         jobs = self._jobs(exp, seqs, refs)
-        tok_pg, tok_ref = self._token_counts(exp, seqs, refs)
-        n_pg = sum(1 for k, _ in jobs if k == "pg")
-        weigh = {
-            "policy_tokens": tok_pg,
-            "reference_tokens": tok_ref,
-            "policy_micro_batches": n_pg,
-            "reference_micro_batches": len(jobs) - n_pg,
-            "world": world,
-            "token_mean": algo.loss_agg == "token-mean",
-            "concat": algo.divergence_weighting == "concat",
-            "eta": algo.divergence_coef,
-        }
+        weights, effective_eta = self._weights(exp, jobs)
+        if self.reference_samples is not None:
+            meter.add({"dph/effective_eta": effective_eta})
         nonfinite = objective = 0.0
-        for j, (kind, idx) in enumerate(jobs):
+        for j, ((kind, idx), weight) in enumerate(zip(jobs, weights, strict=True)):
             sync = j == len(jobs) - 1
             with contextlib.nullcontext() if sync else self.accelerator.no_sync(self.model):
-                micro = self.policy_micro(exp, idx) if kind == "pg" else self.reference_micro(idx)
+                micro = (
+                    self.policy_micro(exp, idx) if kind == ROLLOUT else self.reference_micro(idx)
+                )
                 loss, metrics, ntok = micro
-                weight = micro_batch_weight(kind, ntok, **weigh)
                 self.accelerator.backward(loss * weight)
             value = float(loss.detach())
             nonfinite = max(nonfinite, 0.0 if math.isfinite(value) else 1.0)

@@ -118,8 +118,16 @@ def test_report_from_synthetic_runs(dirs, capsys):
     # the tables name every model and report retention against the base
     assert "| grpo |" in md and "| DPH-JS |" in md and "| base (base) |" in md
     assert "retention" in md and "P@8 / base [CI]" in md
+    # the headline puts diversity beside accuracy, per eval set and model
+    headline = md.split("## Headline")[1].split("##")[0]
+    assert (
+        "styles / prompt" in headline and "1 style" in headline and "P@n [CI] (n = 8)" in headline
+    )
+    assert "| test | base |" in headline and "| ood_math | base |" in headline
+    assert "|  | DPH-JS |" in headline  # the set is named once per group of rows
+    assert "Missing evaluations" not in md
     html = (out / "report.html").read_text()
-    assert "<table>" in html and '<img src="training_curves.png"' in html
+    assert "<table>" in html and 'src="training_curves.png"' not in html
 
 
 def test_report_without_base_and_bad_input(dirs, tmp_path, capsys):
@@ -132,3 +140,119 @@ def test_report_without_base_and_bad_input(dirs, tmp_path, capsys):
     assert "not a directory" in capsys.readouterr().err
     assert main(["report", str(grpo), str(grpo), "--out", str(out)]) == 2
     assert "names must differ" in capsys.readouterr().err
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """What each saved figure drew: per PNG name, per axes the line colours by label, the
+    number of shaded bands, the y limits, the x tick values and the y tick labels."""
+    from divrl.evaluation import plots
+
+    figures = {}
+    save = plots._save
+
+    def recording_save(fig, path):
+        axes = []
+        for ax in fig.axes:
+            if not ax.get_visible():
+                continue
+            lines = {ln.get_label(): ln.get_color() for ln in ax.get_lines()}
+            axes.append(
+                {
+                    "lines": {k: v for k, v in lines.items() if not k.startswith("_")},
+                    "bands": len(ax.collections),
+                    "bars": {b.get_label(): b.patches[0].get_facecolor() for b in ax.containers},
+                    "ylim": ax.get_ylim(),
+                    "xticks": list(ax.get_xticks()),
+                    "yticklabels": [t.get_text() for t in ax.get_yticklabels()],
+                }
+            )
+        figures[path.name if hasattr(path, "name") else str(path)] = axes
+        return save(fig, path)
+
+    monkeypatch.setattr(plots, "_save", recording_save)
+    return figures
+
+
+def test_report_plots_colours_zoom_bands_and_steps(dirs, drawn):
+    import matplotlib.colors as mcolors
+
+    tmp, base, grpo, dph = dirs
+    out = tmp / "report_plots"
+    assert main(["report", str(grpo), f"DPH-JS={dph}", "--base", str(base), "--out", str(out)]) == 0
+    colour = {}  # model -> colour, must be the same in every plot
+    for name, axes in drawn.items():
+        for ax in axes:
+            for label, c in ax["lines"].items():
+                model = label.split(" (")[0]
+                colour.setdefault(model, mcolors.to_hex(c))
+                assert mcolors.to_hex(c) == colour[model], (name, label)
+            for label, c in ax["bars"].items():
+                colour.setdefault(label, mcolors.to_hex(c))
+                assert mcolors.to_hex(c) == colour[label], (name, label)
+    assert len({colour["base"], colour["grpo"], colour["DPH-JS"]}) == 3
+    # relative Pass@k: the base is not a coloured line, grpo keeps its colour, bands drawn
+    rel = drawn["relative_pass_at_k_test.png"][0]
+    assert set(rel["lines"]) == {"grpo", "DPH-JS", "base (= 1)"}
+    assert rel["bands"] == 2
+    # absolute Pass@k: bands, and a y axis zoomed to the data rather than 0..1
+    absolute = drawn["pass_at_k_ood_math.png"][0]
+    assert absolute["bands"] == 3
+    assert absolute["ylim"][0] > 0.05 or absolute["ylim"][1] < 0.95
+    # training curves: integer step ticks
+    for ax in drawn["training_curves.png"]:
+        assert all(float(t).is_integer() for t in ax["xticks"])
+    # style histogram: horizontal bars, style names on the y axis
+    assert set(drawn["styles_test.png"][0]["yticklabels"]) == set(STYLES)
+
+
+def test_report_html_is_self_contained(dirs):
+    import re
+
+    tmp, base, grpo, dph = dirs
+    out = tmp / "report_html"
+    assert main(["report", str(grpo), f"DPH-JS={dph}", "--base", str(base), "--out", str(out)]) == 0
+    html = (out / "report.html").read_text()
+    sources = re.findall(r'<img src="([^"]*)"', html)
+    assert len(sources) == 7  # Pass@k, relative, styles per set (2) + training curves
+    assert all(src.startswith("data:image/png;base64,") for src in sources)
+    assert "<link" not in html and "<script" not in html
+
+
+def test_report_warns_about_missing_evals_and_strict_fails(dirs, capsys):
+    import shutil
+
+    tmp, base, grpo, dph = dirs
+    shutil.rmtree(dph / "eval" / "ood_math")
+    out = tmp / "report_missing"
+    argv = ["report", str(grpo), f"DPH-JS={dph}", "--base", str(base), "--out", str(out)]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "warning: model DPH-JS has no evaluation of ood_math" in err
+    assert err.count("warning:") == 1  # base and grpo have every set
+    md = (out / "report.md").read_text()
+    assert "## Missing evaluations" in md and "DPH-JS has no evaluation of ood_math" in md
+    strict_out = tmp / "report_strict"
+    assert main([*argv[:-1], str(strict_out), "--strict"]) == 2
+    err = capsys.readouterr().err
+    assert "--strict: model DPH-JS has no evaluation of ood_math" in err
+    assert "Traceback" not in err and not strict_out.exists()
+
+
+def test_report_escapes_untrusted_names(dirs):
+    tmp, base, grpo, _ = dirs
+    evil = "<img src=x onerror=alert(1)>"
+    results = fake_results(6, 4, [0.5], (1, 1, 1, 1), 9)
+    write_eval(base, {evil: results})
+    write_eval(grpo / "eval", {evil: results})
+    out = tmp / "report_evil"
+    argv = ["report", f"<b>grpo</b>={grpo}", "--base", str(base), "--out", str(out)]
+    assert main([*argv, "--title", f"<script>alert(2)</script> {evil}"]) == 0
+    html = (out / "report.html").read_text()
+    assert "<img src=x" not in html and "<script>" not in html and "<b>" not in html
+    assert "&lt;img src=x onerror=alert(1)&gt;" in html
+    assert "<title>&lt;script&gt;alert(2)&lt;/script&gt;" in html
+    # the set's plots are written inside the report folder under a file-safe name
+    written = sorted(p.name for p in out.iterdir())
+    assert "pass_at_k__img_src_x_onerror_alert_1__.png" in written
+    assert all(p.parent == out for p in out.rglob("*"))

@@ -119,7 +119,9 @@ def test_config_validation_messages(tmp_path, store):
     with pytest.raises(ValueError, match="lp_reg_kappa"):
         make_args(tmp_path, lp_reg=True, lp_reg_kappa=2.0)
     with pytest.raises(ValueError, match="lp_reg_rho"):
-        make_args(tmp_path, lp_reg=True, lp_reg_rho=0.0)
+        make_args(tmp_path, lp_reg=True, lp_reg_rho=1.5)
+    with pytest.raises(ValueError, match="dph_weighting"):
+        make_args(tmp_path, dph_divergence="js", dph_reference_store=str(store), dph_weighting="x")
     args = make_args(
         tmp_path, dph_divergence="alpha", dph_alpha=0.5, dph_reference_store=str(store)
     )
@@ -134,6 +136,7 @@ def test_config_validation_messages(tmp_path, store):
         "dph_alpha",
         "dph_reference_store",
         "dph_batch_size",
+        "dph_weighting",
         "lp_reg",
         "lp_reg_kappa",
         "lp_reg_rho",
@@ -222,15 +225,22 @@ def test_eta_zero_and_lp_reg_off_equals_plain_grpo(tmp_path, tokenizer, store):
     assert adapter._metrics["train"]["divrl/dph/divergence"]
 
 
-@pytest.mark.parametrize("kind", ["js", "forward_kl"])
-def test_dph_term_is_eta_times_divergence_over_grad_accum(tmp_path, tokenizer, foreign_store, kind):
+@pytest.mark.parametrize(
+    ("kind", "weighting"), [("js", "paper"), ("forward_kl", "paper"), ("js", "authors")]
+)
+def test_dph_term_is_eta_times_divergence_over_grad_accum(
+    tmp_path, tokenizer, foreign_store, kind, weighting
+):
     """Loss and gradient added by DPH = eta / GA * D_f on the seeded reference draw, with
-    D_f recomputed here sample by sample on unpadded sequences."""
+    D_f recomputed here sample by sample on unpadded sequences; under the `authors`
+    weighting eta is further multiplied by the reference samples' share of the samples
+    (reference samples per micro-batch / completions in it)."""
     eta, ga, per_step = 0.5, 2, 3
     common = dict(
         dph_divergence=kind,
         dph_reference_store=str(foreign_store),
         dph_batch_size=per_step,
+        dph_weighting=weighting,
         gradient_accumulation_steps=ga,
     )
     base = build(DivRLGRPOTrainer, make_args(tmp_path, dph_eta=0.0, **common), tokenizer)
@@ -241,6 +251,9 @@ def test_dph_term_is_eta_times_divergence_over_grad_accum(tmp_path, tokenizer, f
     batch = rollout_batch(base)
     loss0, grads0 = loss_and_grads(base, batch)
     loss1, grads1 = loss_and_grads(with_dph, batch)
+    if weighting == "authors":
+        assert batch["completion_ids"].shape[0] == 8  # 2 prompts x 4 generations
+        eta = eta * per_step / 8
 
     samples = ReferenceStore(foreign_store).samples
     drawn = [samples[i] for i in EpochSampler(len(samples), seed=0).take(per_step)]

@@ -64,8 +64,10 @@ def test_score_command_skip_invalid(tmp_path, capsys):
     comps = tmp_path / "c.jsonl"
     comps.write_text(json.dumps({"id": "math-1", "completion": "\\boxed{80}"}) + "\n")
     args = ["score", "--data", str(data), "--completions", str(comps)]
+    assert main(args) == 2  # divrl.cli: one paragraph, no traceback
+    assert "row 2: field 'answer'" in capsys.readouterr().err
     with pytest.raises(DataValidationError, match="row 2: field 'answer'"):
-        main(args)
+        main(["--debug", *args])
     assert main([*args, "--skip-invalid"]) == 0
     out = capsys.readouterr().out
     assert "(2 examples, 1 invalid rows skipped)" in out and "mean score: 1.0000" in out

@@ -9,6 +9,7 @@ from divrl.training.config import Config, ConfigError, config_from_dict, load_co
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 PRESETS = [
     "grpo",
+    "grpo_math",
     "dapo",
     "grpo_rkl",
     "dph_f",
@@ -32,6 +33,7 @@ SCALE_KEYS = {
     ("train", "prompts_per_step"),
     ("train", "mini_batch_size"),
     ("train", "micro_batch_size"),
+    ("train", "micro_batch_tokens"),
     ("train", "total_steps"),
     ("optim", "lr"),
     ("reference", "store"),
@@ -39,6 +41,8 @@ SCALE_KEYS = {
     ("logging", "output_dir"),
     ("algorithm", "overlong_buffer"),
 }
+# deliberate toy variants, said in the toy preset's header
+TOY_VARIANTS = {"dapo": {("algorithm", "dynamic_sampling")}}
 
 
 def test_defaults_are_valid():
@@ -107,7 +111,8 @@ def test_presets_load_and_toy_presets_change_only_scale(name):
         for key, value in values.items()
         if full.to_dict()[section][key] != value
     }
-    assert changed <= SCALE_KEYS, changed - SCALE_KEYS
+    allowed = SCALE_KEYS | TOY_VARIANTS.get(name, set())
+    assert changed <= allowed, changed - allowed
     # every value line of a preset carries a comment with its source or reason
     text = (CONFIGS / f"{name}.yaml").read_text()
     assert "Sources:" in text
@@ -119,13 +124,15 @@ def test_preset_methods():
     def cfg(name):
         return load_config(CONFIGS / f"{name}.yaml")
 
-    assert cfg("dapo").algorithm.clip_high == 0.28 and cfg("dapo").algorithm.dynamic_sampling
+    # the DPH-RL authors' "DAPO" script: clip-higher and a KL term, no dynamic sampling
+    assert cfg("dapo").algorithm.clip_high == 0.28 and not cfg("dapo").algorithm.dynamic_sampling
+    assert load_config(CONFIGS / "toy" / "dapo.yaml").algorithm.dynamic_sampling
     assert cfg("grpo_rkl").algorithm.kl_coef == 0.01
     assert cfg("grpo_rkl").algorithm.kl_estimator == "k3"
     assert cfg("dph_js").algorithm.divergence == "js"
     assert cfg("dph_js").algorithm.divergence_coef == 0.2
     assert cfg("dph_js").algorithm.kl_coef == 0.0
-    assert cfg("dph_alpha").algorithm.divergence_alpha == 0.5
+    assert cfg("dph_alpha").algorithm.divergence_alpha == 0.2
     lp = cfg("lp_reg").algorithm
     assert (lp.policy_loss, lp.clip_low, lp.clip_high, lp.lp_reg_kappa) == (
         "lp_reg",
@@ -160,3 +167,77 @@ def test_docs_list_every_config_key():
             )
             row = f"| `{f.name}` | `{shown}` |"
             assert row in docs, f"docs/training.md lacks {section.name}: {row}"
+
+
+def test_gspo_runs_with_its_own_clip_range_and_aggregation():
+    algo = load_config(None, ["algorithm.policy_loss=gspo"]).algorithm
+    assert (algo.clip_low, algo.clip_high, algo.loss_agg) == (3e-4, 4e-4, "seq-mean-token-mean")
+    assert algo.options.loss_kwargs() == {
+        "clip_low": 3e-4,
+        "clip_high": 4e-4,
+        "agg": "seq-mean-token-mean",
+    }
+    # unset means the loss's default; set means set
+    algo = load_config(None, ["algorithm.policy_loss=gspo", "algorithm.clip_high=1e-3"]).algorithm
+    assert (algo.clip_low, algo.clip_high) == (3e-4, 1e-3)
+    assert load_config().algorithm.options.loss_kwargs()["clip_low"] == 0.2  # vanilla
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["algorithm.policy_loss=gspo", "algorithm.dual_clip=3"],
+            "'gspo' does not take 'dual_clip'",
+        ),
+        (["algorithm.policy_loss=kl_cov", "algorithm.clip_high=0.28"], "its options: kl_cov_ratio"),
+        (
+            ["algorithm.loss_options.rho=0.1"],
+            "policy loss 'vanilla' has no option 'rho'; its options: clip_low, clip_high, dual_clip, agg",
+        ),
+        (
+            ["algorithm.lp_reg_kappa=0.1"],
+            "algorithm.lp_reg_kappa is an option of policy loss 'lp_reg'",
+        ),
+        (
+            ["algorithm.policy_loss=lp_reg", "algorithm.lp_reg_kappa=1.5"],
+            "kappa=1.5 must be in [0, 1]",
+        ),
+        (
+            [
+                "algorithm.policy_loss=lp_reg",
+                "algorithm.lp_reg_rho=0.1",
+                "algorithm.loss_options.rho=0.2",
+            ],
+            "set the same option differently",
+        ),
+        (["algorithm.dual_clip=1.0"], "dual_clip=1.0 must be > 1"),
+        (["algorithm.loss_agg=mean"], "agg='mean' is not an aggregation mode"),
+        (["algorithm.lp_reg_scope=step"], "not lp_reg"),
+        (["train.micro_batch_tokens=0"], "train.micro_batch_tokens=0 must be > 0"),
+        (["data.truncation=right"], "data.truncation='right' is not valid"),
+        (["algorithm.divergence_weighting=verl"], "choose one of ['authors', 'paper', 'concat']"),
+    ],
+)
+def test_loss_options_fail_at_config_time_naming_the_loss(overrides, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(None, overrides)
+
+
+def test_deprecated_flat_names_and_loss_options_reach_the_same_option():
+    old = load_config(None, ["algorithm.policy_loss=lp_reg", "algorithm.lp_reg_kappa=0.05"])
+    new = load_config(
+        None, ["algorithm.policy_loss=lp_reg", "algorithm.loss_options={kappa: 0.05}"]
+    )
+    assert old.algorithm.options == new.algorithm.options
+    assert new.algorithm.options.kappa == 0.05 and new.algorithm.lp_reg_kappa == 0.05
+    # YAML 1.1 reads 3e-4 as a string; a float option takes it as a number
+    gspo = load_config(None, ["algorithm.policy_loss=gspo", "algorithm.loss_options.clip_low=3e-3"])
+    assert gspo.algorithm.options.clip_low == 3e-3
+    # the printed config loads back to the same options
+    again = config_from_dict(new.to_dict())
+    assert again.algorithm.options == new.algorithm.options
+
+
+def test_dph_weighting_defaults_to_the_authors():
+    assert load_config().algorithm.divergence_weighting == "authors"

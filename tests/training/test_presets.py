@@ -15,6 +15,7 @@ TOY = Path(__file__).resolve().parents[2] / "configs" / "toy"
 # preset -> a metric only that method produces
 SIGNATURE = {
     "grpo": "pg/clip_frac",
+    "grpo_math": "pg/clip_frac",
     "dapo": "dapo/kept_groups",
     "grpo_rkl": "actor/ref_kl",
     "dph_f": "dph/divergence",

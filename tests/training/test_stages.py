@@ -21,7 +21,7 @@ from divrl.training.experience import informative_groups, score_requests, shard_
 from divrl.training.loading import pad_token_id
 from divrl.training.metrics import StepMetrics
 from divrl.training.trainer import Trainer
-from divrl.training.update import chunks, micro_batch_weight, split
+from divrl.training.update import chunks, pack_by_tokens, split
 
 PROMPTS = [[5, 6], [7], [8, 9, 10], [11]]
 RESPONSES = [[1, 2, 3], [4], [], [12, 13]]
@@ -92,25 +92,12 @@ def test_informative_groups():
     assert informative_groups([1, 1, 0, 1, 0.5, 0.5], 2) == [False, True, False]
 
 
-def test_micro_batch_weights_add_up_to_one_per_stream():
-    # two processes; this process has micro-batches of 3 and 5 rollout tokens and one of 4
-    # reference tokens; over both processes 16 rollout and 8 reference tokens
-    common = dict(
-        policy_tokens=16,
-        reference_tokens=8,
-        policy_micro_batches=2,
-        reference_micro_batches=1,
-        world=2,
-        token_mean=True,
-        eta=0.2,
-    )
-    pg = [micro_batch_weight("pg", t, concat=False, **common) for t in (3, 5)]
-    assert pg == [3 * 2 / 16, 5 * 2 / 16]
-    assert micro_batch_weight("ref", 4, concat=False, **common) == pytest.approx(0.2 * 8 / 8)
-    assert micro_batch_weight("pg", 3, concat=True, **common) == 3 * 2 / 24
-    seq = {**common, "token_mean": False}
-    assert micro_batch_weight("pg", 3, concat=False, **seq) == 0.5
-    assert micro_batch_weight("ref", 4, concat=False, **seq) == pytest.approx(0.2)
+def test_pack_by_tokens_fills_each_micro_batch_up_to_the_budget():
+    lengths = [4, 4, 5, 9, 12, 3]
+    assert pack_by_tokens([0, 1, 2, 3, 4, 5], lengths, 10) == [[0, 1], [2], [3], [4], [5]]
+    assert pack_by_tokens([5, 0, 1, 2], lengths, 12) == [[5, 0, 1], [2]]
+    assert pack_by_tokens([4], lengths, 5) == [[4]]  # longer than the budget: alone
+    assert pack_by_tokens([], lengths, 5) == []
 
 
 def test_chunks_and_split():
@@ -178,8 +165,13 @@ def test_run_dir_lists_checkpoints_by_step_and_prunes_the_oldest(tmp_path):
     assert run.latest().step == 10
     assert run.final_model() == run.checkpoint(2).model_dir  # step 10 has no model
     assert run.checkpoint(7).path.name == "step_000007"
-    prune_checkpoints(run, keep_last=2)
-    assert [c.step for c in run.checkpoints()] == [2, 10]
+    for step in (1, 2, 10):  # the run's own step record: its id in each trainer state
+        run.checkpoint(step).trainer_state_path.write_text(json.dumps({"run_id": "mine"}))
+    other = run.checkpoint(30)  # another run's checkpoint, newer by name
+    other.model_dir.mkdir(parents=True)
+    other.trainer_state_path.write_text(json.dumps({"run_id": "other"}))
+    prune_checkpoints(run, keep_last=2, run_id="mine")
+    assert [c.step for c in run.checkpoints()] == [2, 10, 30]
     assert run.metrics_path.name == "metrics.jsonl" and run.config_path.name == "config.yaml"
 
 
@@ -208,3 +200,39 @@ def test_the_trainer_needs_paths_and_the_command_fills_them(tmp_path):
         Trainer(cfg)
     given = load_config(None, ["model.path=/m", "data.train_path=/d.jsonl"])
     assert with_toy_defaults(given) is given and given.model.path == "/m"
+
+
+@pytest.mark.parametrize("mode", ["error", "drop", "left"])
+def test_prompts_over_max_prompt_length_follow_data_truncation(mode, tiny_world, tmp_path, caplog):
+    from transformers import AutoTokenizer
+
+    from divrl.training.loading import load_prompts
+
+    rows = [
+        {
+            "data_source": "math",
+            "prompt": text,
+            "reward_model": {"style": "rule", "ground_truth": "1"},
+            "extra_info": {"index": f"p{i}"},
+        }
+        for i, text in enumerate(["Q:1+2=", "Q:12345+67890=", "Q:3=", "Q:99999+99999+1="])
+    ]
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    overrides = tiny_overrides(tiny_world, tmp_path, **{"data.max_prompt_length": 8})
+    cfg = load_config(None, [*overrides, f"data.truncation={mode}"])
+    tokenizer = AutoTokenizer.from_pretrained(tiny_world["model"])
+    if mode == "error":
+        with pytest.raises(ValueError, match=r"2 of 4 prompts .* data.max_prompt_length=8"):
+            load_prompts(cfg, str(data), None, tokenizer)
+        return
+    with caplog.at_level("INFO", logger="divrl.training.loading"):
+        items, count = load_prompts(cfg, str(data), None, tokenizer)
+    assert count == 2 and "2 of 4 prompts longer than" in caplog.text
+    if mode == "drop":
+        assert [p.id for p in items] == ["p0", "p2"]
+    else:
+        assert [p.id for p in items] == ["p0", "p1", "p2", "p3"]
+        assert all(len(p.prompt_ids) <= 8 for p in items)
+        # the last 8 tokens of "Q:12345+67890=" (one token per character)
+        assert tokenizer.decode(items[1].prompt_ids) == "5+67890="

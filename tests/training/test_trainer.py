@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import math
 
@@ -47,7 +48,8 @@ def test_grpo_raises_a_learnable_reward(tiny_world, tmp_path):
 
 def test_nan_loss_step_is_skipped_and_training_continues(tiny_world, tmp_path):
     tr = _trainer(tiny_world, tmp_path, **{"train.total_steps": 3})
-    real = tr.update.policy_loss_fn
+    spec = tr.update.loss_spec
+    real = spec.fn
 
     def poisoned(*args, **kwargs):
         loss, metrics = real(*args, **kwargs)
@@ -55,7 +57,7 @@ def test_nan_loss_step_is_skipped_and_training_continues(tiny_world, tmp_path):
             loss = loss * float("nan")
         return loss, metrics
 
-    tr.update.policy_loss_fn = poisoned
+    tr.update.loss_spec = dataclasses.replace(spec, fn=poisoned)
     before = {}
 
     def snapshot(step, record):

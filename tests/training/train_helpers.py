@@ -83,4 +83,4 @@ def tiny_overrides(world, out_dir, **extra) -> list[str]:
         "checkpoint.save_final": False,
     }
     base.update(extra)
-    return [f"{k}={v}" for k, v in base.items()]
+    return [f"{k}={'null' if v is None else v}" for k, v in base.items()]

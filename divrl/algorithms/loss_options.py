@@ -1,0 +1,222 @@
+"""Typed options of the registered policy losses: one frozen dataclass per loss.
+
+Each loss declares the scalar options it takes (clip range, aggregation, its own knobs) as a
+dataclass with the loss's defaults and bounds, validated once when the options are built.
+The loss function's keyword defaults are read from the same dataclass, so a default lives in
+one place. Tensors a loss needs (``proxy_log_prob``, ``entropy``, a ``generator``) are inputs,
+not options.
+
+``dual_clip`` is an option only of the losses that implement it (those built on the plain
+clipped surrogate: ``vanilla``, ``high_entropy``, ``clip_cov``); the others list it in
+``REFUSED`` with the reason, and asking for it is an error that says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from divrl.algorithms.aggregation import AGGREGATIONS
+
+
+def _opt(
+    default: Any,
+    help: str,
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> Any:
+    """A dataclass field with its help text and numeric bounds (``None`` = unbounded)."""
+    bounds = (low, high, low_open, high_open)
+    return field(default=default, metadata={"help": help, "bounds": bounds})
+
+
+def _interval(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
+    left = "(" if low_open else "["
+    right = ")" if high_open else "]"
+    lo = "-inf" if low is None else f"{low:g}"
+    hi = "inf" if high is None else f"{high:g}"
+    return f"{left}{lo}, {hi}{right}"
+
+
+def _outside(value: float, low, high, low_open: bool, high_open: bool) -> bool:
+    if low is not None and (value <= low if low_open else value < low):
+        return True
+    return high is not None and (value >= high if high_open else value > high)
+
+
+@dataclass(frozen=True)
+class LossOptions:
+    """Base class: bounds checked from field metadata, the aggregation name checked.
+
+    Subclasses set ``LOSS`` (the registered name) and may set ``REFUSED`` (option name ->
+    why this loss does not take it) and ``NOT_LOSS_ARGS`` (options the trainer uses around
+    the loss, e.g. Lp-Reg's ``kappa`` for the proxy, which are not keyword arguments of the
+    loss function). ``INPUTS`` names the tensors the loss takes beyond ``log_prob``,
+    ``old_log_prob``, ``advantages`` and ``mask`` (a trainer passes those it has).
+    """
+
+    LOSS: ClassVar[str] = ""
+    REFUSED: ClassVar[dict[str, str]] = {}
+    NOT_LOSS_ARGS: ClassVar[tuple[str, ...]] = ()
+    INPUTS: ClassVar[tuple[str, ...]] = ()
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            low, high, low_open, high_open = f.metadata.get("bounds", (None,) * 4)
+            if value is None or isinstance(value, (bool, str)):
+                continue
+            if _outside(float(value), low, high, low_open, high_open):
+                interval = _interval(low, high, low_open, high_open)
+                raise ValueError(
+                    f"policy loss {self.LOSS!r}: {f.name}={value} must be in {interval} "
+                    f"({f.metadata['help']})"
+                )
+        agg = getattr(self, "agg", None)
+        if agg is not None and agg not in AGGREGATIONS:
+            raise ValueError(
+                f"policy loss {self.LOSS!r}: agg={agg!r} is not an aggregation mode; valid: "
+                + ", ".join(sorted(AGGREGATIONS))
+            )
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """The option names, in declaration order."""
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    def loss_kwargs(self) -> dict[str, Any]:
+        """The options as keyword arguments of the loss function."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in self.NOT_LOSS_ARGS
+        }
+
+
+_CLIP_LOW_HELP = "ratio clip below: r >= 1 - clip_low (1.0 switches the lower clip off)"
+_CLIP_HIGH_HELP = "ratio clip above: r <= 1 + clip_high"
+_DUAL_CLIP_HELP = "dual-clip constant c for A < 0: L = min(L, -A c) (verl's clip_ratio_c: 3)"
+_AGG_HELP = "loss aggregation mode (verl names)"
+
+
+def _check_dual_clip(options: LossOptions) -> None:
+    c = getattr(options, "dual_clip", None)
+    if c is not None and c <= 1.0:
+        raise ValueError(
+            f"policy loss {options.LOSS!r}: dual_clip={c} must be > 1 (verl's default is 3) "
+            "or null (off)"
+        )
+
+
+@dataclass(frozen=True)
+class VanillaOptions(LossOptions):
+    """PPO / GRPO / DAPO clipped surrogate (GRPO 0.2/0.2; DAPO clip-higher 0.2/0.28)."""
+
+    LOSS: ClassVar[str] = "vanilla"
+    clip_low: float = _opt(0.2, _CLIP_LOW_HELP, 0.0, 1.0)
+    clip_high: float = _opt(0.2, _CLIP_HIGH_HELP, 0.0)
+    dual_clip: float | None = _opt(None, _DUAL_CLIP_HELP)
+    agg: str = _opt("token-mean", _AGG_HELP)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_dual_clip(self)
+
+
+@dataclass(frozen=True)
+class GSPOOptions(LossOptions):
+    """GSPO: its own clip range (3e-4 / 4e-4, the GSPO paper's; the Lp-Reg authors' verl copy
+    defaults to 3e-4 both sides, Lp-Reg-dev ``core_algos.py:433-440``) and sequence-level
+    aggregation (``seq-mean-token-mean``, which that copy forces, ``core_algos.py:486``)."""
+
+    LOSS: ClassVar[str] = "gspo"
+    REFUSED: ClassVar[dict[str, str]] = {
+        "dual_clip": "GSPO clips a sequence-level ratio; neither the GSPO paper nor verl's "
+        "gspo loss applies a dual clip",
+    }
+    clip_low: float = _opt(3e-4, _CLIP_LOW_HELP, 0.0, 1.0)
+    clip_high: float = _opt(4e-4, _CLIP_HIGH_HELP, 0.0)
+    agg: str = _opt("seq-mean-token-mean", _AGG_HELP)
+
+
+@dataclass(frozen=True)
+class LpRegOptions(LossOptions):
+    """Lp-Reg (the authors' code semantics; see :func:`divrl.algorithms.lp_reg_loss`)."""
+
+    LOSS: ClassVar[str] = "lp_reg"
+    REFUSED: ClassVar[dict[str, str]] = {
+        "dual_clip": "the Lp-Reg authors' scripts set clip_ratio_c=10 but their losses never "
+        "apply it (the dual-clip lines are commented out), and the regularised tokens replace "
+        "the clipped term; divrl refuses it rather than invent a semantics",
+    }
+    NOT_LOSS_ARGS: ClassVar[tuple[str, ...]] = ("kappa",)
+    INPUTS: ClassVar[tuple[str, ...]] = ("proxy_log_prob", "log_normalizer", "selected")
+    rho: float = _opt(0.01, "share of negative-advantage tokens selected (32B: 0.005)", 0.0, 1.0)
+    beta: float = _opt(1.0, "weight of the k3 penalty toward the proxy", 0.0)
+    kappa: float = _opt(0.02, "min-p ratio of the proxy: keep p_v >= kappa * max p", 0.0, 1.0)
+    clip_low: float = _opt(1.0, _CLIP_LOW_HELP, 0.0, 1.0)
+    clip_high: float = _opt(9.0, _CLIP_HIGH_HELP, 0.0)
+    agg: str = _opt("token-mean", _AGG_HELP)
+    min_k: int = _opt(2, "skip the regulariser when fewer tokens are selected (authors: 2)", 1)
+    full_vocab: bool = _opt(False, "full-vocabulary KL(proxy || pi) (the paper's equation)")
+
+
+@dataclass(frozen=True)
+class HighEntropyOptions(LossOptions):
+    """80/20: the clipped surrogate on the highest-entropy share of tokens only."""
+
+    LOSS: ClassVar[str] = "high_entropy"
+    INPUTS: ClassVar[tuple[str, ...]] = ("entropy",)
+    top_fraction: float = _opt(
+        0.2, "share of highest-entropy valid tokens trained", 0.0, 1.0, low_open=True
+    )
+    clip_low: float = _opt(0.2, _CLIP_LOW_HELP, 0.0, 1.0)
+    clip_high: float = _opt(0.2, _CLIP_HIGH_HELP, 0.0)
+    dual_clip: float | None = _opt(None, _DUAL_CLIP_HELP)
+    agg: str = _opt("token-mean", _AGG_HELP)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_dual_clip(self)
+
+
+@dataclass(frozen=True)
+class KLCovOptions(LossOptions):
+    """KL-Cov: no ratio clipping at all, ``|lp - old|`` on the top-covariance tokens."""
+
+    LOSS: ClassVar[str] = "kl_cov"
+    REFUSED: ClassVar[dict[str, str]] = {
+        "dual_clip": "KL-Cov does not clip the ratio at all (verl's kl_cov loss)",
+        "clip_low": "KL-Cov does not clip the ratio at all (verl's kl_cov loss)",
+        "clip_high": "KL-Cov does not clip the ratio at all (verl's kl_cov loss)",
+    }
+    kl_cov_ratio: float = _opt(0.002, "share of valid tokens penalised (32B: 0.0002)", 0.0, 1.0)
+    ppo_kl_coef: float = _opt(1.0, "weight of |lp - old| on the penalised tokens", 0.0)
+    agg: str = _opt("token-mean", _AGG_HELP)
+
+
+@dataclass(frozen=True)
+class ClipCovOptions(LossOptions):
+    """Clip-Cov: the clipped surrogate with a few random high-covariance tokens cut."""
+
+    LOSS: ClassVar[str] = "clip_cov"
+    clip_ratio: float = _opt(0.0002, "share of valid tokens whose gradient is cut", 0.0, 1.0)
+    clip_cov_lb: float = _opt(1.0, "lower covariance bound of the eligible tokens")
+    clip_cov_ub: float = _opt(5.0, "upper covariance bound of the eligible tokens")
+    clip_low: float = _opt(0.2, _CLIP_LOW_HELP, 0.0, 1.0)
+    clip_high: float = _opt(0.2, _CLIP_HIGH_HELP, 0.0)
+    dual_clip: float | None = _opt(None, _DUAL_CLIP_HELP)
+    agg: str = _opt("token-mean", _AGG_HELP)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_dual_clip(self)
+        if self.clip_cov_lb >= self.clip_cov_ub:
+            raise ValueError(
+                f"policy loss 'clip_cov': clip_cov_lb={self.clip_cov_lb} must be below "
+                f"clip_cov_ub={self.clip_cov_ub}"
+            )

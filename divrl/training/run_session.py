@@ -1,0 +1,215 @@
+"""Opening a run directory for writing: nothing mixed, nothing changed behind the checkpoint.
+
+* a new run refuses a folder that holds another run's files (``--resume`` continues it,
+  ``--overwrite`` deletes it first);
+* ``.lock`` (pid, host) is held while the run writes; a stale lock of a dead process is
+  reported and taken over (:class:`divrl.runs.RunLock`);
+* on ``--resume`` the config is compared with the run's ``config.yaml``: a change to a
+  setting the checkpoint fixes (everything but :data:`FREE_ON_RESUME`) is refused unless
+  ``--resume-with-changes`` lists its key; accepted changes go to ``history.jsonl``;
+* ``run.json`` (the run's id, which its checkpoints carry) and ``config.yaml`` are written
+  atomically, under the lock.
+
+:meth:`RunSession.check` only reads (every process calls it, before any model is loaded);
+:meth:`RunSession.begin` and :meth:`RunSession.end` write (main process, around the loop).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import socket
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import yaml
+
+from divrl.fileio import append_record, atomic_write_text
+from divrl.runs import RunDir, RunLock
+from divrl.training.config import Config, dump_config
+
+__all__ = ["FREE_ON_RESUME", "RunDirError", "RunSession", "config_changes"]
+
+logger = logging.getLogger(__name__)
+
+#: Keys (or ``section.`` prefixes) that a resumed run may change freely: where and how it
+#: logs and checkpoints, and engine settings that do not change what is sampled.
+FREE_ON_RESUME = ("logging.", "checkpoint.", "rollout.batch_size", "rollout.gpu_memory_utilization")
+
+
+class RunDirError(ValueError):
+    """The run directory cannot be used as asked; the message says what to pass instead."""
+
+
+def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def config_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, list]:
+    """``{dotted key: [saved value, current value]}`` for every key whose value differs
+    (keys absent from ``saved``, e.g. added by a newer divrl, are not changes)."""
+    old, new = _flatten(saved), _flatten(current)
+    return {k: [old[k], new[k]] for k in sorted(new) if k in old and old[k] != new[k]}
+
+
+def _is_free(key: str) -> bool:
+    return any(key == f or (f.endswith(".") and key.startswith(f)) for f in FREE_ON_RESUME)
+
+
+def describe_run(run: RunDir) -> str:
+    """A short account of the run files in ``run`` (for refusal messages)."""
+    parts = []
+    for path in run.run_files():
+        if path == run.checkpoints_dir:
+            steps = [c.step for c in run.checkpoints()]
+            parts.append(f"checkpoints of steps {steps}" if steps else "checkpoints/")
+        elif path == run.metrics_path:
+            n = sum(1 for line in path.read_bytes().splitlines() if line.strip())
+            parts.append(f"metrics.jsonl ({n} records)")
+        else:
+            parts.append(path.name)
+    return ", ".join(parts)
+
+
+class RunSession:
+    """One process's use of a run directory (see the module docstring).
+
+    Args:
+        run: the run directory.
+        config: the run's (resolved) config.
+        resume: continue the run in ``run``.
+        overwrite: delete the run files in ``run`` first (a DPH reference store stays).
+        allowed_changes: keys that may differ from the run's config.yaml on resume.
+    """
+
+    def __init__(
+        self,
+        run: RunDir,
+        config: Config,
+        *,
+        resume: bool = False,
+        overwrite: bool = False,
+        allowed_changes: Iterable[str] = (),
+    ) -> None:
+        if resume and overwrite:
+            raise RunDirError("--resume and --overwrite exclude each other: choose one")
+        self.run, self.config = run, config
+        self.resume, self.overwrite = resume, overwrite
+        self.allowed = tuple(allowed_changes)
+        self.changes: dict[str, list] = {}
+        self.run_id = uuid.uuid4().hex
+        self.lock = RunLock(run.lock_path)
+        self.claimed = False  # begin() ran once: a later train() call continues the run
+        if self.allowed and not resume:
+            raise RunDirError("--resume-with-changes applies to --resume only")
+        unknown = [k for k in self.allowed if k not in _flatten(config.to_dict())]
+        if unknown:
+            raise RunDirError(f"--resume-with-changes: unknown config key(s) {unknown}")
+
+    def check(self) -> None:
+        """Refuse what would mix runs or silently change a resumed one (reads only)."""
+        run = self.run
+        self.lock.raise_if_held()  # fail before loading models; begin() takes it for real
+        if self.resume:
+            self.run_id = run.run_id() or self.run_id
+            if run.config_path.is_file():
+                self._compare_config(yaml.safe_load(run.config_path.read_text()) or {})
+        elif not self.overwrite and run.run_files():
+            raise RunDirError(
+                f"{run.root} already holds a run ({describe_run(run)}). Pass --resume to "
+                "continue it, --overwrite to delete it and start a new run there, or set "
+                "logging.output_dir to another folder"
+            )
+
+    def _compare_config(self, saved: Mapping[str, Any]) -> None:
+        changes = config_changes(saved, self.config.to_dict())
+        fixed = {k: v for k, v in changes.items() if not _is_free(k)}
+        refused = {k: v for k, v in fixed.items() if k not in self.allowed}
+        if refused:
+            listed = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in refused.items())
+            raise RunDirError(
+                f"--resume: the config differs from {self.run.config_path} in settings the "
+                f"checkpoint fixes ({listed}). The restored model, optimiser and data order "
+                "follow the saved values. Pass --resume-with-changes "
+                f"{','.join(refused)} to apply the change from here on (it is recorded in "
+                f"{self.run.history_path.name}), or start a new run in another folder"
+            )
+        self.changes = changes
+
+    def begin(self, step: int) -> None:
+        """Take the lock and write the run's files (main process): run.json, config.yaml
+        and a history record for a new run; config changes for a resumed one."""
+        run = self.run
+        run.root.mkdir(parents=True, exist_ok=True)
+        self.lock.acquire()
+        try:
+            event = self._claim(step)
+        except BaseException:
+            self.lock.release()
+            raise
+        if self.lock.stale is not None:
+            event["stale_lock"] = self.lock.stale
+            logger.warning(
+                "%s: took over a stale lock of pid %s on %s (that process is gone)",
+                run.root,
+                self.lock.stale.get("pid"),
+                self.lock.stale.get("host"),
+            )
+        self.record(event)
+
+    def _claim(self, step: int) -> dict[str, Any]:
+        run = self.run
+        event: dict[str, Any] = {"event": "resume" if self.resume else "start", "step": step}
+        if self.claimed:  # the same Trainer's train() called again (e.g. with max_steps)
+            if run.run_id() != self.run_id:
+                raise RunDirError(f"{run.root} was replaced by another run meanwhile")
+            return {"event": "continue", "step": step}
+        self.claimed = True
+        if self.resume:
+            if run.run_id() not in (None, self.run_id):
+                raise RunDirError(f"{run.root} was replaced by another run while loading")
+            if not run.identity_path.is_file():  # a run from before run.json existed
+                self._write_identity()
+            if self.changes:
+                event["changes"] = self.changes
+            if self.changes or not run.config_path.is_file():
+                atomic_write_text(run.config_path, dump_config(self.config))
+            return event
+        present = run.run_files()
+        if present and not self.overwrite:  # another run started here since check()
+            raise RunDirError(f"{run.root} already holds a run ({describe_run(run)})")
+        if present:
+            event["overwrote"] = describe_run(run)
+            logger.warning("--overwrite: deleting %s in %s", event["overwrote"], run.root)
+            for path in present:
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+        self._write_identity()
+        atomic_write_text(run.config_path, dump_config(self.config))
+        return event
+
+    def _write_identity(self) -> None:
+        identity = {"run_id": self.run_id, "created": time.time(), "host": socket.gethostname()}
+        atomic_write_text(self.run.identity_path, json.dumps(identity, indent=2) + "\n")
+
+    def record(self, event: Mapping[str, Any]) -> None:
+        """Append ``event`` to history.jsonl (whole record, fsynced)."""
+        line = json.dumps({"time": time.time(), **event}, default=str)
+        append_record(self.run.history_path, line, fsync=True)
+
+    def end(self, event: str, step: int) -> None:
+        """Record how the run ended (``finish``, ``interrupted``, ``failed``), release."""
+        try:
+            self.record({"event": event, "step": step})
+        except OSError as exc:  # e.g. the disk is still full: keep the original error
+            logger.warning("could not record %r in %s: %s", event, self.run.history_path, exc)
+        finally:
+            self.lock.release()

@@ -1,0 +1,142 @@
+"""Typed policy-loss options: declared per loss, validated once, refused where inapplicable."""
+
+import dataclasses
+import inspect
+
+import pytest
+import torch
+
+from divrl.algorithms import (
+    POLICY_LOSS_OPTIONS,
+    POLICY_LOSSES,
+    GSPOOptions,
+    clip_cov_loss,
+    gspo_loss,
+    high_entropy_policy_loss,
+    kl_estimate,
+    policy_loss,
+    policy_loss_options,
+    policy_loss_spec,
+    reference_divergence_loss,
+)
+from divrl.algorithms._utils import k3
+from divrl.algorithms.lp_reg import lp_reg_loss
+
+
+def test_every_loss_declares_options_matching_its_signature():
+    assert set(POLICY_LOSS_OPTIONS) == set(POLICY_LOSSES)
+    for name, fn in POLICY_LOSSES.items():
+        options = POLICY_LOSS_OPTIONS[name]
+        params = inspect.signature(fn).parameters
+        for f in dataclasses.fields(options):
+            if f.name in options.NOT_LOSS_ARGS:
+                continue
+            # every option reaches the loss, with the same default (one source of truth)
+            assert f.name in params, (name, f.name)
+            assert params[f.name].default == f.default, (name, f.name)
+        assert options().loss_kwargs().keys() <= params.keys()
+
+
+def test_gspo_gets_its_own_clip_range_and_aggregation():
+    opts = policy_loss_options("gspo")
+    assert (opts.clip_low, opts.clip_high, opts.agg) == (3e-4, 4e-4, "seq-mean-token-mean")
+    # the options reach the loss: a ratio of 1.001 on one sequence is clipped at 1 + 4e-4
+    lp = torch.tensor([[0.001, 0.001], [0.0, 0.0]], requires_grad=True)
+    old = torch.zeros(2, 2)
+    adv = torch.tensor([1.0, 1.0])
+    mask = torch.ones(2, 2)
+    loss, metrics = gspo_loss(lp, old, adv, mask, **opts.loss_kwargs())
+    assert metrics["pg/clip_frac"] == pytest.approx(0.5)
+    # seq-mean-token-mean of -A * clip(s): sequence 0 clipped to 1.0004, sequence 1 at 1
+    assert float(loss.detach()) == pytest.approx(-(1.0004 + 1.0) / 2, abs=1e-6)
+    loss.backward()
+    assert torch.all(lp.grad[0] == 0) and torch.all(lp.grad[1] != 0)
+
+
+def test_unknown_option_names_the_loss_and_its_options():
+    with pytest.raises(ValueError, match=r"'gspo' has no option 'rho'.*clip_low, clip_high, agg"):
+        policy_loss_options("gspo", rho=0.1)
+    with pytest.raises(ValueError, match="unknown policy loss 'nope'"):
+        policy_loss_options("nope")
+
+
+@pytest.mark.parametrize("name", ["gspo", "lp_reg", "kl_cov"])
+def test_dual_clip_is_refused_with_the_reason(name):
+    with pytest.raises(ValueError, match=rf"{name!r} does not take 'dual_clip': .*its options"):
+        policy_loss_options(name, dual_clip=3.0)
+
+
+def test_kl_cov_refuses_a_clip_range():
+    with pytest.raises(ValueError, match="does not clip the ratio"):
+        policy_loss_options("kl_cov", clip_high=0.28)
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides", "message"),
+    [
+        ("vanilla", {"clip_low": -0.1}, r"clip_low=-0.1 must be in \[0, 1\]"),
+        ("vanilla", {"dual_clip": 1.0}, "dual_clip=1.0 must be > 1"),
+        ("vanilla", {"agg": "mean"}, "agg='mean' is not an aggregation mode"),
+        ("lp_reg", {"kappa": 1.5}, r"kappa=1.5 must be in \[0, 1\]"),
+        ("lp_reg", {"min_k": 0}, r"min_k=0 must be in \[1, inf\]"),
+        ("high_entropy", {"top_fraction": 0.0}, r"top_fraction=0.0 must be in \(0, 1\]"),
+        ("clip_cov", {"clip_cov_lb": 5.0}, "clip_cov_lb=5.0 must be below clip_cov_ub=5.0"),
+    ],
+)
+def test_bounds_are_checked_once_at_construction(name, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        policy_loss_options(name, **overrides)
+
+
+def test_lp_reg_kappa_is_an_option_but_not_a_loss_argument():
+    opts = policy_loss_options("lp_reg", kappa=0.05)
+    assert opts.kappa == 0.05 and "kappa" not in opts.loss_kwargs()
+    assert policy_loss_spec("lp_reg").fn is lp_reg_loss
+
+
+def _dual_clip_case():
+    # token 0: A < 0 and r = e^2 ~ 7.39, so -A r = 7.39 > -A c = 3 is dual-clipped to 3.
+    lp = torch.tensor([[2.0, 0.0]], requires_grad=True)
+    return lp, torch.zeros(1, 2), torch.tensor([-1.0]), torch.ones(1, 2)
+
+
+@pytest.mark.parametrize("name", ["vanilla", "high_entropy", "clip_cov"])
+def test_dual_clip_works_where_declared(name):
+    lp, old, adv, mask = _dual_clip_case()
+    extra, more = {}, {}
+    if name == "high_entropy":  # keep every token so the three losses agree
+        extra, more = {"entropy": torch.ones(1, 2)}, {"top_fraction": 1.0}
+    opts = policy_loss_options(name, dual_clip=3.0, **more)
+    fn = {"vanilla": policy_loss, "high_entropy": high_entropy_policy_loss}.get(name, clip_cov_loss)
+    loss, metrics = fn(lp, old, adv, mask, **extra, **opts.loss_kwargs())
+    # token 0: min(max(7.39, 1.2), 3) = 3; token 1: r = 1, loss 1; token-mean = 2
+    assert float(loss) == pytest.approx(2.0)
+    assert metrics["pg/dual_clip_frac"] == pytest.approx(0.5)
+    loss_off, _ = fn(lp, old, adv, mask, **extra, **{**opts.loss_kwargs(), "dual_clip": None})
+    assert float(loss_off) == pytest.approx((torch.exp(torch.tensor(2.0)).item() + 1.0) / 2)
+
+
+def test_options_are_frozen():
+    opts = GSPOOptions()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        opts.clip_low = 0.2
+
+
+def test_one_k3_serves_reverse_kl_forward_kl_and_lp_reg():
+    d = torch.tensor([[-30.0, -1.0, 0.0, 0.5, 3.0, 30.0]])
+    # exp(d) - d - 1 with d clamped to [-20, 20] and the value to [-10, 10]
+    e = torch.e
+    by_hand = torch.tensor([[10.0, e**-1.0, 0.0, e**0.5 - 1.5, 10.0, 10.0]])
+    assert torch.allclose(k3(d), by_hand, atol=1e-6)
+    # reverse-KL estimator: k3(ref - lp); forward-KL generator: k3(lp - ref)
+    lp, ref = torch.zeros_like(d), d
+    assert torch.equal(kl_estimate(lp, ref, "k3"), k3(d))
+    fwd, _ = reference_divergence_loss(d, torch.zeros_like(d), torch.ones_like(d), "forward_kl")
+    assert float(fwd) == pytest.approx(float(k3(d).mean()))
+    # Lp-Reg's penalty on a regularised token is beta * k3(proxy - lp)
+    lp_tok = torch.tensor([[-3.0, -0.1]])
+    proxy = torch.tensor([[-1.0, -0.1]])
+    _, metrics = lp_reg_loss(
+        lp_tok, lp_tok, proxy, torch.tensor([-1.0]), torch.ones(1, 2), rho=1.0, min_k=1
+    )
+    assert metrics["lp_reg/penalty"] == pytest.approx(float(k3(torch.tensor(2.0))))

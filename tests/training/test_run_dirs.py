@@ -1,0 +1,239 @@
+"""Run directories that cannot mix (issue 18, findings 1, 6, 12): a rerun in a used folder
+is refused, --overwrite starts clean, pruning keeps to the run's own checkpoints, a lock
+keeps two writers apart, a changed config on --resume is refused unless listed, a finished
+run says so, Ctrl-C prints one line and exits 130."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from train_helpers import sevens_reward, tiny_overrides
+
+from divrl.cli import main
+from divrl.runs import RunDir, RunLockedError
+from divrl.training import trainer as trainer_mod
+from divrl.training.config import load_config
+from divrl.training.run_session import RunDirError
+from divrl.training.trainer import Trainer
+
+
+def _steps(run):
+    return [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def _ckpts(run):
+    return [c.step for c in RunDir(run).checkpoints()]
+
+
+def _history(run):
+    return [json.loads(x) for x in (run / "history.jsonl").read_text().splitlines()]
+
+
+def test_a_rerun_in_a_used_folder_is_refused_and_overwrite_starts_clean(
+    tiny_world, tmp_path, capsys
+):
+    run = tmp_path / "D"
+    first = tiny_overrides(
+        tiny_world,
+        run,
+        **{"train.total_steps": 4, "checkpoint.save_every": 1, "checkpoint.keep_last": 10},
+    )
+    assert main(["train", *first]) == 0
+    second = tiny_overrides(
+        tiny_world,
+        run,
+        **{
+            "train.total_steps": 2,
+            "train.seed": 7,
+            "checkpoint.save_every": 1,
+            "checkpoint.keep_last": 2,
+        },
+    )
+    capsys.readouterr()
+    # the reported data loss: exit 0, its own checkpoints pruned, metrics 1,2,3,4,1,2
+    assert main(["train", *second]) == 2
+    err = capsys.readouterr().err
+    assert "already holds a run" in err and "--resume" in err and "--overwrite" in err
+    assert "checkpoints of steps [1, 2, 3, 4]" in err and "metrics.jsonl (4 records)" in err
+    assert _steps(run) == [1, 2, 3, 4] and _ckpts(run) == [1, 2, 3, 4]
+    assert yaml.safe_load((run / "config.yaml").read_text())["train"]["seed"] == 0
+
+    assert main(["train", *second, "--overwrite"]) == 0
+    assert _steps(run) == [1, 2] and _ckpts(run) == [1, 2]
+    assert yaml.safe_load((run / "config.yaml").read_text())["train"]["seed"] == 7
+    events = _history(run)
+    assert [e["event"] for e in events] == ["start", "finish"]
+    assert "checkpoints of steps [1, 2, 3, 4]" in events[0]["overwrote"]
+    run_id = json.loads((run / "run.json").read_text())["run_id"]
+    assert {c.run_id() for c in RunDir(run).checkpoints()} == {run_id}
+    assert not (run / ".lock").exists()
+
+
+def test_eval_says_which_checkpoint_of_a_run_it_loads(tiny_world, tmp_path, caplog):
+    from divrl.evaluation.runner import resolve_model_path
+
+    args = tiny_overrides(
+        tiny_world, tmp_path, **{"train.total_steps": 2, "checkpoint.save_every": 1}
+    )
+    assert main(["train", *args]) == 0
+    with caplog.at_level("INFO"):
+        resolved = resolve_model_path(tmp_path)
+    expected = RunDir(tmp_path).checkpoint(2)
+    assert resolved == str(expected.model_dir)
+    assert f"evaluating its checkpoint {expected.path}" in caplog.text
+
+
+def test_a_reference_store_in_the_folder_is_not_another_run(tiny_world, tmp_path):
+    (tmp_path / "reference").mkdir()  # `divrl presample` writes here before training
+    (tmp_path / "reference" / "manifest.json").write_text("{}")
+    cfg = load_config(None, tiny_overrides(tiny_world, tmp_path, **{"train.total_steps": 1}))
+    Trainer(cfg, reward_fn=sevens_reward).train()
+    assert (tmp_path / "reference" / "manifest.json").exists()
+
+
+def test_a_live_lock_is_refused_and_a_stale_one_is_taken_over(tiny_world, tmp_path, caplog):
+    cfg = load_config(None, tiny_overrides(tiny_world, tmp_path, **{"train.total_steps": 1}))
+    tr = Trainer(cfg, reward_fn=sevens_reward)
+    lock = tmp_path / ".lock"
+    host = os.uname().nodename
+    lock.write_text(json.dumps({"pid": os.getppid(), "host": host, "since": 0}))
+    with pytest.raises(RunLockedError, match=f"held by pid {os.getppid()} on host {host}"):
+        tr.train()
+    assert not (tmp_path / "metrics.jsonl").exists()  # nothing written without the lock
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a process that wrote the lock and died (kill -9)
+    lock.write_text(json.dumps({"pid": dead.pid, "host": host, "since": 0}))
+    with caplog.at_level("WARNING"):
+        tr.train()
+    assert "stale lock of pid" in caplog.text
+    assert _history(tmp_path)[0]["stale_lock"]["pid"] == dead.pid
+    assert _steps(tmp_path) == [1] and not lock.exists()
+
+
+def test_a_locked_folder_is_refused_before_loading(tiny_world, tmp_path):
+    lock = tmp_path / ".lock"
+    lock.write_text(json.dumps({"pid": os.getppid(), "host": os.uname().nodename}))
+    cfg = load_config(None, tiny_overrides(tiny_world, tmp_path))
+    with pytest.raises(RunLockedError, match="is in use"):
+        Trainer(cfg, reward_fn=sevens_reward, overwrite=True)
+
+
+def test_train_called_again_continues_its_own_run(tiny_world, tmp_path):
+    cfg = load_config(None, tiny_overrides(tiny_world, tmp_path, **{"train.total_steps": 3}))
+    tr = Trainer(cfg, reward_fn=sevens_reward)
+    tr.train(max_steps=1)
+    tr.train()
+    assert _steps(tmp_path) == [1, 2, 3]
+    events = [(e["event"], e["step"]) for e in _history(tmp_path)]
+    assert events == [("start", 0), ("pause", 1), ("continue", 1), ("finish", 3)]
+
+
+def _resumable(world, out, **extra):
+    base = {"train.total_steps": 2, "checkpoint.save_every": 1, "optim.lr": 0.01}
+    return load_config(None, tiny_overrides(world, out, **{**base, **extra}))
+
+
+def test_resume_with_a_changed_setting_is_refused_unless_listed(tiny_world, tmp_path):
+    Trainer(_resumable(tiny_world, tmp_path), reward_fn=sevens_reward).train()
+    changed = _resumable(tiny_world, tmp_path, **{"optim.lr": 0.02, "train.total_steps": 3})
+    with pytest.raises(RunDirError) as err:
+        Trainer(changed, reward_fn=sevens_reward, resume=True)
+    assert "optim.lr: 0.01 -> 0.02" in str(err.value)
+    assert "--resume-with-changes optim.lr,train.total_steps" in str(err.value)
+    assert yaml.safe_load((tmp_path / "config.yaml").read_text())["optim"]["lr"] == 0.01
+
+    # logging and checkpoint settings are free; the listed keys apply from here on
+    changed.logging.progress = True
+    tr = Trainer(
+        changed,
+        reward_fn=sevens_reward,
+        resume=True,
+        resume_with_changes=("optim.lr", "train.total_steps"),
+    )
+    assert [g["lr"] for g in tr.optimizer.param_groups] == [0.02]
+    history = tr.train()
+    assert [h["actor/lr"] for h in history] == [0.02]
+    assert yaml.safe_load((tmp_path / "config.yaml").read_text())["optim"]["lr"] == 0.02
+    resume_event = _history(tmp_path)[2]
+    assert resume_event["event"] == "resume" and resume_event["step"] == 2
+    assert resume_event["changes"]["optim.lr"] == [0.01, 0.02]
+    assert resume_event["changes"]["logging.progress"] == [False, True]
+
+
+def test_resume_on_a_finished_run_says_so(tiny_world, tmp_path, capsys):
+    args = tiny_overrides(
+        tiny_world, tmp_path, **{"train.total_steps": 2, "checkpoint.save_final": True}
+    )
+    assert main(["train", *args]) == 0
+    capsys.readouterr()
+    assert main(["train", *args, "--resume"]) == 0
+    out = capsys.readouterr().out
+    assert "already finished at step 2 (train.total_steps=2); nothing to do" in out
+    assert _steps(tmp_path) == [1, 2]
+
+
+def test_ctrl_c_prints_one_line_and_exits_130(tiny_world, tmp_path, capsys, monkeypatch):
+    real = trainer_mod.Trainer.train_step
+
+    def interrupted_in_step_3(self):
+        if self.step == 2:
+            raise KeyboardInterrupt
+        return real(self)
+
+    monkeypatch.setattr(trainer_mod.Trainer, "train_step", interrupted_in_step_3)
+    args = tiny_overrides(tiny_world, tmp_path, **{"train.total_steps": 4})
+    assert main(["train", *args, "checkpoint.save_every=2"]) == 130
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == "interrupted at step 2; resume with --resume"
+    assert "Traceback" not in err
+    assert [e["event"] for e in _history(tmp_path)] == ["start", "interrupted"]
+    assert not (tmp_path / ".lock").exists()
+    monkeypatch.setattr(trainer_mod.Trainer, "train_step", real)
+    assert main(["train", *args, "checkpoint.save_every=2", "--resume"]) == 0
+    assert _steps(tmp_path) == [1, 2, 3, 4]
+
+
+def test_resume_flags_are_checked(tiny_world, tmp_path):
+    cfg = load_config(None, tiny_overrides(tiny_world, tmp_path))
+    with pytest.raises(RunDirError, match="exclude each other"):
+        Trainer(cfg, resume=True, overwrite=True)
+    with pytest.raises(RunDirError, match="unknown config key"):
+        Trainer(cfg, resume=True, resume_with_changes=("optim.learning_rate",))
+
+
+@pytest.mark.slow
+def test_a_real_sigint_exits_130_with_one_line(tiny_world, tmp_path):
+    """The signal itself, sent to a `divrl train` process mid-run (not a simulated raise)."""
+    import signal
+    import time
+
+    args = tiny_overrides(
+        tiny_world, tmp_path, **{"train.total_steps": 500, "checkpoint.save_every": 1}
+    )
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": root}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "divrl.cli", "train", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    metrics = tmp_path / "metrics.jsonl"
+    deadline = time.monotonic() + 240
+    while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("interrupted at step ") and last.endswith("; resume with --resume")
+    assert "Traceback" not in err
+    assert not (tmp_path / ".lock").exists()
+    assert _history(tmp_path)[-1]["event"] == "interrupted"
