@@ -23,6 +23,7 @@ import yaml
 
 from divrl.algorithms import DIVERGENCES, POLICY_LOSSES, LossOptions
 from divrl.training import loss_config
+from divrl.training.sharding_config import FSDPConfig
 
 __all__ = [
     "AlgorithmConfig",
@@ -324,7 +325,7 @@ class ReferenceConfig:
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(FSDPConfig):  # strategy, param_dtype, fsdp_*: divrl.training.sharding_config
     total_steps: int = _help("training steps (one rollout batch each)", 100)
     prompts_per_step: int = _help("prompts per rollout batch, all processes together", 32)
     mini_batch_size: int | None = _help(
@@ -360,44 +361,12 @@ class TrainConfig:
         "of the full logits)",
         None,
     )
-    # How the policy is spread over the processes (docs/scaling.md); the same fields and
-    # help as divrl.training.fsdp.FSDPConfig, which loading builds from them.
-    strategy: Literal["ddp", "fsdp"] = _help(
-        "ddp: every process holds the whole model, its gradients and AdamW state "
-        "(~16 bytes/param). fsdp: PyTorch FSDP2 fully_shard on every decoder layer and the "
-        "root, all three split across the processes (~16/N bytes/param). Launch either with "
-        "torchrun (--nproc_per_node; --nnodes and --rdzv-endpoint for several nodes) or "
-        "accelerate launch (docs/scaling.md). A single process started without a launcher "
-        "keeps a plain model (nothing to shard) but still writes sharded checkpoints",
-        "ddp",
-    )
-    param_dtype: Literal["float32", "bfloat16", "float16"] | None = _help(
-        "fsdp only: dtype of the all-gathered parameters used in forward/backward "
-        "(MixedPrecisionPolicy.param_dtype). null: the model's own dtype (model.dtype), no "
-        "mixed precision. bfloat16 on a GPU with model.dtype=float32: bf16 compute, float32 "
-        "master weights and float32 gradient reduction",
-        None,
-    )
-    fsdp_offload: bool = _help(
-        "fsdp only: keep the parameter shards, gradients and optimiser state in CPU memory "
-        "(CPUOffloadPolicy); the optimiser step runs on the CPU. Frees GPU memory for "
-        "activations and vLLM at the cost of host<->device copies every step",
-        False,
-    )
-    fsdp_reshard_after_forward: bool = _help(
-        "fsdp only: free each layer's gathered parameters after its forward and all-gather "
-        "them again for the backward (ZeRO-3, least memory). false: keep them until the "
-        "backward (one all-gather fewer per layer, more memory)",
-        True,
-    )
 
     def __post_init__(self) -> None:
-        _choice("train.strategy", self.strategy, ("ddp", "fsdp"))
-        if self.strategy == "ddp" and (self.fsdp_offload or self.param_dtype is not None):
-            raise ConfigError(
-                "train.fsdp_offload and train.param_dtype apply to train.strategy=fsdp only: "
-                "set train.strategy=fsdp or leave them at false/null"
-            )
+        try:
+            super().__post_init__()
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         for name in ("total_steps", "prompts_per_step", "micro_batch_size", "ppo_epochs"):
             _positive(f"train.{name}", getattr(self, name))
         if self.logits_chunk_size is not None:

@@ -142,13 +142,7 @@ class Trainer:
         self._corrupt_checkpoints: list = []
 
         self.model_path, train_path, db_dir = require_paths(cfg)
-        model, self.tokenizer = load_policy(cfg, self.model_path)
-        # train.strategy=fsdp: shard after gradient checkpointing, before the optimiser.
-        # Needs a process group (any launcher, even torchrun --nproc_per_node 1); a plain
-        # single process keeps a plain model (its checkpoints are sharded all the same).
-        self.sharded = cfg.train.strategy == "fsdp" and torch.distributed.is_initialized()
-        if self.sharded:
-            model = shard_model(cfg, model, acc.device)
+        ref_model = self._load_models()
         self.pad_id = pad_token_id(self.tokenizer)
         self.prompts, self.dropped_prompts = load_prompts(cfg, train_path, db_dir, self.tokenizer)
 
@@ -165,23 +159,6 @@ class Trainer:
             self.ref_sampler = EpochSampler(len(store), cfg.train.seed + 1, shuffle=True)
         self.sampler = EpochSampler(len(self.prompts), cfg.train.seed, cfg.data.shuffle)
 
-        # The frozen reference model exists only for the online reverse-KL term.
-        ref_model = None
-        if cfg.algorithm.kl_coef > 0:
-            ref_model, _ = load_policy(cfg, self.model_path)
-            ref_model.requires_grad_(False).eval().to(acc.device)
-            if self.sharded:  # sharded the same way as the policy; it has no optimiser
-                ref_model = shard_model(cfg, ref_model, acc.device)
-        self.ref_model = ref_model
-
-        optimizer, self.scheduler = build_optimizer(cfg, model)
-        # The scheduler is not prepared: a prepared scheduler steps once per process. An
-        # FSDP model is not prepared either: accelerate would wrap it in DDP, and FSDP
-        # reduce-scatters the gradients itself.
-        if self.sharded:
-            self.model, self.optimizer = model, optimizer
-        else:
-            self.model, self.optimizer = acc.prepare(model, optimizer)
         self.engine = make_engine(cfg, self.policy, self.tokenizer, self.model_path)
         self.experience = ExperienceMaker(
             cfg,
@@ -208,6 +185,35 @@ class Trainer:
         self.step = 0
         if resume:
             self._load_latest_checkpoint()
+
+    def _load_models(self) -> torch.nn.Module | None:
+        """The policy, its optimiser and schedule (``self.model`` / ``optimizer`` /
+        ``scheduler``) and the tokenizer; returns the frozen reference model of the online
+        reverse-KL term (None without one)."""
+        cfg, acc = self.config, self.accelerator
+        model, self.tokenizer = load_policy(cfg, self.model_path)
+        # train.strategy=fsdp: shard after gradient checkpointing, before the optimiser.
+        # Needs a process group (any launcher, even torchrun --nproc_per_node 1); a plain
+        # single process keeps a plain model (its checkpoints are sharded all the same).
+        self.sharded = cfg.train.strategy == "fsdp" and torch.distributed.is_initialized()
+        if self.sharded:
+            model = shard_model(cfg, model, acc.device)
+        ref_model = None
+        if cfg.algorithm.kl_coef > 0:
+            ref_model, _ = load_policy(cfg, self.model_path)
+            ref_model.requires_grad_(False).eval().to(acc.device)
+            if self.sharded:  # sharded the same way as the policy; it has no optimiser
+                ref_model = shard_model(cfg, ref_model, acc.device)
+        self.ref_model = ref_model
+        optimizer, self.scheduler = build_optimizer(cfg, model)
+        # The scheduler is not prepared: a prepared scheduler steps once per process. An
+        # FSDP model is not prepared either: accelerate would wrap it in DDP, and FSDP
+        # reduce-scatters the gradients itself.
+        if self.sharded:
+            self.model, self.optimizer = model, optimizer
+        else:
+            self.model, self.optimizer = acc.prepare(model, optimizer)
+        return ref_model
 
     def _check_run_dir(self, resume: bool, overwrite: bool, changes: tuple[str, ...]) -> RunSession:
         """Check logging.output_dir before anything is loaded: refuse mixing runs early."""

@@ -253,3 +253,8 @@ def test_fsdp_needs_reference_samples_divisible_by_processes_and_mini_batches(ti
     check_divisibility(config("fsdp", 4), world=2)
     with pytest.raises(ValueError, match="processes x mini-batches"):
         check_divisibility(config("fsdp", 2), world=2)
+    budget = config("fsdp", 4)
+    budget.train.micro_batch_tokens = 64
+    check_divisibility(budget, world=1)
+    with pytest.raises(ValueError, match="micro_batch_tokens=null"):
+        check_divisibility(budget, world=2)
