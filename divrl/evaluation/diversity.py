@@ -117,8 +117,14 @@ def spark_word_probability(
 
 
 def checkpoint_models(run_dir: str | Path) -> list[tuple[int, Path]]:
-    """(step, model directory) of every checkpoint of a training run, by step."""
-    return [(c.step, c.model_dir) for c in RunDir(run_dir).checkpoints() if c.has_model()]
+    """(step, model directory) of every checkpoint of a training run, by step (a run
+    trained with ``train.strategy=fsdp`` gets each checkpoint's weights exported first)."""
+    from divrl.training.fsdp_checkpoint import ensure_hf_weights
+
+    ckpts = RunDir(run_dir).checkpoints()
+    for c in ckpts:
+        ensure_hf_weights(c.path)
+    return [(c.step, c.model_dir) for c in ckpts if c.has_model()]
 
 
 def spark_word_curve(

@@ -146,17 +146,13 @@ def resolve_model_path(path: str | Path) -> str:
 def _export_sharded_weights(path: Path) -> None:
     """Write the weights of a sharded (fsdp) checkpoint into its ``model/`` folder, if
     ``path`` is such a checkpoint or a run whose newest checkpoint is one."""
-    from divrl.training.fsdp_checkpoint import export_hf, is_sharded_checkpoint
+    from divrl.training.fsdp_checkpoint import ensure_hf_weights
 
-    if not path.is_dir():
+    if not path.is_dir() or ensure_hf_weights(path):
         return
     latest = RunDir(path).latest()
-    ckpt = path if is_sharded_checkpoint(path) else latest.path if latest else None
-    if ckpt is None or not is_sharded_checkpoint(ckpt):
-        return
-    model_dir = ckpt / "model"
-    if not any(model_dir.glob("*.safetensors")):
-        export_hf(ckpt, model_dir)
+    if latest is not None:
+        ensure_hf_weights(latest.path)
 
 
 def load_model(path: str | Path):

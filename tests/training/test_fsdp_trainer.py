@@ -36,6 +36,10 @@ def _cases(world: dict, store: Path, root: Path) -> dict[str, dict]:
     dph = {
         "algorithm.divergence": "js",
         "algorithm.divergence_coef": 0.2,
+        # token-means of each stream: independent of how the samples are cut into
+        # micro-batches ('authors', the mean over micro-batches, is not: 2 processes make
+        # more, smaller reference micro-batches than 1)
+        "algorithm.divergence_weighting": "paper",
         "reference.store": store,
         "reference.per_step": 4,
     }
@@ -258,3 +262,16 @@ def test_fsdp_needs_reference_samples_divisible_by_processes_and_mini_batches(ti
     check_divisibility(budget, world=1)
     with pytest.raises(ValueError, match="micro_batch_tokens=null"):
         check_divisibility(budget, world=2)
+
+
+def test_diversity_curves_read_an_fsdp_run(fsdp_runs):
+    from transformers import AutoModelForCausalLM
+
+    from divrl.evaluation.diversity import checkpoint_models
+
+    root, _ = fsdp_runs
+    models = checkpoint_models(root / "full" / "run")  # keep_last=1: the step-6 checkpoint
+    assert [step for step, _ in models] == [6]
+    state = AutoModelForCausalLM.from_pretrained(models[0][1]).state_dict()
+    trained = torch.load(root / "full" / "params.pt")
+    assert all(torch.equal(state[k], v) for k, v in trained.items())
