@@ -282,9 +282,7 @@ def presample(
     manifest = _manifest(config, model_path, train_path, threshold, failed_to_exploration, stats)
     if procs[1] == 0:  # written once; the others wait for it
         write_reference_store(config.reference_store, samples, rows, manifest)
+        logger.info("reference store written to %s: %s", config.reference_store, stats)
     if procs[0] > 1:
-        import torch.distributed as dist
-
-        dist.barrier()
-    logger.info("reference store written to %s: %s", config.reference_store, manifest["stats"])
+        torch.distributed.barrier()
     return manifest
