@@ -56,6 +56,13 @@ def _cases(world: dict, store: Path, root: Path) -> dict[str, dict]:
         "grpo": {**COMMON, "checkpoint.save_final": True},
         "lp_reg": {**COMMON, **LP_REG},
         "dph_js": {**COMMON, **dph},
+        # CPUOffloadPolicy (shards, gradients and AdamW state in host memory) and no
+        # resharding after forward: the same numbers
+        "offload": {
+            **COMMON,
+            "train.fsdp_offload": True,
+            "train.fsdp_reshard_after_forward": False,
+        },
         # a sharded frozen reference model (no optimiser), gradient checkpointing under FSDP
         "reverse_kl": {
             **COMMON,
@@ -133,7 +140,7 @@ def _params(trainer: Trainer) -> dict[str, torch.Tensor]:
     return {n: p.detach() for n, p in trainer.policy.named_parameters()}
 
 
-@pytest.mark.parametrize("case", ["grpo", "lp_reg", "dph_js", "reverse_kl"])
+@pytest.mark.parametrize("case", ["grpo", "lp_reg", "dph_js", "offload", "reverse_kl"])
 def test_two_fsdp_processes_match_one(fsdp_runs, case, tmp_path):
     root, overrides = fsdp_runs
     single = _single(overrides[case], tmp_path / "single")
