@@ -162,7 +162,7 @@ def make_engine(
         return VLLMEngine(
             model_path,
             gpu_memory_utilization=config.rollout.gpu_memory_utilization,
-            dtype=config.model.dtype,
+            dtype=config.train.param_dtype or config.model.dtype,  # fsdp: bf16 compute dtype
             seed=config.train.seed,
             max_model_len=config.data.max_prompt_length + config.rollout.max_new_tokens,
             trust_remote_code=config.model.trust_remote_code,
