@@ -4,7 +4,8 @@
 base model, then samples the model and prints the measured properties (Pass@k, the share
 of near-perfect train prompts, distinct solution styles). A second call returns the cached
 world and its stored measurements at once. ``divrl toy measure`` re-measures with other
-sampling settings.
+sampling settings. ``--world countdown`` does the same for the countdown world (search
+traces; :mod:`divrl.toy.countdown_world`); its documented numbers use ``--samples 32``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             name, help=help_text, description=help_text, formatter_class=parser.formatter_class
         )
         p.add_argument("--cache-dir", help="default: $DIVRL_CACHE_DIR/toy or ~/.cache/divrl/toy")
+        p.add_argument(
+            "--world",
+            choices=("sql", "countdown"),
+            default="sql",
+            help="'sql': toy SQL + math (divrl.toy.world); 'countdown': countdown arithmetic "
+            "with search traces (divrl.toy.countdown_world)",
+        )
         p.add_argument("--seed", type=int, default=0, help="generator and training seed")
         p.add_argument(
             "--size", default="full", help="'full' (minutes) or 'tiny' (seconds, for tests)"
@@ -62,15 +70,30 @@ def run(args: argparse.Namespace) -> int:
         measure_base_model,
     )
 
-    if args.size not in SIZES:
+    world_name = getattr(args, "world", "sql")
+    if world_name == "countdown":
+        from divrl.toy.countdown_world import SIZES as CD_SIZES
+        from divrl.toy.countdown_world import ensure_countdown_world
+
+        if args.size not in CD_SIZES:
+            raise SystemExit(f"divrl toy: unknown --size {args.size!r} for countdown")
+        world = ensure_countdown_world(
+            args.cache_dir,
+            size=args.size,
+            seed=args.seed,
+            progress=not args.quiet,
+            use_shipped=not getattr(args, "retrain", False),
+        )
+    elif args.size not in SIZES:
         raise SystemExit(f"divrl toy: unknown --size {args.size!r}; choose from {sorted(SIZES)}")
-    world = ensure_toy_world(
-        args.cache_dir,
-        seed=args.seed,
-        size=args.size,
-        progress=not args.quiet,
-        use_shipped=not getattr(args, "retrain", False),
-    )
+    else:
+        world = ensure_toy_world(
+            args.cache_dir,
+            seed=args.seed,
+            size=args.size,
+            progress=not args.quiet,
+            use_shipped=not getattr(args, "retrain", False),
+        )
     man = world.manifest
     print(f"toy world: {world.root}")
     print(
@@ -81,15 +104,39 @@ def run(args: argparse.Namespace) -> int:
     for split, path in world.splits.items():
         print(f"  {split:<13} {path} ({man['splits'][split]} prompts)")
     if getattr(args, "ship", False):
-        from divrl.toy.world import ship_model
+        if world_name == "countdown":
+            from divrl.toy.countdown_world import ship_model
+        else:
+            from divrl.toy.world import ship_model
 
         print(f"  shipped the model to {ship_model(world)}")
     if args.toy_command == "build" and args.no_measure:
         return 0
+    if world_name == "countdown":
+        return _measure_countdown(args, world)
     cfg = MeasureConfig(n_samples=args.samples, max_prompts=args.max_prompts)
     stored = load_measurements(world) if args.toy_command == "build" else None
     if stored is None or stored.get("config") != cfg.__dict__:
         stored = measure_base_model(world, cfg, progress=not args.quiet)
     print()
     print(json.dumps(stored, indent=2) if args.json else format_measurements(stored))
+    return 0
+
+
+def _measure_countdown(args: argparse.Namespace, world) -> int:
+    """Measure (or read the stored measurements of) a countdown world's base model."""
+    from divrl.toy.countdown_measure import (
+        CountdownMeasureConfig,
+        format_countdown_measurements,
+        measure_countdown_model,
+    )
+    from divrl.toy.measure import load_measurements
+
+    cfg = CountdownMeasureConfig(n_samples=args.samples, max_prompts=args.max_prompts)
+    stored = load_measurements(world) if args.toy_command == "build" else None
+    wanted = {**cfg.__dict__, "splits": list(cfg.splits)}
+    if stored is None or stored.get("config") != wanted:
+        stored = measure_countdown_model(world, cfg, progress=not args.quiet)
+    print()
+    print(json.dumps(stored, indent=2) if args.json else format_countdown_measurements(stored))
     return 0

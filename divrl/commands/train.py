@@ -48,13 +48,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def with_toy_defaults(config):
     """``config`` with a null ``model.path`` / ``data.train_path`` (and ``data.db_dir``)
-    filled from the toy world (built on first use at ``model.toy_size``); a config with
+    filled from the toy world ``model.toy_world`` (built on first use at ``model.toy_size``); a config with
     both paths set is returned unchanged. The trainer itself never guesses paths."""
     if config.model.path is not None and config.data.train_path is not None:
         return config
-    from divrl.toy import ensure_toy_world
+    from divrl.toy import get_world
 
-    world = ensure_toy_world(size=config.model.toy_size, progress=False)
+    world = get_world(config.model.toy_world, size=config.model.toy_size, progress=False)
     config.model.path = config.model.path or str(world.model_dir)
     config.data.train_path = config.data.train_path or str(world.splits["train"])
     if config.data.db_dir is None and world.db_dir:

@@ -5,7 +5,7 @@ match on SQLite), with aliases for common dataset names. Add one with
 :func:`register_verifier`. See docs/rewards.md.
 """
 
-from divrl.rewards import math_reward, sql_reward  # noqa: F401  (register built-ins)
+from divrl.rewards import countdown_reward, math_reward, sql_reward  # noqa: F401  (built-ins)
 from divrl.rewards.math_reward import MathVerifier, last_boxed
 from divrl.rewards.pool import shutdown_pool
 from divrl.rewards.registry import (

@@ -13,6 +13,7 @@ ASCII text round-trips exactly. Saved as a ``PreTrainedTokenizerFast``; it reloa
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
@@ -78,18 +79,23 @@ PIECES: tuple[str, ...] = (
 CHARACTERS: tuple[str, ...] = ("\n", *(chr(i) for i in range(32, 127)))
 
 
-def vocabulary() -> dict[str, int]:
-    """token -> id: the special tokens, the characters, then the pieces."""
-    tokens = [PAD, EOS, UNK, *CHARACTERS, *PIECES]
+def vocabulary(extra_pieces: Sequence[str] = ()) -> dict[str, int]:
+    """token -> id: the special tokens, the characters, the pieces, then ``extra_pieces``
+    (another toy world's own; appended, so the shared ids do not move)."""
+    tokens = [PAD, EOS, UNK, *CHARACTERS, *PIECES, *extra_pieces]
     if len(set(tokens)) != len(tokens):
         raise AssertionError("duplicate token in the toy vocabulary")
     return {t: i for i, t in enumerate(tokens)}
 
 
-def build_tokenizer(model_max_length: int = 256) -> PreTrainedTokenizerFast:
-    """The toy tokenizer (pad, eos and unk set; no special tokens added on encode)."""
-    pattern = "|".join(re.escape(p) for p in sorted(PIECES, key=len, reverse=True))
-    tok = Tokenizer(models.WordLevel(vocabulary(), unk_token=UNK))
+def build_tokenizer(
+    model_max_length: int = 256, extra_pieces: Sequence[str] = ()
+) -> PreTrainedTokenizerFast:
+    """The toy tokenizer (pad, eos and unk set; no special tokens added on encode), with
+    ``extra_pieces`` as further multi-character tokens."""
+    pieces = (*PIECES, *extra_pieces)
+    pattern = "|".join(re.escape(p) for p in sorted(pieces, key=len, reverse=True))
+    tok = Tokenizer(models.WordLevel(vocabulary(extra_pieces), unk_token=UNK))
     # every match is its own piece: a listed piece (longest first) or else one character
     tok.pre_tokenizer = pre_tokenizers.Split(Regex(pattern + r"|[\s\S]"), behavior="isolated")
     tok.decoder = decoders.Fuse()

@@ -61,6 +61,12 @@ WORLDS: dict[str, WorldKind] = {
         "divrl.toy.world:ToyWorld.load",
         "toy SQL in domain, held-out databases cross domain, toy math out of domain",
     ),
+    "countdown": WorldKind(
+        "divrl.toy.countdown_world:ensure_countdown_world",
+        "divrl.toy.world:ToyWorld.load",
+        "countdown arithmetic with search traces in domain, larger targets cross domain, "
+        "toy math out of domain",
+    ),
 }
 DEFAULT_WORLD = "sql"
 

@@ -1,0 +1,284 @@
+"""Build and cache the countdown toy world: data splits and a base model that searches.
+
+``ensure_countdown_world()`` is the entry point; it mirrors
+:func:`divrl.toy.world.ensure_toy_world` (same cache rules, same :class:`ToyWorld` object,
+same layout without databases). A world lives in
+``<cache_dir>/countdown-<size>-seed<seed>-<hash>/``; the hash covers every generator,
+model and training setting.
+
+Splits (verl rows): ``train`` (RL prompts) and ``test`` (in domain: 4 numbers, targets
+``target_min..target_max``), ``cross_domain`` (the same numbers, larger targets, never a
+target in SFT or RL) and ``ood_math`` (the toy math problems, 15% of the SFT corpus).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import random
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from divrl.data import Example, write_examples
+from divrl.rewards.countdown_reward import format_ground_truth
+from divrl.toy import countdown, toy_math
+from divrl.toy.model import ToyModelConfig, build_model
+from divrl.toy.sft import SFTConfig, train_sft
+from divrl.toy.tokenizer import ANSWER_MARKER, build_tokenizer
+from divrl.toy.world import (
+    ToyWorld,
+    _count_parameters,
+    _distinct_problems,
+    _math_row,
+    default_cache_dir,
+    encode_pairs,
+)
+
+#: Bump when generated data or training would change for the same settings.
+BUILD_VERSION = "1"
+#: The shipped seed-0 ``full`` base model (``divrl toy build --world countdown --ship``).
+PRETRAINED_DIR = Path(__file__).parent / "pretrained_countdown"
+_SHIPPED_FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "sft_stats.json",
+)
+
+
+@dataclass(frozen=True)
+class CountdownWorldConfig:
+    """Everything that determines a countdown world besides the seed."""
+
+    countdown: countdown.CountdownConfig = field(default_factory=countdown.CountdownConfig)
+    math: toy_math.ToyMathConfig = field(default_factory=toy_math.ToyMathConfig)
+    model: ToyModelConfig = field(
+        default_factory=lambda: ToyModelConfig(
+            hidden_size=96, num_layers=4, num_heads=4, intermediate_size=256, max_length=128
+        )
+    )
+    sft: SFTConfig = field(
+        default_factory=lambda: SFTConfig(steps=600, batch_size=128, lr=3e-3, threads=1)
+    )
+    n_train: int = field(default=1024, metadata={"help": "RL training prompts"})
+    n_test: int = field(default=256, metadata={"help": "in-domain test prompts"})
+    n_cross: int = field(default=256, metadata={"help": "cross-domain prompts (larger targets)"})
+    n_math: int = field(default=256, metadata={"help": "out-of-domain math prompts"})
+    sft_math_share: float = field(
+        default=0.15, metadata={"help": "share of toy math problems in the supervised corpus"}
+    )
+
+    def __post_init__(self) -> None:
+        if min(self.n_train, self.n_test, self.n_cross, self.n_math) < 1:
+            raise ValueError("every split needs at least one prompt")
+        if not 0.0 <= self.sft_math_share < 1.0:
+            raise ValueError("sft_math_share must be in [0, 1)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+SIZES: dict[str, CountdownWorldConfig] = {
+    "full": CountdownWorldConfig(),
+    # seconds-long: loads, generates traces, rarely right (for tests of the plumbing)
+    "tiny": CountdownWorldConfig(
+        model=ToyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64),
+        sft=SFTConfig(steps=30, batch_size=16, lr=3e-3, warmup_steps=3, threads=1),
+        n_train=64,
+        n_test=16,
+        n_cross=16,
+        n_math=16,
+    ),
+}
+
+
+def world_key(seed: int, size: str, cfg: CountdownWorldConfig) -> str:
+    blob = json.dumps(
+        {
+            "world": "countdown",
+            "version": BUILD_VERSION,
+            "seed": seed,
+            "size": size,
+            "config": cfg.to_dict(),
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def ensure_countdown_world(
+    cache_dir: str | Path | None = None,
+    size: str = "full",
+    seed: int = 0,
+    *,
+    progress: bool = True,
+    use_shipped: bool = True,
+) -> ToyWorld:
+    """Return the countdown world for (``seed``, ``size``), building it if not cached.
+
+    ``size="full"`` is the benchmark (its seed-0 model ships in ``pretrained_countdown``
+    and is copied instead of trained when the settings match); ``size="tiny"`` builds in
+    seconds for tests. The cache directory defaults to the toy world's
+    (``$DIVRL_CACHE_DIR/toy`` or ``~/.cache/divrl/toy``).
+    """
+    if size not in SIZES:
+        raise ValueError(f"unknown countdown world size {size!r}; choose one of {sorted(SIZES)}")
+    cfg = SIZES[size]
+    cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    final = (cache / f"countdown-{size}-seed{seed}-{world_key(seed, size, cfg)}").resolve()
+    if (final / "world.json").exists():
+        return ToyWorld.load(final)
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=cache))
+    try:
+        build_countdown_world(
+            tmp, seed=seed, size=size, cfg=cfg, progress=progress, use_shipped=use_shipped
+        )
+        try:
+            tmp.rename(final)
+        except OSError:
+            if not (final / "world.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return ToyWorld.load(final)
+
+
+def make_splits(cfg: CountdownWorldConfig, seed: int) -> tuple[dict[str, list[Example]], set[str]]:
+    """The four splits' rows and the set of held-out prompt texts (test and math)."""
+    rng = random.Random(f"countdown-world-splits-{seed}")
+    seen: set[str] = set()
+
+    def distinct(n: int, cross: bool) -> list[countdown.Problem]:
+        out: list[countdown.Problem] = []
+        while len(out) < n:
+            p = countdown.sample_problem(rng, cfg.countdown, cross=cross)
+            if countdown.prompt_text(p) not in seen:
+                seen.add(countdown.prompt_text(p))
+                out.append(p)
+        return out
+
+    train, test = distinct(cfg.n_train, False), distinct(cfg.n_test, False)
+    cross = distinct(cfg.n_cross, True)
+    math_ps = _distinct_problems(rng, cfg.n_math, exclude=set())
+    rows = {
+        "train": [_row(p, i, "train") for i, p in enumerate(train)],
+        "test": [_row(p, i, "test") for i, p in enumerate(test)],
+        "cross_domain": [_row(p, i, "cross_domain") for i, p in enumerate(cross)],
+        "ood_math": [_math_row(p, i) for i, p in enumerate(math_ps)],
+    }
+    held_out = {countdown.prompt_text(p) for p in test} | {toy_math.prompt_text(p) for p in math_ps}
+    return rows, held_out
+
+
+def build_countdown_world(
+    out: Path,
+    *,
+    seed: int,
+    size: str,
+    cfg: CountdownWorldConfig,
+    progress: bool = True,
+    use_shipped: bool = True,
+) -> None:
+    """Write a world into ``out`` (data, model, ``world.json``)."""
+    start = time.time()
+    for sub in ("db", "data", "model"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    rows, held_out = make_splits(cfg, seed)
+    for name, examples in rows.items():
+        write_examples(examples, out / "data" / f"{name}.jsonl")
+    data_seconds = time.time() - start
+
+    key = world_key(seed, size, cfg)
+    if use_shipped and shipped_key() == key:
+        for name in _SHIPPED_FILES:
+            shutil.copy2(PRETRAINED_DIR / name, out / "model" / name)
+        stats = json.loads((PRETRAINED_DIR / "sft_stats.json").read_text())
+        stats["model_source"] = str(PRETRAINED_DIR)
+    else:
+        tokenizer = build_tokenizer(cfg.model.max_length, extra_pieces=countdown.PIECES)
+        corpus = sft_corpus(cfg, seed, held_out)
+        pairs = encode_pairs(tokenizer, corpus, cfg.model.max_length)
+        model = build_model(cfg.model, tokenizer, seed)
+        stats = train_sft(model, pairs, cfg.sft, tokenizer.pad_token_id, seed, progress=progress)
+        stats["model_source"] = "trained"
+        stats["sft_examples"] = len(pairs)
+        stats["sft_solved_share"] = sum("ok" in r[-3:] for _, r in corpus) / len(corpus)
+        model.save_pretrained(out / "model")
+        tokenizer.save_pretrained(out / "model")
+        (out / "model" / "sft_stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+
+    manifest = {
+        "world": "countdown",
+        "seed": seed,
+        "size": size,
+        "key": key,
+        "build_version": BUILD_VERSION,
+        "config": cfg.to_dict(),
+        "n_parameters": _count_parameters(out / "model"),
+        "splits": {name: len(r) for name, r in rows.items()},
+        "answer_marker": ANSWER_MARKER,
+        "data_seconds": data_seconds,
+        **stats,
+        "build_seconds": time.time() - start,
+    }
+    (out / "world.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def sft_corpus(cfg: CountdownWorldConfig, seed: int, held_out: set[str]) -> list[tuple[str, str]]:
+    """(prompt, response) pairs: fresh in-domain problems with sampled search traces, and
+    toy math problems (``sft_math_share``); never a test or ood_math prompt, never a
+    cross-domain target."""
+    rng = random.Random(f"countdown-world-sft-{seed}")
+    out: list[tuple[str, str]] = []
+    while len(out) < cfg.sft.steps * cfg.sft.batch_size:
+        if rng.random() < cfg.sft_math_share:
+            mp = toy_math.sample_problem(rng)
+            if toy_math.prompt_text(mp) in held_out:
+                continue
+            text, _, _ = toy_math.sample_response(mp, rng, cfg.math)
+            out.append((toy_math.prompt_text(mp) + ANSWER_MARKER, text))
+        else:
+            p = countdown.sample_problem(rng, cfg.countdown)
+            if countdown.prompt_text(p) in held_out:
+                continue
+            trace, _ = countdown.sample_trace(rng, p, cfg.countdown)
+            out.append((countdown.prompt_text(p) + ANSWER_MARKER, trace))
+    return out
+
+
+def shipped_key() -> str | None:
+    """World key of the shipped countdown model, or None when none is shipped."""
+    path = PRETRAINED_DIR / "world_key.txt"
+    return path.read_text().strip() if path.exists() else None
+
+
+def ship_model(world: ToyWorld) -> Path:
+    """Copy ``world``'s model into :data:`PRETRAINED_DIR` (maintainers)."""
+    PRETRAINED_DIR.mkdir(exist_ok=True)
+    for name in _SHIPPED_FILES:
+        shutil.copy2(world.model_dir / name, PRETRAINED_DIR / name)
+    (PRETRAINED_DIR / "world_key.txt").write_text(world.manifest["key"] + "\n")
+    return PRETRAINED_DIR
+
+
+def _row(p: countdown.Problem, index: int, split: str) -> Example:
+    return Example(
+        id=f"{split}-{index}",
+        prompt=countdown.prompt_text(p) + ANSWER_MARKER,
+        data_source="countdown",
+        ground_truth=format_ground_truth(p.numbers, p.target),
+        extra_info={
+            "index": index,
+            "split": split,
+            "family": f"{len(p.numbers)}numbers",
+            "hard": len(countdown.solutions(p)) <= 2,
+        },
+    )

@@ -1,0 +1,173 @@
+"""Reading ``divrl train`` configs: YAML files with ``extends``, ``key=value`` overrides,
+type checks against the dataclasses of :mod:`divrl.training.config`, and dumping.
+
+Kept apart from the dataclasses so that each file reads on its own; everything here is
+re-exported by :mod:`divrl.training.config`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from divrl.training.config import Config, ConfigError, _choice, _closest
+
+__all__ = ["config_from_dict", "dump_config", "load_config", "parse_override"]
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(key: str, value: Any, tp: Any) -> Any:
+    """Check ``value`` (from YAML) against the annotation ``tp``; ints widen to float."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(key, value, arg)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{key}={value!r}: invalid value")
+    if origin is Literal:
+        _choice(key, value, typing.get_args(tp))
+        return value
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}={value!r} must be a mapping")
+        return dict(value)
+    if origin is list:
+        (item_tp,) = typing.get_args(tp)
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            value = [value]  # `rollout.stop=</answer>` means a one-element list
+        if not isinstance(value, list):
+            raise ConfigError(f"{key}={value!r} must be a list of {_type_name(item_tp)}")
+        return [_coerce(f"{key}[{i}]", v, item_tp) for i, v in enumerate(value)]
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}={value!r} must be true or false")
+        return value
+    if tp is float:
+        if isinstance(value, str):
+            # YAML 1.1 reads `1e-6` (no dot) as a string.
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{key}={value!r} must be a number")
+        if not math.isfinite(value):
+            # before any section's own checks, which NaN slips through (nan > 0 is False)
+            raise ConfigError(
+                f"{key}={value!r} must be a finite number (use 0 or null to turn a feature off)"
+            )
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}={value!r} must be an integer")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            # YAML reads `template=1` as an int; a str field takes it as text.
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                return str(value)
+            raise ConfigError(f"{key}={value!r} must be a string")
+        return value
+    raise TypeError(f"unsupported config type {tp!r} for {key}")
+
+
+def _build_section(name: str, cls: type, raw: Any) -> Any:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"section {name!r} must be a mapping, got {raw!r}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in raw.items():
+        if key not in names:
+            raise ConfigError(
+                f"unknown key '{name}.{key}'" + _closest(str(key), names, prefix=f"{name}.")
+            )
+        kwargs[key] = _coerce(f"{name}.{key}", value, hints[key])
+    return cls(**kwargs)
+
+
+def _section_classes() -> dict[str, type]:
+    hints = typing.get_type_hints(Config)
+    return {f.name: hints[f.name] for f in dataclasses.fields(Config)}
+
+
+def config_from_dict(raw: dict[str, Any]) -> Config:
+    """Build a validated :class:`Config` from a nested mapping."""
+    sections = _section_classes()
+    for key in raw:
+        if key not in sections:
+            raise ConfigError(f"unknown section {key!r}" + _closest(str(key), sections))
+    return Config(
+        **{name: _build_section(name, cls, raw.get(name)) for name, cls in sections.items()}
+    )
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    path = path.resolve()
+    if path in seen:
+        raise ConfigError(f"circular 'extends' through {path}")
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    raw = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping")
+    parent = raw.pop("extends", None)
+    if parent is not None:
+        raw = _merge(_read_yaml(path.parent / parent, (*seen, path)), raw)
+    return raw
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``'algorithm.clip_high=0.28'`` -> (['algorithm', 'clip_high'], 0.28)."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like section.key=value")
+    key, _, value = text.partition("=")
+    parts = key.strip().split(".")
+    # section.key, or section.key.entry for a mapping (algorithm.loss_options.rho=0.5)
+    if len(parts) not in (2, 3) or not all(parts):
+        raise ConfigError(f"override key {key!r} must be section.key (e.g. train.total_steps)")
+    return parts, yaml.safe_load(value) if value.strip() else None
+
+
+def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> Config:
+    """Load a YAML config (or the defaults when ``path`` is None) and apply overrides."""
+    raw = _read_yaml(Path(path)) if path is not None else {}
+    for text in overrides:
+        parts, value = parse_override(text)
+        for name in reversed(parts):
+            value = {name: value}
+        raw = _merge(raw, value)
+    return config_from_dict(raw)
+
+
+def dump_config(config: Config) -> str:
+    return yaml.safe_dump(config.to_dict(), sort_keys=False)
