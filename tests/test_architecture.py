@@ -46,15 +46,8 @@ LAYERS: dict[str, int] = {
 #: when its change lands. Keys: ``size:<file>``, ``function:<file>:<qualified name>``,
 #: ``import:<file> -> <module>``.
 PENDING: set[str] = {
-    # the reward pool's run loop (divrl/rewards, outside the toy/pipeline work)
-    "function:divrl/rewards/pool.py:WorkerPool.run",
     # the evaluation report's per-split section (divrl/evaluation/report.py)
     "function:divrl/evaluation/report.py:_split_section",
-    # the benchmark scripts' main functions (benchmarks/, not assigned in issue 17's split)
-    "function:benchmarks/logits.py:main",
-    "function:benchmarks/rollout.py:main",
-    "function:benchmarks/step_time.py:main",
-    "function:benchmarks/trl_compare.py:main",
 }
 
 

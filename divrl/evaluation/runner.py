@@ -28,7 +28,7 @@ import torch
 from divrl.evaluation.equivalence import ClusterRequest, cluster_answers
 from divrl.evaluation.stats import cluster_correctness
 from divrl.evaluation.styles import solution_style
-from divrl.rewards.types import DECIDED_REASONS
+from divrl.rewards.types import DECIDED_REASONS, is_correct
 from divrl.runs import RunDir
 
 __all__ = [
@@ -278,11 +278,6 @@ def generate_samples(
 
 
 # --------------------------------------------------------------------------- scoring
-
-
-def is_correct(score: float) -> bool:
-    """Full credit counts as correct (the trainer's convention for Pass@1)."""
-    return score >= 1.0 - 1e-6
 
 
 def _normalise_answer(answer: str | None) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -80,6 +81,23 @@ class RolloutEngine(abc.ABC):
 
     def sync_weights(self, model: torch.nn.Module) -> None:  # noqa: B027 - hf shares the model
         """Load the trained policy's weights into the engine (after each update)."""
+
+
+def pad_token_id(tokenizer: Any) -> int:
+    """The id that pads batches: the tokenizer's pad token, else its end-of-sequence token.
+
+    The one fallback every batch builder uses (rollout, training, presampling, evaluation),
+    so that no two places pad with different ids. A list of EOS ids gives its first.
+
+    Raises:
+        ValueError: the tokenizer has neither.
+    """
+    for candidate in (tokenizer.pad_token_id, tokenizer.eos_token_id):
+        if isinstance(candidate, list | tuple):
+            candidate = candidate[0] if candidate else None
+        if candidate is not None:
+            return int(candidate)
+    raise ValueError("the tokenizer has neither a pad token nor an eos token: set one")
 
 
 def collate(
