@@ -29,7 +29,7 @@ from divrl.evaluation.equivalence import ClusterRequest, cluster_answers
 from divrl.evaluation.stats import cluster_correctness
 from divrl.evaluation.styles import solution_style
 from divrl.rewards.types import DECIDED_REASONS, is_correct
-from divrl.runs import RunDir
+from divrl.runs import Checkpoint, RunDir
 
 __all__ = [
     "EvalConfig",
@@ -127,8 +127,8 @@ def resolve_model_path(path: str | Path) -> str:
     p = Path(path)
     if (p / "config.json").is_file():
         return str(p)
-    if (p / "model" / "config.json").is_file():
-        return str(p / "model")
+    if Checkpoint.at(p).has_model():
+        return str(Checkpoint.at(p).model_dir)
     final = RunDir(p).final_model() if p.is_dir() else None
     if final is not None:
         return str(final)
