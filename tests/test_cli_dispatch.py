@@ -14,3 +14,10 @@ def test_version_flag():
         [sys.executable, "-m", "divrl.cli", "--version"], capture_output=True, text=True, check=True
     )
     assert out.stdout.startswith("divrl ")
+
+
+def test_train_and_presample_refuse_a_bad_config_the_same_way(capsys):
+    """One config loader for both commands: the error names the command, exit status 2."""
+    for command in ("train", "presample"):
+        assert main([command, "train.no_such_key=1"]) == 2
+        assert f"divrl {command}: unknown key 'train.no_such_key'" in capsys.readouterr().err
