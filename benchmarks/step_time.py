@@ -217,7 +217,8 @@ def _table(results: dict[str, dict], ratios: dict[str, float]) -> str:
         ]
         for name in CASES
     ]
-    dph, lp_time, lp_mem = ratios.values()
+    dph = ratios["dph_js_vs_grpo_rkl"]
+    lp_time, lp_mem = ratios["lp_reg_vs_grpo_time"], ratios["lp_reg_vs_grpo_memory"]
     dph_noref = not any(r["reference_model_loaded"] for r in results["dph_js"]["raw"])
     goals = [
         [
