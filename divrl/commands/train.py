@@ -10,6 +10,10 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from divrl.training.config import Config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,7 +61,7 @@ def _split_config_arg(args: argparse.Namespace) -> tuple[str | None, list[str]]:
     return args.config, list(args.overrides)
 
 
-def load_config_arg(args: argparse.Namespace, command: str):
+def load_config_arg(args: argparse.Namespace, command: str) -> Config | None:
     """The validated config of ``args.config`` + ``args.overrides``, or None after printing
     the config error as ``divrl <command>: ...`` (the caller exits with status 2)."""
     from divrl.training.config import ConfigError, load_config
