@@ -14,6 +14,9 @@ so that verifier time does not blur the comparison:
 Goals (issue 9): dph_js <= 0.85x grpo_rkl time with no reference model in memory; lp_reg
 <= 1.05x grpo time and memory.
 
+Besides wall-clock, each step's CPU time of the process (``time.process_time``) is
+recorded: on a shared machine it moves much less with the other load than wall-clock does.
+
     python -m benchmarks.step_time [--steps 4] [--repeats 1]
 """
 
@@ -41,13 +44,21 @@ CASES = {
 
 
 def reward_fn(items: list) -> list[float]:
-    """Deterministic, cheap: a quarter of the prompts always 'solved', else by text parity."""
+    """Deterministic, cheap: a quarter of the prompts always 'solved', else by text parity.
+
+    Items are ``ScoreRequest``s; plain dicts (what commits before the typed requests pass)
+    are read too, so that this script can time an older tree for a before/after comparison.
+    """
     out = []
     for item in items:
-        gt = str(item.ground_truth)
+        gt = str(_field(item, "ground_truth"))
         solved = sum(map(ord, gt)) % 4 == 0
-        out.append(1.0 if solved else float(sum(map(ord, item.solution_str)) % 2))
+        out.append(1.0 if solved else float(sum(map(ord, _field(item, "solution_str"))) % 2))
     return out
+
+
+def _field(item, name: str):
+    return item[name] if isinstance(item, dict) else getattr(item, name)
 
 
 def base_overrides(work: Path, args: argparse.Namespace) -> list[str]:
@@ -124,17 +135,20 @@ def child(args: dict) -> dict:
     torch.set_num_threads(args["threads"])
     config = load_config(None, args["overrides"])
     trainer = Trainer(config, reward_fn=reward_fn)
-    times, rollout, update = [], [], []
+    times, cpu_times, rollout, update = [], [], [], []
     for step in range(args["steps"] + 1):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         metrics = trainer.train_step()
         if step > 0:  # the first step warms up allocators and caches
             times.append(time.perf_counter() - t0)
+            # this process's CPU seconds: less sensitive than wall-clock to other load
+            cpu_times.append(time.process_time() - c0)
             rollout.append(metrics["time/rollout"])
             update.append(metrics["time/update"])
     params = sum(p.numel() for p in trainer.model.parameters())
     return {
         "step_times": times,
+        "cpu_step_times": cpu_times,
         "rollout_times": rollout,
         "update_times": update,
         "peak_rss_bytes": peak_rss_bytes(),
@@ -179,8 +193,11 @@ def _run_cases(opts: argparse.Namespace, work: Path, ref_per_step: int) -> dict[
                 "benchmarks.step_time",
                 {"overrides": overrides, "steps": opts.steps, "threads": opts.threads},
             )
-            agg = results.setdefault(name, {"step_times": [], "peak_bytes": [], "raw": []})
+            agg = results.setdefault(
+                name, {"step_times": [], "cpu_step_times": [], "peak_bytes": [], "raw": []}
+            )
             agg["step_times"] += out["step_times"]
+            agg["cpu_step_times"] += out["cpu_step_times"]
             # on a GPU the figure that matters is CUDA memory, on a CPU the process RSS
             agg["peak_bytes"].append(out["peak_cuda_bytes"] or out["peak_rss_bytes"])
             agg["raw"].append(out)
@@ -198,8 +215,13 @@ def _ratios(results: dict[str, dict]) -> dict[str, float]:
     def mem(name: str) -> float:
         return max(results[name]["peak_bytes"])
 
+    def cpu(name: str) -> float:
+        return summary(results[name]["cpu_step_times"])["median"]
+
     return {
         "dph_js_vs_grpo_rkl": med("dph_js") / med("grpo_rkl"),
+        "dph_js_vs_grpo_rkl_cpu": cpu("dph_js") / cpu("grpo_rkl"),
+        "lp_reg_vs_grpo_cpu": cpu("lp_reg") / cpu("grpo"),
         "lp_reg_vs_grpo_time": med("lp_reg") / med("grpo"),
         "lp_reg_vs_grpo_memory": mem("lp_reg") / mem("grpo"),
     }
@@ -212,6 +234,7 @@ def _table(results: dict[str, dict], ratios: dict[str, float]) -> str:
         [
             name,
             spread(summary(results[name]["step_times"])),
+            spread(summary(results[name]["cpu_step_times"])),
             f"{max(results[name]['peak_bytes']) / 2**20:.0f}",
             str(results[name]["raw"][0]["reference_model_loaded"]),
         ]
@@ -230,7 +253,7 @@ def _table(results: dict[str, dict], ratios: dict[str, float]) -> str:
         ["lp_reg / grpo time", f"{lp_time:.3f}x", "<= 1.05x", _met(lp_time <= 1.05)],
         ["lp_reg / grpo peak memory", f"{lp_mem:.3f}x", "<= 1.05x", _met(lp_mem <= 1.05)],
     ]
-    headers = ["method", "step time s (median [min, max])"]
+    headers = ["method", "step time s (median [min, max])", "CPU s per step"]
     headers += ["peak memory MiB (CUDA if any, else RSS)", "reference model"]
     table = markdown_table(headers, rows)
     return table + "\n" + markdown_table(["ratio", "measured", "goal", "status"], goals)
