@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from divrl.rollout import pad_token_id
 from divrl.runs import RunDir
 
 __all__ = [
@@ -78,7 +79,7 @@ def spark_word_probability(
         raise ValueError("need one prompt per response")
     device = next(model.parameters()).device
     max_len = getattr(model.config, "max_position_embeddings", None)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    pad = pad_token_id(tokenizer)
     out: dict[str, float] = {}
     for word in words:
         w = tokenizer(word, add_special_tokens=False)["input_ids"]

@@ -28,8 +28,8 @@ import torch
 from divrl.evaluation.equivalence import ClusterRequest, cluster_answers
 from divrl.evaluation.stats import cluster_correctness
 from divrl.evaluation.styles import solution_style
-from divrl.rewards.types import DECIDED_REASONS
-from divrl.runs import RunDir
+from divrl.rewards.types import DECIDED_REASONS, is_correct
+from divrl.runs import Checkpoint, RunDir
 
 __all__ = [
     "EvalConfig",
@@ -129,8 +129,8 @@ def resolve_model_path(path: str | Path) -> str:
     _export_sharded_weights(p)
     if (p / "config.json").is_file():
         return str(p)
-    if (p / "model" / "config.json").is_file():
-        return str(p / "model")
+    if Checkpoint.at(p).has_model():
+        return str(Checkpoint.at(p).model_dir)
     final = RunDir(p).final_model() if p.is_dir() else None
     if final is not None:
         logger.info("%s is a run directory: evaluating its checkpoint %s", p, final.parent)
@@ -293,11 +293,6 @@ def generate_samples(
 
 
 # --------------------------------------------------------------------------- scoring
-
-
-def is_correct(score: float) -> bool:
-    """Full credit counts as correct (the trainer's convention for Pass@1)."""
-    return score >= 1.0 - 1e-6
 
 
 def _normalise_answer(answer: str | None) -> str | None:

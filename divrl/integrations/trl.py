@@ -58,6 +58,7 @@ from divrl.integrations.trl_lp_reg import (
     full_lm_head,
     refuse_sharded_training,
 )
+from divrl.rollout import pad_token_id
 
 __all__ = [
     "ALLOW_UNTESTED_ENV",
@@ -103,14 +104,11 @@ class DivRLGRPOTrainer(GRPOTrainer):
         self._reference: _ReferenceStream | None = None
         if self.args.dph_divergence is not None:
             tokenizer = getattr(self.processing_class, "tokenizer", self.processing_class)
-            pad = getattr(tokenizer, "pad_token_id", None)
-            if pad is None:
-                pad = getattr(tokenizer, "eos_token_id", None)
             self._reference = _ReferenceStream(
                 self.args.dph_reference_store,
                 self.temperature,
                 self.args.seed,
-                0 if pad is None else int(pad),
+                pad_token_id(tokenizer),
             )
             self._reference_seeked = False
         if self.args.lp_reg:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -88,6 +89,23 @@ class RolloutEngine(abc.ABC):
         an engine that consumes it must do so on every process; one that shares the
         model, like ``hf``, leaves it unconsumed and nothing is gathered).
         """
+
+
+def pad_token_id(tokenizer: Any) -> int:
+    """The id that pads batches: the tokenizer's pad token, else its end-of-sequence token.
+
+    The one fallback every batch builder uses (rollout, training, presampling, evaluation),
+    so that no two places pad with different ids. A list of EOS ids gives its first.
+
+    Raises:
+        ValueError: the tokenizer has neither.
+    """
+    for candidate in (tokenizer.pad_token_id, tokenizer.eos_token_id):
+        if isinstance(candidate, list | tuple):
+            candidate = candidate[0] if candidate else None
+        if candidate is not None:
+            return int(candidate)
+    raise ValueError("the tokenizer has neither a pad token nor an eos token: set one")
 
 
 def collate(

@@ -8,7 +8,7 @@ from contextlib import AbstractContextManager
 
 import torch
 
-from divrl.rollout.base import RolloutEngine, RolloutOutput, SamplingParams
+from divrl.rollout.base import RolloutEngine, RolloutOutput, SamplingParams, pad_token_id
 
 __all__ = ["HFEngine", "response_length"]
 
@@ -71,7 +71,7 @@ class HFEngine(RolloutEngine):
         if eos is None:
             raise ValueError("the tokenizer has no eos_token_id; the hf engine needs one")
         self.eos_ids = {eos} if isinstance(eos, int) else set(eos)
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+        self.pad_id = pad_token_id(tokenizer)
 
     @property
     def device(self) -> torch.device:

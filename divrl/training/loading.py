@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from divrl.rollout import RolloutEngine, SamplingParams
+from divrl.rollout import RolloutEngine, SamplingParams, pad_token_id
 from divrl.training.config import Config
 
 __all__ = [
@@ -40,18 +40,6 @@ class PromptItem:
     data_source: str
     ground_truth: Any
     extra_info: dict[str, Any] | None = None
-
-
-def pad_token_id(tokenizer: Any) -> int:
-    """The id that pads batches: the tokenizer's pad token, else its end-of-sequence token.
-
-    Raises:
-        ValueError: the tokenizer has neither.
-    """
-    for candidate in (tokenizer.pad_token_id, tokenizer.eos_token_id):
-        if candidate is not None:
-            return int(candidate)
-    raise ValueError("the tokenizer has neither a pad token nor an eos token: set one")
 
 
 def require_paths(config: Config) -> tuple[str, str, str | None]:
