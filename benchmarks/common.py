@@ -50,6 +50,11 @@ def summary(values: list[float]) -> dict[str, float]:
     }
 
 
+def spread(s: dict[str, float], digits: int = 3) -> str:
+    """A :func:`summary` as ``median [min, max]``, for a table cell."""
+    return f"{s['median']:.{digits}f} [{s['min']:.{digits}f}, {s['max']:.{digits}f}]"
+
+
 def run_child(module: str, args: dict[str, Any], timeout: float = 600) -> dict[str, Any]:
     """Run ``python -m module`` with JSON args on stdin in a fresh process; parse its JSON.
 

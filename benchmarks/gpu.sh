@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The divrl benchmarks on a CUDA machine, a few minutes in all: a ~0.5B random-init Llama
 # in bf16 for the trainer step times (hf engine, and vLLM where it is installed), the hf
-# rollout throughput, and the chunked logits pass at vocab 152,064 up to 8k tokens.
+# rollout throughput, the chunked logits pass at vocab 152,064 up to 8k tokens, and the
+# trainer under train.strategy=fsdp vs ddp on one GPU.
 # Writes every JSON/Markdown result under one folder: $OUT (default benchmarks/results/gpu).
 #
 #   bash benchmarks/gpu.sh            # from the repository root, with .venv or divrl installed
@@ -27,4 +28,11 @@ fi
 "$PY" -m benchmarks.logits --lengths 1024 4096 8192 --repeats 3 --naive-max-gb 60 --device cuda
 "$PY" -m benchmarks.rollout --hidden 1024 --layers 24 --prompts 16 --n 8 --new-tokens 256 \
   --repeats 3 --device cuda --dtype bfloat16
+# train.strategy=fsdp vs ddp through the trainer (GRPO, DPH-JS, Lp-Reg), one process on one
+# GPU: FSDP2 over a 1-rank mesh, bf16 compute over float32 masters. A sanity check of the
+# sharded path (rollouts in full_parameters, NCCL, mixed precision); for the memory saving
+# run it on 8 GPUs with --nproc 8 (docs/benchmarks.md).
+DIVRL_BENCH_DIR="$DIVRL_BENCH_DIR/fsdp" "$PY" -m benchmarks.fsdp_trainer --nproc 1 \
+  --hidden 1024 --layers 24 --prompts 16 --n 8 --response-len 256 --micro 32 \
+  --dtype float32 --param-dtype bfloat16 --steps 3
 echo "results in $DIVRL_BENCH_DIR"

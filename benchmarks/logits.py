@@ -85,9 +85,7 @@ def child(args: dict) -> dict:
     return {"times": times, "peak_extra_bytes": peak - base}
 
 
-def main(argv: list[str] | None = None) -> int:
-    from benchmarks.common import markdown_table, run_child, summary, write_results
-
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
     parser.add_argument("--vocab", type=int, default=VOCAB)
@@ -100,61 +98,66 @@ def main(argv: list[str] | None = None) -> int:
         help="skip the naive case when its estimated peak (~5 fp32 copies) exceeds this",
     )
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    opts = parser.parse_args(argv)
-    rows, cases = [], []
-    for length in opts.lengths:
-        copy_gb = length * opts.vocab * 4 / 2**30
-        result = {"length": length, "vocab": opts.vocab, "fp32_copy_gb": copy_gb}
-        for method in ("naive", "chunked"):
-            if method == "naive" and 5 * copy_gb > opts.naive_max_gb:
-                result[method] = {"skipped": f"estimated peak {5 * copy_gb:.1f} GB > budget"}
-                continue
-            out = run_child(
-                "benchmarks.logits",
-                {
-                    "method": method,
-                    "length": length,
-                    "vocab": opts.vocab,
-                    "chunk_size": opts.chunk_size,
-                    "repeats": opts.repeats,
-                    "device": opts.device,
-                },
-            )
-            result[method] = {
-                "time_s": summary(out["times"]),
-                "peak_extra_gb": out["peak_extra_bytes"] / 2**30,
-            }
-            print(f"length {length} {method}: {result[method]}", file=sys.stderr, flush=True)
-        cases.append(result)
-        naive, chunked = result["naive"], result["chunked"]
-        if "skipped" in naive:
-            rows.append(
-                [
-                    length,
-                    "skipped",
-                    f"{chunked['time_s']['median']:.2f}",
-                    "-",
-                    "skipped",
-                    f"{chunked['peak_extra_gb']:.2f}",
-                    "-",
-                    "-",
-                ]
-            )
+    return parser.parse_args(argv)
+
+
+def _measure(length: int, opts: argparse.Namespace) -> dict:
+    """Both methods at one length, each in its own process (naive skipped over budget)."""
+    from benchmarks.common import run_child, summary
+
+    copy_gb = length * opts.vocab * 4 / 2**30
+    result = {"length": length, "vocab": opts.vocab, "fp32_copy_gb": copy_gb}
+    for method in ("naive", "chunked"):
+        if method == "naive" and 5 * copy_gb > opts.naive_max_gb:
+            result[method] = {"skipped": f"estimated peak {5 * copy_gb:.1f} GB > budget"}
             continue
-        t_ratio = chunked["time_s"]["median"] / naive["time_s"]["median"]
-        m_ratio = chunked["peak_extra_gb"] / naive["peak_extra_gb"]
-        rows.append(
-            [
-                length,
-                f"{naive['time_s']['median']:.2f} [{naive['time_s']['min']:.2f}, {naive['time_s']['max']:.2f}]",
-                f"{chunked['time_s']['median']:.2f} [{chunked['time_s']['min']:.2f}, {chunked['time_s']['max']:.2f}]",
-                f"{t_ratio:.2f}x",
-                f"{naive['peak_extra_gb']:.2f}",
-                f"{chunked['peak_extra_gb']:.2f}",
-                f"{m_ratio:.3f}x",
-                "met" if (m_ratio <= 0.25 and t_ratio <= 1.0) else "not met",
-            ]
+        out = run_child(
+            "benchmarks.logits",
+            {
+                "method": method,
+                "length": length,
+                "vocab": opts.vocab,
+                "chunk_size": opts.chunk_size,
+                "repeats": opts.repeats,
+                "device": opts.device,
+            },
         )
+        result[method] = {
+            "time_s": summary(out["times"]),
+            "peak_extra_gb": out["peak_extra_bytes"] / 2**30,
+        }
+        print(f"length {length} {method}: {result[method]}", file=sys.stderr, flush=True)
+    return result
+
+
+def _row(result: dict) -> list:
+    """One table row: times, peaks and their ratios (dashes where naive was skipped)."""
+    from benchmarks.common import spread
+
+    naive, chunked = result["naive"], result["chunked"]
+    chunked_peak = f"{chunked['peak_extra_gb']:.2f}"
+    if "skipped" in naive:
+        median = f"{chunked['time_s']['median']:.2f}"
+        return [result["length"], "skipped", median, "-", "skipped", chunked_peak, "-", "-"]
+    t_ratio = chunked["time_s"]["median"] / naive["time_s"]["median"]
+    m_ratio = chunked["peak_extra_gb"] / naive["peak_extra_gb"]
+    return [
+        result["length"],
+        spread(naive["time_s"], 2),
+        spread(chunked["time_s"], 2),
+        f"{t_ratio:.2f}x",
+        f"{naive['peak_extra_gb']:.2f}",
+        chunked_peak,
+        f"{m_ratio:.3f}x",
+        "met" if (m_ratio <= 0.25 and t_ratio <= 1.0) else "not met",
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from benchmarks.common import markdown_table, write_results
+
+    opts = _parse_args(argv)
+    cases = [_measure(length, opts) for length in opts.lengths]
     table = markdown_table(
         [
             "length",
@@ -166,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             "memory ratio",
             "goal (mem <= 0.25x, time <= 1x)",
         ],
-        rows,
+        [_row(result) for result in cases],
     )
     write_results("logits", {"chunk_size": opts.chunk_size, "cases": cases}, table)
     return 0

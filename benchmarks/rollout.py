@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 import torch
 
@@ -51,10 +52,7 @@ class _Tokenizer:
         return [self.decode(r) for r in rows]
 
 
-def main(argv: list[str] | None = None) -> int:
-    from benchmarks.common import markdown_table, summary, timed, write_results
-    from divrl.rollout import HFEngine, SamplingParams
-
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--n", type=int, default=8)
@@ -67,15 +65,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    opts = parser.parse_args(argv)
-    torch.set_num_threads(opts.threads)
-    model = build(opts.hidden, opts.layers, opts.vocab).to(opts.device, getattr(torch, opts.dtype))
+    return parser.parse_args(argv)
+
+
+def _methods(model, opts: argparse.Namespace) -> dict[str, Callable[[], None]]:
+    """The three ways of making the same tokens, as no-argument callables to time."""
+    from divrl.rollout import HFEngine, SamplingParams
+
     g = torch.Generator().manual_seed(0)
     prompts = torch.randint(3, opts.vocab, (opts.prompts, opts.prompt_len), generator=g)
     sync = torch.cuda.synchronize if opts.device.startswith("cuda") else (lambda: None)
     total_new = opts.prompts * opts.n * opts.new_tokens
-    # no EOS: every response is exactly new_tokens long in every method
-    model.generation_config.suppress_tokens = [2]
     engine = HFEngine(model, _Tokenizer(), batch_size=opts.prompts)
     params = SamplingParams(n=opts.n, temperature=1.0, max_new_tokens=opts.new_tokens)
 
@@ -108,23 +108,14 @@ def main(argv: list[str] | None = None) -> int:
         model(input_ids=full.to(opts.device), use_cache=False)
         sync()
 
-    results = {}
-    for name, fn in (("engine", run_engine), ("generate", run_generate), ("forward", run_forward)):
-        times = timed(fn, repeats=opts.repeats, warmup=1)
-        results[name] = {
-            "time_s": summary(times),
-            "tokens_per_s": total_new / summary(times)["median"],
-        }
-        print(f"{name}: {results[name]}", file=sys.stderr, flush=True)
+    return {"engine": run_engine, "generate": run_generate, "forward": run_forward}
+
+
+def _table(results: dict[str, dict]) -> str:
+    from benchmarks.common import markdown_table, spread
+
     eng, gen, fwd = (results[k]["tokens_per_s"] for k in ("engine", "generate", "forward"))
-    rows = [
-        [
-            name,
-            f"{results[name]['time_s']['median']:.3f} [{results[name]['time_s']['min']:.3f}, {results[name]['time_s']['max']:.3f}]",
-            f"{results[name]['tokens_per_s']:.0f}",
-        ]
-        for name in results
-    ]
+    rows = [[name, spread(r["time_s"]), f"{r['tokens_per_s']:.0f}"] for name, r in results.items()]
     ratios = [
         [
             "engine / plain generate",
@@ -135,7 +126,27 @@ def main(argv: list[str] | None = None) -> int:
         ["engine / raw forward", f"{eng / fwd:.3f}x", "how close to the compute limit", "-"],
     ]
     table = markdown_table(["method", "time s (median [min, max])", "new tokens/s"], rows)
-    table += "\n" + markdown_table(["ratio", "measured", "goal", "status"], ratios)
+    return table + "\n" + markdown_table(["ratio", "measured", "goal", "status"], ratios)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from benchmarks.common import summary, timed, write_results
+
+    opts = _parse_args(argv)
+    torch.set_num_threads(opts.threads)
+    model = build(opts.hidden, opts.layers, opts.vocab).to(opts.device, getattr(torch, opts.dtype))
+    # no EOS: every response is exactly new_tokens long in every method
+    model.generation_config.suppress_tokens = [2]
+    total_new = opts.prompts * opts.n * opts.new_tokens
+    results = {}
+    for name, fn in _methods(model, opts).items():
+        times = timed(fn, repeats=opts.repeats, warmup=1)
+        results[name] = {
+            "time_s": summary(times),
+            "tokens_per_s": total_new / summary(times)["median"],
+        }
+        print(f"{name}: {results[name]}", file=sys.stderr, flush=True)
+    eng, gen, fwd = (results[k]["tokens_per_s"] for k in ("engine", "generate", "forward"))
     write_results(
         "rollout",
         {
@@ -143,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             "results": results,
             "ratios": {"engine_vs_generate": eng / gen, "engine_vs_forward": eng / fwd},
         },
-        table,
+        _table(results),
     )
     return 0
 

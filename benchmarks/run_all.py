@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import time
 
-from benchmarks import bucketing, fsdp, logits, rollout, step_time, trl_compare
+from benchmarks import bucketing, fsdp, fsdp_trainer, logits, rollout, step_time, trl_compare
 from benchmarks.common import RESULTS_DIR, machine
 
 BENCHMARKS = {
@@ -22,6 +22,7 @@ BENCHMARKS = {
     "logits": (logits.main, ["--lengths", "1024", "4096", "8192", "--repeats", "2"]),
     "bucketing": (bucketing.main, ["--steps", "3", "--repeats", "2"]),
     "fsdp": (fsdp.main, ["--steps", "3"]),
+    "fsdp_trainer": (fsdp_trainer.main, ["--steps", "2"]),
 }
 
 

@@ -14,6 +14,9 @@ so that verifier time does not blur the comparison:
 Goals (issue 9): dph_js <= 0.85x grpo_rkl time with no reference model in memory; lp_reg
 <= 1.05x grpo time and memory.
 
+Besides wall-clock, each step's CPU time of the process (``time.process_time``) is
+recorded: on a shared machine it moves much less with the other load than wall-clock does.
+
     python -m benchmarks.step_time [--steps 4] [--repeats 1]
 """
 
@@ -41,13 +44,21 @@ CASES = {
 
 
 def reward_fn(items: list) -> list[float]:
-    """Deterministic, cheap: a quarter of the prompts always 'solved', else by text parity."""
+    """Deterministic, cheap: a quarter of the prompts always 'solved', else by text parity.
+
+    Items are ``ScoreRequest``s; plain dicts (what commits before the typed requests pass)
+    are read too, so that this script can time an older tree for a before/after comparison.
+    """
     out = []
     for item in items:
-        gt = str(item.ground_truth)
+        gt = str(_field(item, "ground_truth"))
         solved = sum(map(ord, gt)) % 4 == 0
-        out.append(1.0 if solved else float(sum(map(ord, item.solution_str)) % 2))
+        out.append(1.0 if solved else float(sum(map(ord, _field(item, "solution_str"))) % 2))
     return out
+
+
+def _field(item, name: str):
+    return item[name] if isinstance(item, dict) else getattr(item, name)
 
 
 def base_overrides(work: Path, args: argparse.Namespace) -> list[str]:
@@ -124,17 +135,20 @@ def child(args: dict) -> dict:
     torch.set_num_threads(args["threads"])
     config = load_config(None, args["overrides"])
     trainer = Trainer(config, reward_fn=reward_fn)
-    times, rollout, update = [], [], []
+    times, cpu_times, rollout, update = [], [], [], []
     for step in range(args["steps"] + 1):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         metrics = trainer.train_step()
         if step > 0:  # the first step warms up allocators and caches
             times.append(time.perf_counter() - t0)
+            # this process's CPU seconds: less sensitive than wall-clock to other load
+            cpu_times.append(time.process_time() - c0)
             rollout.append(metrics["time/rollout"])
             update.append(metrics["time/update"])
     params = sum(p.numel() for p in trainer.model.parameters())
     return {
         "step_times": times,
+        "cpu_step_times": cpu_times,
         "rollout_times": rollout,
         "update_times": update,
         "peak_rss_bytes": peak_rss_bytes(),
@@ -144,10 +158,7 @@ def child(args: dict) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-
-    from benchmarks.common import markdown_table, run_child, summary, write_results
-
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=4, help="timed steps per repeat")
     parser.add_argument("--repeats", type=int, default=1, help="processes per case")
@@ -165,10 +176,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--engine", default="hf", choices=["hf", "vllm"])
-    opts = parser.parse_args(argv)
-    work = Path(tempfile.mkdtemp(prefix="divrl-bench-step-"))
-    prepare(work, opts)
-    ref_per_step = max(1, opts.prompts * opts.n // 8)
+    return parser.parse_args(argv)
+
+
+def _run_cases(opts: argparse.Namespace, work: Path, ref_per_step: int) -> dict[str, dict]:
+    """Every method, ``opts.repeats`` times, each run in its own process."""
+    from benchmarks.common import run_child, summary
+
     results: dict[str, dict] = {}
     for repeat in range(opts.repeats):
         for name, extra in CASES.items():
@@ -179,75 +193,92 @@ def main(argv: list[str] | None = None) -> int:
                 "benchmarks.step_time",
                 {"overrides": overrides, "steps": opts.steps, "threads": opts.threads},
             )
-            agg = results.setdefault(name, {"step_times": [], "peak_bytes": [], "raw": []})
+            agg = results.setdefault(
+                name, {"step_times": [], "cpu_step_times": [], "peak_bytes": [], "raw": []}
+            )
             agg["step_times"] += out["step_times"]
+            agg["cpu_step_times"] += out["cpu_step_times"]
             # on a GPU the figure that matters is CUDA memory, on a CPU the process RSS
             agg["peak_bytes"].append(out["peak_cuda_bytes"] or out["peak_rss_bytes"])
             agg["raw"].append(out)
             print(f"[{repeat}] {name}: {summary(out['step_times'])}", file=sys.stderr, flush=True)
+    return results
+
+
+def _ratios(results: dict[str, dict]) -> dict[str, float]:
+    """The goals' ratios: DPH-JS / GRPO + reverse KL time, Lp-Reg / GRPO time and memory."""
+    from benchmarks.common import summary
 
     def med(name: str) -> float:
         return summary(results[name]["step_times"])["median"]
 
     def mem(name: str) -> float:
-        return max(results[name]["peak_bytes"]) / 2**20
+        return max(results[name]["peak_bytes"])
 
-    rows = []
-    for name in CASES:
-        s = summary(results[name]["step_times"])
-        rows.append(
-            [
-                name,
-                f"{s['median']:.3f} [{s['min']:.3f}, {s['max']:.3f}]",
-                f"{mem(name):.0f}",
-                str(results[name]["raw"][0]["reference_model_loaded"]),
-            ]
-        )
-    dph_ratio = med("dph_js") / med("grpo_rkl")
-    lp_time = med("lp_reg") / med("grpo")
-    lp_mem = mem("lp_reg") / mem("grpo")
+    def cpu(name: str) -> float:
+        return summary(results[name]["cpu_step_times"])["median"]
+
+    return {
+        "dph_js_vs_grpo_rkl": med("dph_js") / med("grpo_rkl"),
+        "dph_js_vs_grpo_rkl_cpu": cpu("dph_js") / cpu("grpo_rkl"),
+        "lp_reg_vs_grpo_cpu": cpu("lp_reg") / cpu("grpo"),
+        "lp_reg_vs_grpo_time": med("lp_reg") / med("grpo"),
+        "lp_reg_vs_grpo_memory": mem("lp_reg") / mem("grpo"),
+    }
+
+
+def _table(results: dict[str, dict], ratios: dict[str, float]) -> str:
+    from benchmarks.common import markdown_table, spread, summary
+
+    rows = [
+        [
+            name,
+            spread(summary(results[name]["step_times"])),
+            spread(summary(results[name]["cpu_step_times"])),
+            f"{max(results[name]['peak_bytes']) / 2**20:.0f}",
+            str(results[name]["raw"][0]["reference_model_loaded"]),
+        ]
+        for name in CASES
+    ]
+    dph = ratios["dph_js_vs_grpo_rkl"]
+    lp_time, lp_mem = ratios["lp_reg_vs_grpo_time"], ratios["lp_reg_vs_grpo_memory"]
     dph_noref = not any(r["reference_model_loaded"] for r in results["dph_js"]["raw"])
     goals = [
         [
             "dph_js / grpo_rkl time",
-            f"{dph_ratio:.3f}x",
+            f"{dph:.3f}x",
             "<= 0.85x, no reference model",
-            "met" if dph_ratio <= 0.85 and dph_noref else "not met",
+            "met" if dph <= 0.85 and dph_noref else "not met",
         ],
-        [
-            "lp_reg / grpo time",
-            f"{lp_time:.3f}x",
-            "<= 1.05x",
-            "met" if lp_time <= 1.05 else "not met",
-        ],
-        [
-            "lp_reg / grpo peak memory",
-            f"{lp_mem:.3f}x",
-            "<= 1.05x",
-            "met" if lp_mem <= 1.05 else "not met",
-        ],
+        ["lp_reg / grpo time", f"{lp_time:.3f}x", "<= 1.05x", _met(lp_time <= 1.05)],
+        ["lp_reg / grpo peak memory", f"{lp_mem:.3f}x", "<= 1.05x", _met(lp_mem <= 1.05)],
     ]
-    table = markdown_table(
-        [
-            "method",
-            "step time s (median [min, max])",
-            "peak memory MiB (CUDA if any, else RSS)",
-            "reference model",
-        ],
-        rows,
-    )
-    table += "\n" + markdown_table(["ratio", "measured", "goal", "status"], goals)
+    headers = ["method", "step time s (median [min, max])", "CPU s per step"]
+    headers += ["peak memory MiB (CUDA if any, else RSS)", "reference model"]
+    table = markdown_table(headers, rows)
+    return table + "\n" + markdown_table(["ratio", "measured", "goal", "status"], goals)
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "not met"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from benchmarks.common import summary, write_results
+
+    opts = _parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="divrl-bench-step-"))
+    prepare(work, opts)
+    ref_per_step = max(1, opts.prompts * opts.n // 8)
+    results = _run_cases(opts, work, ref_per_step)
+    ratios = _ratios(results)
     payload = {
         "settings": {k: v for k, v in vars(opts).items()},
         "ref_per_step": ref_per_step,
         "results": {k: {**v, "summary": summary(v["step_times"])} for k, v in results.items()},
-        "ratios": {
-            "dph_js_vs_grpo_rkl": dph_ratio,
-            "lp_reg_vs_grpo_time": lp_time,
-            "lp_reg_vs_grpo_memory": lp_mem,
-        },
+        "ratios": ratios,
     }
-    write_results("step_time", payload, table)
+    write_results("step_time", payload, _table(results, ratios))
     return 0
 
 

@@ -114,10 +114,7 @@ def child(args: dict) -> dict:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-
-    from benchmarks.common import markdown_table, run_child, summary, write_results
-
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=2)
@@ -136,8 +133,13 @@ def main(argv: list[str] | None = None) -> int:
     opts = parser.parse_args(argv)
     opts.micro = opts.prompts * opts.n  # one forward per step in both frameworks
     opts.dtype, opts.engine = "float32", "hf"
-    work = Path(tempfile.mkdtemp(prefix="divrl-bench-trl-"))
-    prepare(work, opts, presample_store=False)
+    return opts
+
+
+def _run_cases(opts: argparse.Namespace, work: Path, settings: list[bool]) -> dict[str, dict]:
+    """Every (framework, checkpointing) case, ``opts.repeats`` times, each in its own process."""
+    from benchmarks.common import run_child, summary
+
     common = {
         "work": str(work),
         "steps": opts.steps,
@@ -147,7 +149,6 @@ def main(argv: list[str] | None = None) -> int:
         "threads": opts.threads,
         "overrides": base_overrides(work, opts),
     }
-    settings = {"off": [False], "on": [True], "both": [False, True]}[opts.gradient_checkpointing]
     results: dict[str, dict] = {}
     for _ in range(opts.repeats):
         for gc in settings:
@@ -165,35 +166,46 @@ def main(argv: list[str] | None = None) -> int:
                 agg["step_times"] += out["step_times"]
                 agg["peak_rss_bytes"].append(out["peak_rss_bytes"])
                 print(f"{name}: {summary(out['step_times'])}", file=sys.stderr, flush=True)
+    return results
+
+
+def _table(results: dict[str, dict], settings: list[bool]) -> tuple[str, dict[str, float]]:
+    """The Markdown tables and the divrl / TRL time ratio per checkpointing setting."""
+    from benchmarks.common import markdown_table, spread, summary
+
     med = {k: summary(v["step_times"])["median"] for k, v in results.items()}
     mem = {k: max(v["peak_rss_bytes"]) / 2**20 for k, v in results.items()}
-    rows = []
-    for k, v in results.items():
-        s = summary(v["step_times"])
-        rows.append([k, f"{s['median']:.3f} [{s['min']:.3f}, {s['max']:.3f}]", f"{mem[k]:.0f}"])
+    rows = [[k, spread(summary(v["step_times"])), f"{mem[k]:.0f}"] for k, v in results.items()]
     goals, ratios = [], {}
     for gc in settings:
         suffix = " + grad. checkpointing" if gc else ""
+        both = ", both with grad. checkpointing" if gc else ""
         ratio = med["divrl" + suffix] / med["trl" + suffix]
         ratios["gc_on" if gc else "gc_off"] = ratio
         goals.append(
             [
-                f"divrl / TRL step time{', both with grad. checkpointing' if gc else ''}",
+                f"divrl / TRL step time{both}",
                 f"{ratio:.3f}x",
                 "<= 1x",
                 "met" if ratio <= 1.0 else "not met",
             ]
         )
-        goals.append(
-            [
-                f"divrl / TRL peak RSS{', both with grad. checkpointing' if gc else ''}",
-                f"{mem['divrl' + suffix] / mem['trl' + suffix]:.3f}x",
-                "-",
-                "-",
-            ]
-        )
+        mem_ratio = mem["divrl" + suffix] / mem["trl" + suffix]
+        goals.append([f"divrl / TRL peak RSS{both}", f"{mem_ratio:.3f}x", "-", "-"])
     table = markdown_table(["framework", "step time s (median [min, max])", "peak RSS MiB"], rows)
     table += "\n" + markdown_table(["ratio", "measured", "goal", "status"], goals)
+    return table, ratios
+
+
+def main(argv: list[str] | None = None) -> int:
+    from benchmarks.common import write_results
+
+    opts = _parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="divrl-bench-trl-"))
+    prepare(work, opts, presample_store=False)
+    settings = {"off": [False], "on": [True], "both": [False, True]}[opts.gradient_checkpointing]
+    results = _run_cases(opts, work, settings)
+    table, ratios = _table(results, settings)
     write_results(
         "trl_compare",
         {"settings": vars(opts), "results": results, "ratio_divrl_vs_trl": ratios},

@@ -23,6 +23,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from divrl.runs import RunDir
+
 __all__ = [
     "Clock",
     "check_same_budget",
@@ -34,6 +36,7 @@ __all__ = [
     "open_world",
     "preset_overrides",
     "reference_samples",
+    "reference_store_stats",
     "run_logged",
     "run_parallel",
     "split_summary",
@@ -105,16 +108,24 @@ def check_same_budget(cfgs: dict[str, Any]) -> None:
 
 def final_checkpoint(run_dir: Path, steps: int) -> Path | None:
     """The model saved at the last step of a training run, or None when it is not there."""
-    model = Path(run_dir) / "checkpoints" / f"step_{steps:06d}" / "model"
-    return model if (model / "config.json").is_file() else None
+    ckpt = RunDir(run_dir).checkpoint(steps)
+    return ckpt.model_dir if ckpt.has_model() else None
+
+
+def reference_store_stats(store: Path) -> dict[str, Any] | None:
+    """The split statistics in a reference store's manifest (None: not presampled)."""
+    from divrl.data.reference_store import MANIFEST  # pyarrow: only when asked
+
+    manifest = Path(store) / MANIFEST
+    if not manifest.is_file():
+        return None
+    return json.loads(manifest.read_text()).get("stats", {})
 
 
 def reference_samples(store: Path) -> int | None:
     """Samples in a presampled DPH-RL reference store (None: not presampled)."""
-    manifest = Path(store) / "manifest.json"
-    if not manifest.is_file():
-        return None
-    return int(json.loads(manifest.read_text()).get("stats", {}).get("reference_samples") or 0)
+    stats = reference_store_stats(store)
+    return None if stats is None else int(stats.get("reference_samples") or 0)
 
 
 # --------------------------------------------------------------------------- subprocesses

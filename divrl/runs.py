@@ -43,6 +43,13 @@ class Checkpoint:
     path: Path
     step: int
 
+    @classmethod
+    def at(cls, path: str | Path) -> Checkpoint:
+        """The checkpoint directory ``path`` (its step read from a ``step_N`` name, else -1)."""
+        path = Path(path)
+        match = _STEP_DIR.fullmatch(path.name)
+        return cls(path, int(match.group(1)) if match else -1)
+
     @property
     def model_dir(self) -> Path:
         """The checkpoint's transformers model directory."""

@@ -53,10 +53,12 @@ from divrl.pipeline import (
     open_world,
     preset_overrides,
     reference_samples,
+    reference_store_stats,
     run_logged,
     split_summary,
     training_curve,
 )
+from divrl.runs import RunDir
 from divrl.toy.worlds import DEFAULT_WORLD, WORLDS, eval_splits
 from experiments import reproduce_report as rr
 from experiments.reproduce_publish import (
@@ -313,7 +315,7 @@ class Experiment:
 
     def presample(self, seed: int) -> None:
         store = store_dir(self.out, seed)
-        if (store / "manifest.json").is_file():
+        if reference_store_stats(store) is not None:
             say(f"presample seed {seed}: done, reusing {store}")
             return
         shutil.rmtree(store, ignore_errors=True)  # an interrupted attempt
@@ -327,7 +329,7 @@ class Experiment:
             f"presample seed {seed}",
             (store.parent / "timing.json", "presample_seconds", None),
         )
-        stats = read_json(store / "manifest.json", {}).get("stats", {})
+        stats = reference_store_stats(store) or {}
         say(
             f"presample seed {seed}: {secs:.0f} s, {stats.get('near_perfect')} of "
             f"{stats.get('prompts')} prompts near-perfect, {stats.get('reference_samples')} "
@@ -355,7 +357,7 @@ class Experiment:
         if ckpt is not None:
             say(f"{what}: done, reusing {ckpt}")
             return ckpt
-        resume = any((paths.train / "checkpoints").glob("step_*"))
+        resume = RunDir(paths.train).latest() is not None
         if not resume and paths.train.exists():  # started, no checkpoint yet: start over
             shutil.rmtree(paths.train)
         say(f"{what}: {'resuming' if resume else 'starting'} ({self.steps} steps)")
@@ -369,7 +371,7 @@ class Experiment:
             paths.root / "train.log",
             what,
             (paths.timing, "train_seconds", None),
-            paths.train / "metrics.jsonl",
+            RunDir(paths.train).metrics_path,
         )
         ckpt = self.final_checkpoint(paths)
         if ckpt is None:
@@ -378,13 +380,15 @@ class Experiment:
         return ckpt
 
     def evaluate(self, paths: Paths, model: Path) -> None:
+        from divrl.evaluation.runner import SAMPLES_FILE, SUMMARY_FILE
+
         for split in self.splits:
             what = f"eval {paths.method} seed {paths.seed} {split}"
             d = paths.eval / split
-            if (d / "summary.json").is_file():
+            if (d / SUMMARY_FILE).is_file():
                 say(f"{what}: done, reusing")
                 continue
-            reuse = (d / "samples.jsonl").is_file()
+            reuse = (d / SAMPLES_FILE).is_file()
             args = eval_cli_args(
                 self.world,
                 split,
@@ -429,16 +433,16 @@ class Experiment:
 
     def summarise(self, paths: Paths) -> dict[str, Any]:
         from divrl.evaluation.diversity import retention
-        from divrl.evaluation.runner import read_jsonl
+        from divrl.evaluation.runner import RESULTS_FILE, SUMMARY_FILE, read_jsonl
 
         base = Paths(self.out, "base", paths.seed)
         evals = {}
         for split in self.splits:
-            ev = split_summary(read_json(paths.eval / split / "summary.json"))
-            base_results = base.eval / split / "results.jsonl"
+            ev = split_summary(read_json(paths.eval / split / SUMMARY_FILE))
+            base_results = base.eval / split / RESULTS_FILE
             if paths.method != "base" and base_results.is_file():
                 ev["retention"] = retention(
-                    read_jsonl(base_results), read_jsonl(paths.eval / split / "results.jsonl")
+                    read_jsonl(base_results), read_jsonl(paths.eval / split / RESULTS_FILE)
                 )
             evals[split] = ev
         timing = read_json(paths.timing, {})
@@ -466,11 +470,12 @@ class Experiment:
                 "prompts_per_step": cfg.train.prompts_per_step,
                 "rollout_n": cfg.rollout.n,
             }
-            summary["training"] = training_curve(paths.train / "metrics.jsonl", CURVE_POINTS)
+            metrics_path = RunDir(paths.train).metrics_path
+            summary["training"] = training_curve(metrics_path, CURVE_POINTS)
             # from every logged step (the curve is downsampled); excludes start-up
             step_times = [
                 json.loads(x).get("time/step")
-                for x in (paths.train / "metrics.jsonl").read_text().splitlines()
+                for x in metrics_path.read_text().splitlines()
                 if x.strip()
             ]
             step_times = [t for t in step_times if t is not None]

@@ -122,3 +122,10 @@ def test_help_shows_defaults():
     toy_help = " ".join(divrl("toy", "build", "--help").stdout.split())
     assert "prompts measured per split (default: 256)" in toy_help
     assert "samples per prompt (Pass@k) (default: 16)" in toy_help
+
+
+def test_train_and_presample_refuse_a_bad_config_the_same_way(capsys):
+    """One config loader for both commands: the error names the command, exit status 2."""
+    for command in ("train", "presample"):
+        assert main([command, "train.no_such_key=1"]) == 2
+        assert f"divrl {command}: unknown key 'train.no_such_key'" in capsys.readouterr().err

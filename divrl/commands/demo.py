@@ -34,6 +34,7 @@ from divrl.pipeline import (
     reference_samples,
     run_parallel,
 )
+from divrl.runs import RunDir
 from divrl.toy.worlds import DEFAULT_WORLD, WORLDS, eval_splits
 
 #: method name (configs/toy/<name>.yaml) -> label in tables
@@ -261,7 +262,7 @@ def _train_all(
                     *_overrides(m, args, out, world),
                     "logging.progress=false",
                 ],
-                out / m / "metrics.jsonl",
+                RunDir(out / m).metrics_path,
                 args.steps,
             )
             for m in todo

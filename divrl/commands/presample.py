@@ -11,9 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 
-from divrl.commands.train import _split_config_arg, with_toy_defaults
+from divrl.commands.train import load_config_arg, with_toy_defaults
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,13 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from divrl.training.config import ConfigError, load_config
-
-    path, overrides = _split_config_arg(args)
-    try:
-        config = load_config(path, overrides)
-    except ConfigError as exc:
-        print(f"divrl presample: {exc}", file=sys.stderr)
+    config = load_config_arg(args, "presample")
+    if config is None:
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     from divrl.training.presample import presample
@@ -48,6 +42,12 @@ def run(args: argparse.Namespace) -> int:
     if args.failed_to_exploration:
         config.reference.failed_to_exploration = True
     manifest = presample(with_toy_defaults(config), progress=config.logging.progress)
-    print(json.dumps(manifest["stats"], indent=2))
-    print(f"reference store: {config.reference_store}")
+    from accelerate import PartialState
+
+    state = PartialState()
+    if state.is_main_process:  # every process of a torchrun launch returns the manifest
+        print(json.dumps(manifest["stats"], indent=2))
+        print(f"reference store: {config.reference_store}")
+    # release the process group before the interpreter exits
+    state.destroy_process_group()
     return 0

@@ -12,6 +12,10 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from divrl.training.config import Config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -80,14 +84,24 @@ def _split_config_arg(args: argparse.Namespace) -> tuple[str | None, list[str]]:
     return args.config, list(args.overrides)
 
 
-def run(args: argparse.Namespace) -> int:
-    from divrl.training.config import ConfigError, dump_config, load_config
+def load_config_arg(args: argparse.Namespace, command: str) -> Config | None:
+    """The validated config of ``args.config`` + ``args.overrides``, or None after printing
+    the config error as ``divrl <command>: ...`` (the caller exits with status 2)."""
+    from divrl.training.config import ConfigError, load_config
 
     path, overrides = _split_config_arg(args)
     try:
-        config = load_config(path, overrides)
+        return load_config(path, overrides)
     except ConfigError as exc:
-        print(f"divrl train: {exc}", file=sys.stderr)
+        print(f"divrl {command}: {exc}", file=sys.stderr)
+        return None
+
+
+def run(args: argparse.Namespace) -> int:
+    from divrl.training.config import dump_config
+
+    config = load_config_arg(args, "train")
+    if config is None:
         return 2
     if getattr(args, "allow_store_mismatch", False):
         config.reference.allow_store_mismatch = True
@@ -135,6 +149,8 @@ def run(args: argparse.Namespace) -> int:
             f"pass@1 {last.get('reward/pass@1', float('nan')):.4f}; "
             f"metrics in {trainer.metrics_path}; {saved}"
         )
+    # release the process group (and trackers) before the interpreter exits
+    trainer.accelerator.end_training()
     return 0
 
 

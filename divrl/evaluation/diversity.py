@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from divrl.rollout import pad_token_id
 from divrl.runs import RunDir
 
 __all__ = [
@@ -78,7 +79,7 @@ def spark_word_probability(
         raise ValueError("need one prompt per response")
     device = next(model.parameters()).device
     max_len = getattr(model.config, "max_position_embeddings", None)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    pad = pad_token_id(tokenizer)
     out: dict[str, float] = {}
     for word in words:
         w = tokenizer(word, add_special_tokens=False)["input_ids"]
@@ -117,8 +118,14 @@ def spark_word_probability(
 
 
 def checkpoint_models(run_dir: str | Path) -> list[tuple[int, Path]]:
-    """(step, model directory) of every checkpoint of a training run, by step."""
-    return [(c.step, c.model_dir) for c in RunDir(run_dir).checkpoints() if c.has_model()]
+    """(step, model directory) of every checkpoint of a training run, by step (a run
+    trained with ``train.strategy=fsdp`` gets each checkpoint's weights exported first)."""
+    from divrl.training.fsdp_checkpoint import ensure_hf_weights
+
+    ckpts = RunDir(run_dir).checkpoints()
+    for c in ckpts:
+        ensure_hf_weights(c.path)
+    return [(c.step, c.model_dir) for c in ckpts if c.has_model()]
 
 
 def spark_word_curve(

@@ -28,8 +28,8 @@ import torch
 from divrl.evaluation.equivalence import ClusterRequest, cluster_answers
 from divrl.evaluation.stats import cluster_correctness
 from divrl.evaluation.styles import solution_style
-from divrl.rewards.types import DECIDED_REASONS
-from divrl.runs import RunDir
+from divrl.rewards.types import DECIDED_REASONS, is_correct
+from divrl.runs import Checkpoint, RunDir
 
 __all__ = [
     "EvalConfig",
@@ -122,13 +122,15 @@ def resolve_model_path(path: str | Path) -> str:
 
     Accepts a model directory, a checkpoint (``step_N/`` holding ``model/``), or a training
     run directory (its newest ``checkpoints/step_*/model``); anything else is passed on as
-    is (a hub name).
+    is (a hub name). A run or checkpoint trained with ``train.strategy=fsdp`` has a
+    ``model/`` without weights: they are exported into it once, from the sharded state.
     """
     p = Path(path)
+    _export_sharded_weights(p)
     if (p / "config.json").is_file():
         return str(p)
-    if (p / "model" / "config.json").is_file():
-        return str(p / "model")
+    if Checkpoint.at(p).has_model():
+        return str(Checkpoint.at(p).model_dir)
     final = RunDir(p).final_model() if p.is_dir() else None
     if final is not None:
         logger.info("%s is a run directory: evaluating its checkpoint %s", p, final.parent)
@@ -139,6 +141,18 @@ def resolve_model_path(path: str | Path) -> str:
             "run directory (checkpoints/step_*/model)"
         )
     return str(path)
+
+
+def _export_sharded_weights(path: Path) -> None:
+    """Write the weights of a sharded (fsdp) checkpoint into its ``model/`` folder, if
+    ``path`` is such a checkpoint or a run whose newest checkpoint is one."""
+    from divrl.training.fsdp_checkpoint import ensure_hf_weights
+
+    if not path.is_dir() or ensure_hf_weights(path):
+        return
+    latest = RunDir(path).latest()
+    if latest is not None:
+        ensure_hf_weights(latest.path)
 
 
 def load_model(path: str | Path):
@@ -289,11 +303,6 @@ def generate_samples(
 
 
 # --------------------------------------------------------------------------- scoring
-
-
-def is_correct(score: float) -> bool:
-    """Full credit counts as correct (the trainer's convention for Pass@1)."""
-    return score >= 1.0 - 1e-6
 
 
 def _normalise_answer(answer: str | None) -> str | None:

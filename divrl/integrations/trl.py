@@ -57,7 +57,10 @@ from divrl.integrations.trl_lp_reg import (
     _hidden_state_hook,
     _proxy_from_hidden,
     _unwrapped_causal_lm,
+    full_lm_head,
+    refuse_sharded_training,
 )
+from divrl.rollout import pad_token_id
 
 __all__ = [
     "ALLOW_UNTESTED_ENV",
@@ -106,14 +109,11 @@ class DivRLGRPOTrainer(GRPOTrainer):
         self._reference: _ReferenceStream | None = None
         if self.args.divergence is not None:
             tokenizer = getattr(self.processing_class, "tokenizer", self.processing_class)
-            pad = getattr(tokenizer, "pad_token_id", None)
-            if pad is None:
-                pad = getattr(tokenizer, "eos_token_id", None)
             self._reference = _ReferenceStream(
                 self.args.reference_store,
                 self.temperature,
                 self.args.seed,
-                0 if pad is None else int(pad),
+                pad_token_id(tokenizer),
                 model_path=getattr(
                     _unwrapped_causal_lm(self.accelerator, self.model), "name_or_path", ""
                 ),
@@ -121,6 +121,7 @@ class DivRLGRPOTrainer(GRPOTrainer):
             )
             self._reference_seeked = False
         if self.args.lp_reg:
+            refuse_sharded_training(self.accelerator)
             config = _unwrapped_causal_lm(self.accelerator, self.model).config
             text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
             scaled = [
@@ -170,7 +171,7 @@ class DivRLGRPOTrainer(GRPOTrainer):
             )
         tokens = input_ids[:, -logits_to_keep:]
         proxy, log_z, check = _proxy_from_hidden(
-            lm.get_output_embeddings(),
+            full_lm_head(lm),
             torch.cat(hidden),
             tokens,
             self.args.lp_reg_kappa,

@@ -89,3 +89,41 @@ def _unwrapped_causal_lm(accelerator, model: torch.nn.Module) -> torch.nn.Module
     unwrapped = accelerator.unwrap_model(model)
     get_base = getattr(unwrapped, "get_base_model", None)  # PEFT
     return get_base() if callable(get_base) else unwrapped
+
+
+SHARDED_HEAD_MESSAGE = (
+    "lp_reg through TRL needs the full LM head outside the model's forward, but the policy "
+    "is sharded ({how}): the head's weight there is a shard, and the proxy would be wrong. "
+    "Run the TRL adapter with DDP (or ZeRO-1/2), or use `divrl train` with "
+    "train.strategy=fsdp, whose Lp-Reg proxy comes from the model's own forward"
+)
+
+
+def refuse_sharded_training(accelerator) -> None:
+    """Raise when accelerate shards the parameters (FSDP, DeepSpeed ZeRO-3)."""
+    from accelerate.utils import DistributedType
+
+    kind = accelerator.distributed_type
+    plugin = getattr(accelerator.state, "deepspeed_plugin", None)
+    stage = getattr(plugin, "zero_stage", None) if plugin is not None else None
+    if kind == DistributedType.FSDP:
+        raise ValueError(SHARDED_HEAD_MESSAGE.format(how="accelerate FSDP"))
+    if kind == DistributedType.DEEPSPEED and stage == 3:
+        raise ValueError(SHARDED_HEAD_MESSAGE.format(how="DeepSpeed ZeRO-3"))
+
+
+def full_lm_head(lm: torch.nn.Module) -> torch.nn.Module:
+    """``lm``'s output embeddings, checked to hold the whole weight (not an FSDP2 DTensor
+    shard, an FSDP1 flattened view or a ZeRO-3 placeholder)."""
+    from torch.distributed.tensor import DTensor
+
+    head = lm.get_output_embeddings()
+    weight = head.weight
+    if isinstance(weight, DTensor):
+        raise ValueError(SHARDED_HEAD_MESSAGE.format(how="FSDP2 DTensor"))
+    vocab = getattr(lm.config.get_text_config(), "vocab_size", None)
+    if weight.dim() != 2 or weight.numel() == 0 or hasattr(weight, "ds_id"):
+        raise ValueError(SHARDED_HEAD_MESSAGE.format(how=f"head weight {tuple(weight.shape)}"))
+    if vocab is not None and weight.shape[0] < vocab:
+        raise ValueError(SHARDED_HEAD_MESSAGE.format(how=f"head weight {tuple(weight.shape)}"))
+    return head

@@ -17,7 +17,7 @@ from divrl.rewards.registry import (
 )
 from divrl.rewards.scoring import compute_score, compute_score_detailed, score_batch
 from divrl.rewards.sql_reward import SqlVerifier, extract_sql
-from divrl.rewards.types import BatchScores, ScoreRequest, ScoreResult
+from divrl.rewards.types import BatchScores, ScoreRequest, ScoreResult, is_correct
 
 __all__ = [
     "BatchScores",
@@ -31,6 +31,7 @@ __all__ = [
     "compute_score_detailed",
     "extract_sql",
     "get_verifier",
+    "is_correct",
     "last_boxed",
     "register_verifier",
     "registered_sources",

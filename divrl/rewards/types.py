@@ -10,6 +10,11 @@ from typing import Any
 DECIDED_REASONS = frozenset({"correct", "wrong"})
 
 
+def is_correct(score: float) -> bool:
+    """Full credit counts as correct (Pass@k, the trainer's Pass@1, the DPH-RL split)."""
+    return score >= 1.0 - 1e-6
+
+
 @dataclass
 class ScoreResult:
     """The outcome of scoring one completion.

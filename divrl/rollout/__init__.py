@@ -4,7 +4,20 @@
 only when built.
 """
 
-from divrl.rollout.base import RolloutEngine, RolloutOutput, SamplingParams, collate
+from divrl.rollout.base import (
+    RolloutEngine,
+    RolloutOutput,
+    SamplingParams,
+    collate,
+    pad_token_id,
+)
 from divrl.rollout.hf import HFEngine
 
-__all__ = ["HFEngine", "RolloutEngine", "RolloutOutput", "SamplingParams", "collate"]
+__all__ = [
+    "HFEngine",
+    "RolloutEngine",
+    "RolloutOutput",
+    "SamplingParams",
+    "collate",
+    "pad_token_id",
+]

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -78,8 +79,33 @@ class RolloutEngine(abc.ABC):
         its seed alone, independent of batching and of the number of processes.
         """
 
-    def sync_weights(self, model: torch.nn.Module) -> None:  # noqa: B027 - hf shares the model
-        """Load the trained policy's weights into the engine (after each update)."""
+    def sync_weights(  # noqa: B027 - hf shares the model
+        self, weights: Iterable[tuple[str, torch.Tensor]]
+    ) -> None:
+        """Load the trained policy's weights into the engine (after each update).
+
+        ``weights``: ``(Hugging Face name, full tensor)`` pairs, possibly a lazy iterator
+        that gathers each tensor from the shards as it is consumed (a collective under FSDP:
+        an engine that consumes it must do so on every process; one that shares the
+        model, like ``hf``, leaves it unconsumed and nothing is gathered).
+        """
+
+
+def pad_token_id(tokenizer: Any) -> int:
+    """The id that pads batches: the tokenizer's pad token, else its end-of-sequence token.
+
+    The one fallback every batch builder uses (rollout, training, presampling, evaluation),
+    so that no two places pad with different ids. A list of EOS ids gives its first.
+
+    Raises:
+        ValueError: the tokenizer has neither.
+    """
+    for candidate in (tokenizer.pad_token_id, tokenizer.eos_token_id):
+        if isinstance(candidate, list | tuple):
+            candidate = candidate[0] if candidate else None
+        if candidate is not None:
+            return int(candidate)
+    raise ValueError("the tokenizer has neither a pad token nor an eos token: set one")
 
 
 def collate(

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 
 import torch
 
-from divrl.rollout.base import RolloutEngine, RolloutOutput, SamplingParams
+from divrl.rollout.base import RolloutEngine, RolloutOutput, SamplingParams, pad_token_id
 
 __all__ = ["HFEngine", "response_length"]
 
@@ -45,17 +47,31 @@ class HFEngine(RolloutEngine):
         model: a transformers causal LM (unwrapped: not the DDP wrapper).
         tokenizer: its tokenizer; needs ``eos_token_id``; ``pad_token_id`` falls back to EOS.
         batch_size: prompts per ``generate`` call when no seeds are given.
+        full_weights: for a sharded (FSDP) model, a factory of the context manager that
+            makes its full parameters live (``divrl.training.fsdp.full_parameters``); every
+            ``generate`` call runs inside one, a collective on entry, so every process must
+            call ``generate`` equally often. Inside it ``generate`` runs with
+            ``synced_gpus=False``: no collective per token, processes may stop at different
+            lengths.
     """
 
-    def __init__(self, model: torch.nn.Module, tokenizer, *, batch_size: int = 16) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer,
+        *,
+        batch_size: int = 16,
+        full_weights: Callable[[], AbstractContextManager] | None = None,
+    ) -> None:
         self.model = model
+        self.full_weights = full_weights or contextlib.nullcontext
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         eos = tokenizer.eos_token_id
         if eos is None:
             raise ValueError("the tokenizer has no eos_token_id; the hf engine needs one")
         self.eos_ids = {eos} if isinstance(eos, int) else set(eos)
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+        self.pad_id = pad_token_id(tokenizer)
 
     @property
     def device(self) -> torch.device:
@@ -70,23 +86,33 @@ class HFEngine(RolloutEngine):
         out = RolloutOutput()
         was_training = self.model.training
         self.model.eval()
-        try:
-            if seeds is not None:
-                if len(seeds) != len(prompt_ids):
-                    raise ValueError("generate: need one seed per prompt")
-                devices = [self.device] if self.device.type == "cuda" else []
-                for i, (ids, seed) in enumerate(zip(prompt_ids, seeds, strict=True)):
-                    # fork_rng: the seeded samples leave the caller's RNG stream untouched.
-                    with torch.random.fork_rng(devices=devices):
-                        torch.manual_seed(seed)
-                        out.extend(self._generate_batch([ids], params), index_offset=i)
-            else:
-                for start in range(0, len(prompt_ids), self.batch_size):
-                    chunk = prompt_ids[start : start + self.batch_size]
-                    out.extend(self._generate_batch(chunk, params), index_offset=start)
-        finally:
-            self.model.train(was_training)
+        with self.full_weights():
+            try:
+                self._generate_all(prompt_ids, params, seeds, out)
+            finally:
+                self.model.train(was_training)
         return out
+
+    def _generate_all(
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        params: SamplingParams,
+        seeds: Sequence[int] | None,
+        out: RolloutOutput,
+    ) -> None:
+        if seeds is not None:
+            if len(seeds) != len(prompt_ids):
+                raise ValueError("generate: need one seed per prompt")
+            devices = [self.device] if self.device.type == "cuda" else []
+            for i, (ids, seed) in enumerate(zip(prompt_ids, seeds, strict=True)):
+                # fork_rng: the seeded samples leave the caller's RNG stream untouched.
+                with torch.random.fork_rng(devices=devices):
+                    torch.manual_seed(seed)
+                    out.extend(self._generate_batch([ids], params), index_offset=i)
+        else:
+            for start in range(0, len(prompt_ids), self.batch_size):
+                chunk = prompt_ids[start : start + self.batch_size]
+                out.extend(self._generate_batch(chunk, params), index_offset=start)
 
     @torch.no_grad()
     def _generate_batch(
@@ -118,6 +144,7 @@ class HFEngine(RolloutEngine):
             repetition_penalty=1.0,
             max_new_tokens=params.max_new_tokens,
             num_return_sequences=params.n,
+            synced_gpus=False,
             stopping_criteria=self._stop_criteria(params.stop, plen),
             pad_token_id=self.pad_id,
             eos_token_id=sorted(self.eos_ids),

@@ -10,7 +10,7 @@ parameters into vLLM's model through its ``load_weights`` and resets the prefix 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 
@@ -102,8 +102,14 @@ class VLLMEngine(RolloutEngine):
         return out
 
     @torch.no_grad()
-    def sync_weights(self, model: torch.nn.Module) -> None:  # pragma: no cover - needs a GPU
+    def sync_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Stream ``(name, full tensor)`` pairs into vLLM's ``load_weights``.
+
+        vLLM copies each tensor into its own weights as it reads it, so a lazy iterator
+        (the trainer's ``iter_full_parameters``, which gathers one parameter at a time
+        from the FSDP shards) never holds a second full model.
+        """
         # The colocated engine's model lives in this process (TRL's colocate path).
         engine_model = self.llm.llm_engine.model_executor.driver_worker.model_runner.model
-        engine_model.load_weights((name, p.data) for name, p in model.named_parameters())
+        engine_model.load_weights(weights)
         self.llm.reset_prefix_cache()

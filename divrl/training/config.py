@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from divrl.algorithms import DIVERGENCES, POLICY_LOSSES, LossOptions
 from divrl.training import loss_config
+from divrl.training.sharding_config import FSDPConfig
 
 __all__ = [
     "AlgorithmConfig",
@@ -339,7 +340,7 @@ class ReferenceConfig:
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(FSDPConfig):  # strategy, param_dtype, fsdp_*: divrl.training.sharding_config
     total_steps: int = _help("training steps (one rollout batch each)", 100)
     prompts_per_step: int = _help("prompts per rollout batch, all processes together", 32)
     mini_batch_size: int | None = _help(
@@ -377,6 +378,10 @@ class TrainConfig:
     )
 
     def __post_init__(self) -> None:
+        try:
+            super().__post_init__()
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         for name in ("total_steps", "prompts_per_step", "micro_batch_size", "ppo_epochs"):
             _positive(f"train.{name}", getattr(self, name))
         if self.logits_chunk_size is not None:

@@ -18,7 +18,7 @@ import torch
 
 from divrl.algorithms import group_advantages
 from divrl.data.sampling import EpochSampler, derive_seed
-from divrl.rewards.types import BatchScores, ScoreRequest
+from divrl.rewards.types import BatchScores, ScoreRequest, is_correct
 from divrl.rollout import RolloutEngine, RolloutOutput, SamplingParams
 from divrl.training.batch import Experience
 from divrl.training.collective import Collective
@@ -39,11 +39,6 @@ __all__ = [
 
 # typed requests -> BatchScores (with failure reasons), or plain per-item scores
 RewardFn = Callable[[list[ScoreRequest]], "BatchScores | Sequence[float]"]
-
-
-def is_correct(score: float) -> bool:
-    """A response counts as correct (for Pass@1 and the DPH split) with full credit."""
-    return score >= 1.0 - 1e-6
 
 
 def default_reward_fn(requests: list[ScoreRequest]) -> BatchScores:

@@ -5,7 +5,8 @@ parameters, gradients and optimiser state are split across the ranks (each holds
 and a unit's full parameters exist only while its forward/backward runs (all-gather before,
 free after). This module holds the building blocks, independent of the trainer:
 
-- :class:`FSDPConfig`: the settings (merged into the trainer's config in a later step);
+- :class:`FSDPConfig`: the settings (``train.*`` of the trainer's config, which extends it;
+  defined in :mod:`divrl.training.sharding_config`, free of torch);
 - :func:`apply_fsdp`: shard a Hugging Face causal LM in place;
 - :func:`full_parameters`: a context manager for ``generate()`` with the full weights;
 - :func:`gathered_copy`: the alternative (an unsharded copy per rank), kept for measurement;
@@ -27,10 +28,11 @@ from __future__ import annotations
 import contextlib
 import copy
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+
+from divrl.training.sharding_config import FSDPConfig
 
 __all__ = [
     "FSDPConfig",
@@ -44,65 +46,9 @@ __all__ = [
     "strip_wrapper_prefixes",
 ]
 
-STRATEGIES = ("ddp", "fsdp")
-PARAM_DTYPES = ("float32", "bfloat16", "float16")
-
 # Prefixes that wrappers add to parameter names; Hugging Face / vLLM names have none.
 # (FSDP2 adds none itself: fully_shard swaps the module's class in place.)
 WRAPPER_PREFIXES = ("_checkpoint_wrapped_module.", "_orig_mod.", "_fsdp_wrapped_module.", "module.")
-
-
-@dataclass
-class FSDPConfig:
-    """How the policy is spread over the processes (``train.*`` in the trainer's config)."""
-
-    strategy: str = field(
-        default="ddp",
-        metadata={
-            "help": "ddp: every rank holds the whole model, its gradients and AdamW state "
-            "(~16 bytes/param). fsdp: FSDP2 fully_shard on every decoder layer and the root, "
-            "all three split across the ranks (~16/N bytes/param). Launch either with "
-            "torchrun or accelerate launch (docs/scaling.md)."
-        },
-    )
-    param_dtype: str | None = field(
-        default=None,
-        metadata={
-            "help": "fsdp only: dtype of the all-gathered parameters used in forward/backward "
-            "(MixedPrecisionPolicy.param_dtype). null: the model's own dtype (model.dtype), no "
-            "mixed precision. bfloat16 on a GPU: bf16 compute with float32 master weights "
-            "(load the model with model.dtype=float32) and float32 gradient reduction."
-        },
-    )
-    fsdp_offload: bool = field(
-        default=False,
-        metadata={
-            "help": "fsdp only: keep the parameter shards, gradients and optimiser state in "
-            "CPU memory (CPUOffloadPolicy); the optimiser step runs on the CPU. Frees GPU "
-            "memory for activations and vLLM at the cost of host<->device copies every step."
-        },
-    )
-    fsdp_reshard_after_forward: bool = field(
-        default=True,
-        metadata={
-            "help": "fsdp only: free each layer's gathered parameters after its forward and "
-            "all-gather them again for the backward (ZeRO-3, least memory). false: keep them "
-            "until the backward (ZeRO-2 like: one all-gather fewer per layer, more memory)."
-        },
-    )
-
-    def __post_init__(self) -> None:
-        if self.strategy not in STRATEGIES:
-            raise ValueError(f"train.strategy={self.strategy!r}: choose one of {STRATEGIES}")
-        if self.param_dtype is not None and self.param_dtype not in PARAM_DTYPES:
-            raise ValueError(
-                f"train.param_dtype={self.param_dtype!r}: choose null or one of {PARAM_DTYPES}"
-            )
-        if self.strategy == "ddp" and (self.fsdp_offload or self.param_dtype is not None):
-            raise ValueError(
-                "train.fsdp_offload and train.param_dtype apply to train.strategy=fsdp only: "
-                "set train.strategy=fsdp or leave them at false/null"
-            )
 
 
 def decoder_layers(model: nn.Module) -> list[nn.Module]:

@@ -29,6 +29,7 @@ from torch import nn
 __all__ = [
     "DCP_DIR",
     "MODEL_DIR",
+    "ensure_hf_weights",
     "export_hf",
     "is_sharded_checkpoint",
     "load_sharded_checkpoint",
@@ -230,6 +231,19 @@ def export_hf(
     with contextlib.suppress(OSError, ValueError):  # a config folder without a tokenizer
         AutoTokenizer.from_pretrained(config_dir).save_pretrained(out)
     return out
+
+
+def ensure_hf_weights(checkpoint: str | Path) -> bool:
+    """Complete a sharded checkpoint's ``model/`` folder (config and tokenizer, written at
+    save time) with its weights, once, so that ``from_pretrained`` reads it like a DDP
+    checkpoint's. Returns whether ``checkpoint`` is sharded (nothing done otherwise)."""
+    checkpoint = Path(checkpoint)
+    if not (checkpoint / DCP_DIR / ".metadata").is_file():
+        return False
+    model_dir = checkpoint / MODEL_DIR
+    if not any(model_dir.glob("*.safetensors")):
+        export_hf(checkpoint, model_dir)
+    return True
 
 
 def _config_dtype(config) -> str:

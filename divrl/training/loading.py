@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from divrl.rollout import RolloutEngine, SamplingParams
+from divrl.rollout import RolloutEngine, SamplingParams, pad_token_id
 from divrl.training.config import Config
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "pad_token_id",
     "require_paths",
     "rollout_params",
+    "shard_model",
     "warn_if_prompts_repeat",
 ]
 
@@ -50,18 +51,6 @@ class PromptItem:
     data_source: str
     ground_truth: Any
     extra_info: dict[str, Any] | None = None
-
-
-def pad_token_id(tokenizer: Any) -> int:
-    """The id that pads batches: the tokenizer's pad token, else its end-of-sequence token.
-
-    Raises:
-        ValueError: the tokenizer has neither.
-    """
-    for candidate in (tokenizer.pad_token_id, tokenizer.eos_token_id):
-        if candidate is not None:
-            return int(candidate)
-    raise ValueError("the tokenizer has neither a pad token nor an eos token: set one")
 
 
 def require_paths(config: Config) -> tuple[str, str, str | None]:
@@ -96,8 +85,31 @@ def load_policy(config: Config, model_path: str) -> tuple[torch.nn.Module, Any]:
         trust_remote_code=config.model.trust_remote_code,
     )
     if config.model.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        # FSDP2 needs the non-reentrant variant (its hooks must see the recomputation);
+        # DDP keeps transformers' default.
+        kwargs = {"use_reentrant": False} if config.train.strategy == "fsdp" else None
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     return model, tokenizer
+
+
+def shard_model(config: Config, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """``train.strategy=fsdp`` on several processes: FSDP2 ``fully_shard`` on ``model``
+    (moved to ``device`` first) with the ``train.param_dtype`` / ``fsdp_*`` settings.
+
+    Call after gradient checkpointing is enabled and before the optimiser is built (its
+    state is then sharded too). The result must not go through accelerate's ``prepare``
+    (which would wrap it in DDP): FSDP reduces the gradients itself.
+    """
+    from divrl.training.fsdp import FSDPConfig, apply_fsdp
+
+    t = config.train
+    fsdp = FSDPConfig(
+        strategy=t.strategy,
+        param_dtype=t.param_dtype,
+        fsdp_offload=t.fsdp_offload,
+        fsdp_reshard_after_forward=t.fsdp_reshard_after_forward,
+    )
+    return apply_fsdp(model.to(device), fsdp)
 
 
 def load_prompts(
@@ -188,14 +200,18 @@ def make_engine(
         return VLLMEngine(
             model_path,
             gpu_memory_utilization=config.rollout.gpu_memory_utilization,
-            dtype=config.model.dtype,
+            dtype=config.train.param_dtype or config.model.dtype,  # fsdp: bf16 compute dtype
             seed=config.train.seed,
             max_model_len=config.data.max_prompt_length + config.rollout.max_new_tokens,
             trust_remote_code=config.model.trust_remote_code,
         )
     from divrl.rollout import HFEngine
+    from divrl.training.fsdp import full_parameters, is_fsdp
 
-    return HFEngine(model, tokenizer, batch_size=config.rollout.batch_size)
+    full_weights = (lambda: full_parameters(model)) if is_fsdp(model) else None
+    return HFEngine(
+        model, tokenizer, batch_size=config.rollout.batch_size, full_weights=full_weights
+    )
 
 
 def rollout_params(config: Config) -> SamplingParams:

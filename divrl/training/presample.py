@@ -32,12 +32,14 @@ from divrl.training.experience import (
     score_requests,
 )
 from divrl.training.forward import batch_log_probs
+from divrl.training.fsdp import full_parameters
 from divrl.training.loading import (
     load_policy,
     load_prompts,
     make_engine,
     pad_token_id,
     require_paths,
+    shard_model,
 )
 
 __all__ = ["presample", "store_expectation"]
@@ -57,23 +59,67 @@ def _score(reward_fn: RewardFn, prompts, out) -> list[float]:
     return scores
 
 
-def _generate(engine, prompts, params, seed: int, stream: int, batch_size: int, progress, desc):
-    """Generate for all ``prompts`` in chunks, seeded per prompt (reproducible)."""
+def _generate(
+    engine, prompts, params, seed: int, stream: int, batch_size: int, progress, desc, procs
+):
+    """Generate for all ``prompts``, seeded per prompt (reproducible, and the same whatever
+    the number of processes): each process takes every ``world``-th prompt, in chunks, and
+    the outputs are gathered back into prompt order on every process.
+
+    Every process calls ``engine.generate`` equally often (an empty chunk if it has run
+    out): under fsdp each call gathers the full weights, a collective.
+    """
     from divrl.rollout import RolloutOutput
 
-    out = RolloutOutput()
-    starts = range(0, len(prompts), batch_size)
-    if progress:
+    world, rank = procs
+    mine = list(range(rank, len(prompts), world))
+    calls = -(-len(range(0, len(prompts), world)) // batch_size)  # the first rank's count
+    local = RolloutOutput()
+    starts = range(0, calls * batch_size, batch_size)
+    if progress and rank == 0:
         from tqdm.auto import tqdm
 
         starts = tqdm(starts, desc=desc, unit="batch")
     for start in starts:
-        chunk = prompts[start : start + batch_size]
-        seeds = [derive_seed(seed, stream, start + j) for j in range(len(chunk))]
-        out.extend(
-            engine.generate([p.prompt_ids for p in chunk], params, seeds), index_offset=start
-        )
+        chunk = mine[start : start + batch_size]
+        seeds = [derive_seed(seed, stream, i) for i in chunk]
+        piece = engine.generate([prompts[i].prompt_ids for i in chunk], params, seeds)
+        piece.prompt_index = [chunk[i] for i in piece.prompt_index]  # global positions
+        local.extend(piece)
+    return _gather_outputs(local, world)
+
+
+def _gather_outputs(local, world: int):
+    """Every process's rows, ordered by prompt position (prompt-major, as one process)."""
+    from divrl.rollout import RolloutOutput
+
+    if world == 1:
+        return local
+    import torch.distributed as dist
+
+    parts: list = [None] * world
+    dist.all_gather_object(parts, local)
+    rows = sorted(
+        ((p, r, j) for r, part in enumerate(parts) for j, p in enumerate(part.prompt_index)),
+    )
+    out = RolloutOutput()
+    for p, r, j in rows:
+        part = parts[r]
+        out.prompt_index.append(p)
+        out.prompt_ids.append(part.prompt_ids[j])
+        out.response_ids.append(part.response_ids[j])
+        out.log_probs.append(part.log_probs[j])
+        out.texts.append(part.texts[j])
+        out.truncated.append(part.truncated[j])
     return out
+
+
+def _processes() -> tuple[int, int]:
+    """(world, rank) under torchrun / accelerate launch, else (1, 0)."""
+    from accelerate import PartialState
+
+    state = PartialState(cpu=not torch.cuda.is_available())
+    return state.num_processes, state.process_index
 
 
 def _split_rows(prompts, n_correct, threshold, has_ref, failed_to_exploration) -> list[dict]:
@@ -94,24 +140,41 @@ def _split_rows(prompts, n_correct, threshold, has_ref, failed_to_exploration) -
     return rows
 
 
+def _interleave(local: list, world: int, total: int) -> list:
+    """Undo ``rows[rank::world]``: every process's list, back in row order."""
+    if world == 1:
+        return local
+    import torch.distributed as dist
+
+    parts: list = [None] * world
+    dist.all_gather_object(parts, local)
+    return [parts[i % world][i // world] for i in range(total)]
+
+
 def _reference_samples(
-    config: Config, model, pad_id: int, near_prompts, extra, extra_scores
+    config: Config, model, pad_id: int, near_prompts, extra, extra_scores, procs
 ) -> list[ReferenceSample]:
     """The correct extra responses with their log-probs under the initial policy."""
     kept_rows = [j for j, s in enumerate(extra_scores) if is_correct(s)]
-    ref_lps = (
-        batch_log_probs(
-            model,
-            [extra.prompt_ids[j] for j in kept_rows],
-            [extra.response_ids[j] for j in kept_rows],
-            pad_token_id=pad_id,
-            temperature=config.rollout.temperature,
-            micro_batch_size=config.train.micro_batch_size,
-            chunk_size=config.train.logits_chunk_size,
+    # Under fsdp, full_parameters makes the forwards local (no collective per pass), so
+    # every process may score its own share of the rows; the shares are gathered.
+    world, rank = procs
+    mine = kept_rows[rank::world]
+    with full_parameters(model):
+        local = (
+            batch_log_probs(
+                model,
+                [extra.prompt_ids[j] for j in mine],
+                [extra.response_ids[j] for j in mine],
+                pad_token_id=pad_id,
+                temperature=config.rollout.temperature,
+                micro_batch_size=config.train.micro_batch_size,
+                chunk_size=config.train.logits_chunk_size,
+            )
+            if mine
+            else []
         )
-        if kept_rows
-        else []
-    )
+    ref_lps = _interleave(local, world, len(kept_rows))
     return [
         ReferenceSample(
             prompt_id=near_prompts[extra.prompt_index[j]].id,
@@ -173,6 +236,18 @@ def _stats(prompts, dropped, near, rows, samples, scores, n_correct, k, start_ti
     }
 
 
+def _presample_params(config: Config) -> SamplingParams:
+    ref = config.reference
+    return SamplingParams(
+        n=ref.k,
+        temperature=ref.temperature,
+        top_p=ref.top_p,
+        top_k=0,
+        max_new_tokens=config.rollout.max_new_tokens,
+        stop=tuple(config.rollout.stop),
+    )
+
+
 def presample(
     config: Config,
     *,
@@ -192,31 +267,21 @@ def presample(
     torch.manual_seed(config.train.seed)
     start_time = time.perf_counter()
     model_path, train_path, db_dir = require_paths(config)
+    procs = _processes()
     model, tokenizer = load_policy(config, model_path)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device).eval()
+    if config.train.strategy == "fsdp" and torch.distributed.is_initialized():
+        model = shard_model(config, model, device)
     prompts, dropped = load_prompts(config, train_path, db_dir, tokenizer)
     expect = store_expectation(config, model_path, prompts)
-    logger.info(
-        "presample: %d prompts x %d responses%s",
-        len(prompts),
-        ref.k,
-        ""
-        if config.data.limit
-        else " (data.limit=N presamples the first N only; train with it too)",
-    )
+    hint = "" if config.data.limit else " (data.limit=N: the first N only; train with it too)"
+    logger.info("presample: %d prompts x %d responses%s", len(prompts), ref.k, hint)
     engine = make_engine(config, model, tokenizer, model_path)
-    params = SamplingParams(
-        n=ref.k,
-        temperature=ref.temperature,
-        top_p=ref.top_p,
-        top_k=0,
-        max_new_tokens=config.rollout.max_new_tokens,
-        stop=tuple(config.rollout.stop),
-    )
+    params = _presample_params(config)
     seed, chunk = config.train.seed, ref.batch_size
     desc = f"presample: {ref.k} responses per prompt"
-    out = _generate(engine, prompts, params, seed, _PRESAMPLE_STREAM, chunk, progress, desc)
+    out = _generate(engine, prompts, params, seed, _PRESAMPLE_STREAM, chunk, progress, desc, procs)
     scores = _score(reward_fn, prompts, out)
     n_correct = [0] * len(prompts)
     for p, s in zip(out.prompt_index, scores, strict=True):
@@ -228,16 +293,19 @@ def presample(
     near_prompts = [prompts[i] for i in near]
     desc = "presample: 1 reference response per near-perfect prompt"
     extra = _generate(
-        engine, near_prompts, extra_params, seed, _EXTRA_STREAM, chunk, progress, desc
+        engine, near_prompts, extra_params, seed, _EXTRA_STREAM, chunk, progress, desc, procs
     )
     extra_scores = _score(reward_fn, near_prompts, extra) if near_prompts else []
     samples = _reference_samples(
-        config, model, pad_token_id(tokenizer), near_prompts, extra, extra_scores
+        config, model, pad_token_id(tokenizer), near_prompts, extra, extra_scores, procs
     )
     has_ref = {s.prompt_id for s in samples}
     rows = _split_rows(prompts, n_correct, expect.threshold, has_ref, ref.failed_to_exploration)
     stats = _stats(prompts, dropped, near, rows, samples, scores, n_correct, ref.k, start_time)
     manifest = _manifest(config, expect, train_path, stats)
-    write_reference_store(config.reference_store, samples, rows, manifest)
-    logger.info("reference store written to %s", config.reference_store)
+    if procs[1] == 0:  # written once; the others wait for it
+        write_reference_store(config.reference_store, samples, rows, manifest)
+        logger.info("reference store written to %s", config.reference_store)
+    if procs[0] > 1:
+        torch.distributed.barrier()
     return manifest

@@ -42,6 +42,8 @@ from divrl.training.experience import (
     is_correct,
     overlong_penalty,
 )
+from divrl.training.fsdp import iter_full_parameters
+from divrl.training.fsdp_checkpoint import is_sharded_checkpoint
 from divrl.training.loading import (
     PromptItem,
     build_optimizer,
@@ -51,6 +53,7 @@ from divrl.training.loading import (
     pad_token_id,
     require_paths,
     rollout_params,
+    shard_model,
     warn_if_prompts_repeat,
 )
 from divrl.training.metrics import (
@@ -63,6 +66,10 @@ from divrl.training.metrics import (
 )
 from divrl.training.presample import store_expectation
 from divrl.training.run_session import RunSession
+from divrl.training.sharded_checkpointing import (
+    load_sharded_run_checkpoint,
+    save_sharded_run_checkpoint,
+)
 from divrl.training.update import PolicyUpdate, split
 
 __all__ = ["TIME_KEYS", "PromptItem", "RewardFn", "Trainer", "is_correct", "overlong_penalty"]
@@ -83,6 +90,20 @@ def check_divisibility(config: Config, world: int) -> None:
         raise ValueError(
             f"reference.per_step={config.reference.per_step} must be divisible by the "
             f"number of processes ({world})"
+        )
+    # Under FSDP every forward is a collective: each process must run as many
+    # micro-batches (rollouts and reference samples) in each mini-batch as the others.
+    if t.strategy != "fsdp" or world == 1:
+        return
+    if config.reference.per_step % (world * t.num_mini_batches):
+        raise ValueError(
+            f"train.strategy=fsdp: reference.per_step={config.reference.per_step} must be "
+            f"divisible by processes x mini-batches ({world} x {t.num_mini_batches})"
+        )
+    if t.micro_batch_tokens is not None:
+        raise ValueError(
+            "train.strategy=fsdp on several processes needs train.micro_batch_tokens=null: "
+            "token-budget micro-batches differ in number between processes"
         )
 
 
@@ -123,7 +144,7 @@ class Trainer:
         self._corrupt_checkpoints: list = []
 
         self.model_path, train_path, db_dir = require_paths(cfg)
-        model, self.tokenizer = load_policy(cfg, self.model_path)
+        ref_model = self._load_models()
         self.pad_id = pad_token_id(self.tokenizer)
         self.prompts, self.dropped_prompts = load_prompts(cfg, train_path, db_dir, self.tokenizer)
 
@@ -138,18 +159,7 @@ class Trainer:
             warn_if_prompts_repeat(cfg, len(self.prompts), what)
         self.sampler = EpochSampler(len(self.prompts), cfg.train.seed, cfg.data.shuffle)
 
-        # The frozen reference model exists only for the online reverse-KL term.
-        ref_model = None
-        if cfg.algorithm.kl_coef > 0:
-            ref_model, _ = load_policy(cfg, self.model_path)
-            ref_model.requires_grad_(False).eval().to(acc.device)
-        self.ref_model = ref_model
-
-        optimizer, self.scheduler = build_optimizer(cfg, model)
-        # The scheduler is not prepared: a prepared scheduler steps once per process.
-        self.model, self.optimizer = acc.prepare(model, optimizer)
-        policy = acc.unwrap_model(self.model)
-        self.engine = make_engine(cfg, policy, self.tokenizer, self.model_path)
+        self.engine = make_engine(cfg, self.policy, self.tokenizer, self.model_path)
         self.experience = ExperienceMaker(
             cfg,
             self.engine,
@@ -205,6 +215,35 @@ class Trainer:
             )
         return store
 
+    def _load_models(self) -> torch.nn.Module | None:
+        """The policy, its optimiser and schedule (``self.model`` / ``optimizer`` /
+        ``scheduler``) and the tokenizer; returns the frozen reference model of the online
+        reverse-KL term (None without one)."""
+        cfg, acc = self.config, self.accelerator
+        model, self.tokenizer = load_policy(cfg, self.model_path)
+        # train.strategy=fsdp: shard after gradient checkpointing, before the optimiser.
+        # Needs a process group (any launcher, even torchrun --nproc_per_node 1); a plain
+        # single process keeps a plain model (its checkpoints are sharded all the same).
+        self.sharded = cfg.train.strategy == "fsdp" and torch.distributed.is_initialized()
+        if self.sharded:
+            model = shard_model(cfg, model, acc.device)
+        ref_model = None
+        if cfg.algorithm.kl_coef > 0:
+            ref_model, _ = load_policy(cfg, self.model_path)
+            ref_model.requires_grad_(False).eval().to(acc.device)
+            if self.sharded:  # sharded the same way as the policy; it has no optimiser
+                ref_model = shard_model(cfg, ref_model, acc.device)
+        self.ref_model = ref_model
+        optimizer, self.scheduler = build_optimizer(cfg, model)
+        # The scheduler is not prepared: a prepared scheduler steps once per process. An
+        # FSDP model is not prepared either: accelerate would wrap it in DDP, and FSDP
+        # reduce-scatters the gradients itself.
+        if self.sharded:
+            self.model, self.optimizer = model, optimizer
+        else:
+            self.model, self.optimizer = acc.prepare(model, optimizer)
+        return ref_model
+
     def _check_run_dir(self, resume: bool, overwrite: bool, changes: tuple[str, ...]) -> RunSession:
         """Check logging.output_dir before anything is loaded: refuse mixing runs early."""
         session = RunSession(
@@ -214,6 +253,24 @@ class Trainer:
         return session
 
     @property
+    def policy(self) -> torch.nn.Module:
+        """The policy without accelerate's DDP wrapper (the FSDP model itself under fsdp)."""
+        return self.model if self.sharded else self.accelerator.unwrap_model(self.model)
+
+    @property
+    def _plain_optimizer(self) -> torch.optim.Optimizer:
+        """The AdamW itself (accelerate wraps it when the model is prepared)."""
+        return getattr(self.optimizer, "optimizer", self.optimizer)
+
+    def _sync_engine(self) -> None:
+        """Hand the updated weights to the rollout engine: the full tensors, gathered one
+        parameter at a time from the shards under fsdp, in the engine's dtype (a no-op
+        for the hf engine, which shares the model and never consumes the iterator)."""
+        t = self.config.train
+        dtype = getattr(torch, t.param_dtype or self.config.model.dtype)
+        self.engine.sync_weights(iter_full_parameters(self.policy, dtype=dtype, with_buffers=False))
+
+    @property
     def metrics_path(self) -> Path:
         return self.run.metrics_path
 
@@ -221,13 +278,18 @@ class Trainer:
     def checkpoint_dir(self) -> Path:
         return self.run.checkpoints_dir
 
-    def _reference_rows(self) -> list[int]:
-        """This process's share of the step's DPH reference samples."""
+    def _reference_parts(self, minis: int) -> list[list[int]]:
+        """This process's DPH reference samples for each of the step's ``minis`` mini-batches.
+
+        The step's global draw is cut into one contiguous block per mini-batch and each
+        block is spread evenly over the processes (as the prompts are), so every
+        optimiser step sees the same reference samples whatever the number of processes
+        (the authors' code put them all on the last rank).
+        """
         if self.ref_sampler is None:
-            return []
+            return [[] for _ in range(minis)]
         global_rows = self.ref_sampler.take(self.config.reference.per_step)
-        share = self.config.reference.per_step // self.world
-        return global_rows[self.rank * share : (self.rank + 1) * share]
+        return [split(block, self.world)[self.rank] for block in split(global_rows, minis)]
 
     def train_step(self) -> dict[str, float]:
         """One rollout batch and its updates; returns the step's (global) metrics."""
@@ -235,12 +297,12 @@ class Trainer:
         t0 = time.perf_counter()
         exp, means, counts = self.experience.make(self.step)
         t_rollout = time.perf_counter() - t0
-        ref_rows = self._reference_rows()
+        minis = cfg.train.num_mini_batches
+        ref_parts = self._reference_parts(minis)
         meter, skipped = MetricMeter(), 0
         if exp is not None and len(exp):
             self.update.precompute(exp)
-            minis = cfg.train.num_mini_batches
-            seq_parts, ref_parts = split(range(len(exp)), minis), split(ref_rows, minis)
+            seq_parts = split(range(len(exp)), minis)
             self.model.train()
             for _ in range(cfg.train.ppo_epochs):
                 for seqs, refs in zip(seq_parts, ref_parts, strict=True):
@@ -249,7 +311,7 @@ class Trainer:
             # the schedule counts training steps, including ones without an optimiser step
             warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
             self.scheduler.step()
-        self.engine.sync_weights(self.accelerator.unwrap_model(self.model))
+        self._sync_engine()
         self.step += 1
 
         update = meter.means()
@@ -361,6 +423,8 @@ class Trainer:
             "world_size": self.world,
             "run_id": self.session.run_id,
         }
+        if self.config.train.strategy == "fsdp":
+            return self._save_sharded_checkpoint(state)
         return checkpointing.save_checkpoint(
             self.run,
             self.step,
@@ -372,10 +436,40 @@ class Trainer:
             self.config.checkpoint.keep_last,
         )
 
-    def _load_latest_checkpoint(self) -> None:
-        ckpt, state, self._corrupt_checkpoints = checkpointing.load_checkpoint(
-            self.run, self.accelerator, self.scheduler
+    def _save_sharded_checkpoint(self, state: dict) -> Path:
+        path = save_sharded_run_checkpoint(
+            self.run,
+            self.step,
+            self.rank,
+            self.policy,
+            self._plain_optimizer,
+            self.scheduler,
+            self.tokenizer,
+            state,
         )
+        if self.accelerator.is_main_process:
+            keep = self.config.checkpoint.keep_last
+            checkpointing.prune_checkpoints(self.run, keep, state.get("run_id"))
+        self.accelerator.wait_for_everyone()
+        return path
+
+    def _load_latest_checkpoint(self) -> None:
+        latest = self.run.latest()
+        if latest is not None and is_sharded_checkpoint(latest.path):
+            ckpt = latest
+            state = load_sharded_run_checkpoint(
+                ckpt, self.rank, self.policy, self._plain_optimizer, self.scheduler
+            )
+        elif self.sharded and latest is not None:
+            # accelerate's load_state would skip the (unprepared) FSDP model silently
+            raise ValueError(
+                f"--resume: {latest.path} was written under train.strategy=ddp; resume it "
+                "with train.strategy=ddp (a sharded run cannot read a DDP checkpoint's state)"
+            )
+        else:
+            ckpt, state, self._corrupt_checkpoints = checkpointing.load_checkpoint(
+                self.run, self.accelerator, self.scheduler
+            )
         self.sampler.load_state_dict(state["sampler"])
         if self.ref_sampler is not None and state["reference_cursor"] is not None:
             self.ref_sampler.load_state_dict(state["reference_cursor"])
@@ -383,6 +477,6 @@ class Trainer:
         checkpointing.apply_optimizer_changes(
             self.optimizer, self.scheduler, self.config.optim, self.session.changes
         )
-        self.engine.sync_weights(self.accelerator.unwrap_model(self.model))
+        self._sync_engine()
         # metrics logged after the checkpoint are cut when writing starts (under the lock)
         logger.info("resumed from %s (step %d)", ckpt.path, self.step)

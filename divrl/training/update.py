@@ -362,10 +362,11 @@ class PolicyUpdate:
     def _apply(self, step: int, nonfinite: float, objective: float, meter: MetricMeter) -> bool:
         max_norm = self.config.optim.max_grad_norm
         if max_norm > 0:
-            grad_norm = float(self.accelerator.clip_grad_norm_(self.model.parameters(), max_norm))
+            norm = self.accelerator.clip_grad_norm_(self.model.parameters(), max_norm)
         else:
             grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-            grad_norm = float(torch.nn.utils.get_total_norm(grads))
+            norm = torch.nn.utils.get_total_norm(grads)
+        grad_norm = _global_value(norm)
         (nonfinite,) = self.collective.all_reduce([nonfinite], op="max")
         (objective,) = self.collective.all_reduce([objective])
         skip = nonfinite > 0 or not math.isfinite(grad_norm)
@@ -390,3 +391,11 @@ def _scatter(dest: torch.Tensor, idx: list[int], values: torch.Tensor, mask: tor
     """``dest[idx, :w] = values`` on response tokens, 0 on padding (w = values' width)."""
     values = torch.where(mask > 0, values.float(), torch.zeros_like(values, dtype=torch.float32))
     dest[idx, : values.shape[1]] = values.cpu()
+
+
+def _global_value(norm: torch.Tensor) -> float:
+    """A gradient norm as a float; under FSDP it is a DTensor over the shards' norms, whose
+    full value is the norm of the whole gradient (every rank gets the same number)."""
+    from torch.distributed.tensor import DTensor
+
+    return float(norm.full_tensor() if isinstance(norm, DTensor) else norm)

@@ -496,3 +496,36 @@ def test_reference_draws_cycle_split_by_rank_and_resume(store):
     again = resumed.next_batch(2, 1, 2, cpu)
     assert torch.equal(again.input_ids, batches[2][1].input_ids)
     assert torch.equal(again.ref_log_probs, batches[2][1].ref_log_probs)
+
+
+def test_lp_reg_refuses_a_sharded_lm_head():
+    """Under FSDP / ZeRO-3 the head's weight read outside the forward is a shard: a clear
+    error, not a wrong proxy (the FSDP2 DTensor case runs in tests/training/
+    fsdp_train_worker.py)."""
+    from types import SimpleNamespace
+
+    from accelerate.utils import DistributedType
+
+    from divrl.integrations.trl_lp_reg import full_lm_head, refuse_sharded_training
+
+    lm = tiny_model()
+    assert full_lm_head(lm) is lm.get_output_embeddings()
+    for kind, plugin in [
+        (DistributedType.FSDP, None),
+        (DistributedType.DEEPSPEED, SimpleNamespace(zero_stage=3)),
+    ]:
+        acc = SimpleNamespace(distributed_type=kind, state=SimpleNamespace(deepspeed_plugin=plugin))
+        with pytest.raises(ValueError, match="sharded"):
+            refuse_sharded_training(acc)
+    zero2 = SimpleNamespace(zero_stage=2)
+    refuse_sharded_training(
+        SimpleNamespace(
+            distributed_type=DistributedType.DEEPSPEED,
+            state=SimpleNamespace(deepspeed_plugin=zero2),
+        )
+    )
+    # an FSDP1-style flattened / resharded view: fewer rows than the vocabulary
+    head = lm.get_output_embeddings()
+    head.weight = torch.nn.Parameter(head.weight.detach()[:3].clone())
+    with pytest.raises(ValueError, match="sharded"):
+        full_lm_head(lm)

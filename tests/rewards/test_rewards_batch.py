@@ -10,6 +10,7 @@ from divrl.rewards import (
     ScoreResult,
     compute_score,
     compute_score_detailed,
+    is_correct,
     register_verifier,
     registered_sources,
     score_batch,
@@ -162,3 +163,9 @@ def test_thousand_toy_completions_are_fast(db):
     assert sum(batch.scores[:500]) == 100 and sum(batch.scores[500:]) == 38
     assert batch.failures == {}
     assert elapsed < 30.0
+
+
+def test_is_correct_means_full_credit():
+    """One convention for training Pass@1, the DPH split and evaluation: full credit only."""
+    assert is_correct(1.0) and is_correct(1.0 - 1e-7)
+    assert not is_correct(0.999) and not is_correct(0.5) and not is_correct(0.0)

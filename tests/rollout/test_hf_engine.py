@@ -1,10 +1,11 @@
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from divrl.rollout import HFEngine, SamplingParams, collate
+from divrl.rollout import HFEngine, SamplingParams, collate, pad_token_id
 from divrl.rollout.hf import response_length
 from divrl.training.forward import batch_log_probs
 
@@ -31,6 +32,17 @@ def test_collate_layout():
     assert b["position_ids"].tolist() == [[0, 1, 2, 3, 4], [0, 0, 1, 1, 1]]
     assert b["responses"].tolist() == [[1, 2, 3], [4, 0, 0]]
     assert b["response_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+
+
+def test_pad_token_id_is_the_one_fallback():
+    """Pad token, else EOS (the first of a list); the engine pads with the same id."""
+    assert pad_token_id(SimpleNamespace(pad_token_id=0, eos_token_id=2)) == 0
+    assert pad_token_id(SimpleNamespace(pad_token_id=None, eos_token_id=[7, 2])) == 7
+    no_pad = SimpleNamespace(pad_token_id=None, eos_token_id=9)
+    assert pad_token_id(no_pad) == 9
+    assert HFEngine(None, no_pad).pad_id == 9
+    with pytest.raises(ValueError, match="neither a pad token nor an eos token"):
+        pad_token_id(SimpleNamespace(pad_token_id=None, eos_token_id=[]))
 
 
 def test_sampling_params_validate():

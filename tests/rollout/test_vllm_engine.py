@@ -87,6 +87,6 @@ def test_vllm_engine_maps_the_api(fake_vllm):
     assert out.texts == ["r0", "r0", "r1", "r1"]
 
     model = torch.nn.Linear(2, 2)
-    engine.sync_weights(model)
+    engine.sync_weights((name, p.detach()) for name, p in model.named_parameters())
     assert [name for name, _ in engine.llm.loaded] == ["weight", "bias"]
     assert engine.llm.reset == 1

@@ -12,7 +12,7 @@ from train_helpers import tiny_overrides
 from divrl.data.reference_store import ReferenceSample
 from divrl.rewards.types import BatchScores, ScoreRequest, ScoreResult
 from divrl.rollout import collate
-from divrl.runs import RunDir
+from divrl.runs import Checkpoint, RunDir
 from divrl.training.batch import Experience, ReferenceSamples
 from divrl.training.checkpointing import prune_checkpoints
 from divrl.training.collective import Collective
@@ -173,6 +173,9 @@ def test_run_dir_lists_checkpoints_by_step_and_prunes_the_oldest(tmp_path):
     prune_checkpoints(run, keep_last=2, run_id="mine")
     assert [c.step for c in run.checkpoints()] == [2, 10, 30]
     assert run.metrics_path.name == "metrics.jsonl" and run.config_path.name == "config.yaml"
+    # a checkpoint given by its directory (``divrl eval <checkpoint>``)
+    assert Checkpoint.at(run.checkpoint(2).path) == run.checkpoint(2)
+    assert Checkpoint.at(tmp_path).step == -1 and not Checkpoint.at(tmp_path).has_model()
 
 
 def test_reference_store_open_checks_what_training_needs(tmp_path):

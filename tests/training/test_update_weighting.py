@@ -107,7 +107,8 @@ def _dph(world, out, store, mode: str, **extra) -> Trainer:
 def test_dph_weighting_through_the_update_stage(mode, tiny_world, reference_store, tmp_path):
     trainer = _dph(tiny_world, tmp_path, reference_store, mode)
     exp, _, _ = trainer.experience.make(0)
-    seqs, refs = list(range(len(exp))), trainer._reference_rows()
+    (refs,) = trainer._reference_parts(1)
+    seqs = list(range(len(exp)))
     assert len(refs) == 4 and len(exp) >= 4
     got, meter = _step_gradient(trainer, exp, seqs, refs)
     want = _formula_gradient(trainer, exp, seqs, refs, mode)
