@@ -41,6 +41,7 @@ def _cases(world: dict, store: Path, root: Path) -> dict[str, dict]:
         # more, smaller reference micro-batches than 1)
         "algorithm.divergence_weighting": "paper",
         "reference.store": store,
+        "reference.k": 4,  # as the fixture store was presampled
         "reference.per_step": 4,
     }
     resume = {
