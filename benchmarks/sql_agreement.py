@@ -22,6 +22,8 @@ def main() -> None:
     spec.loader.exec_module(cases_mod)
     db = cases_mod.build_db(Path(tempfile.mkdtemp()) / "agree.sqlite")
     cases = list(cases_mod._cases())
+    pairs = {(gold, pred) for gold, pred, *_ in cases}
+    print(f"{len(pairs)} distinct (gold, prediction) pairs, {len(cases)} cases")
     for profile in ("bird", "spider", "sql"):
         labels = [cases_mod.official_label(profile, db, g, p, o) for g, p, o, _, _ in cases]
         requests = [ScoreRequest(profile, text, g, {"db_path": db}) for g, _, _, _, text in cases]

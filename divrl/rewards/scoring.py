@@ -81,8 +81,9 @@ def compute_score(
     verifier (``math``, ``sql`` and their aliases, see
     :func:`divrl.rewards.registered_sources`); ``extra_info`` carries per-example settings
     (``db_path`` for SQL, optionally ``answer_pattern`` for math). ``timeout`` is the hard
-    wall-clock limit in seconds (default: the verifier's, 5 s); an answer that overruns it
-    scores 0. Raises ``ValueError`` for an unknown data source or a missing database.
+    wall-clock limit in seconds (default: the verifier's ``default_timeout``: 5 s for
+    math, 2 s for countdown, 16 s for the ``sql`` profile and 91 s for ``bird`` and
+    ``spider``, see docs/rewards.md); an answer that overruns it scores 0. Raises ``ValueError`` for an unknown data source or a missing database.
     """
     return compute_score_detailed(
         data_source, solution_str, ground_truth, extra_info, timeout=timeout

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import yaml
 
+from divrl.training import loss_config
 from divrl.training.config import Config, ConfigError, _choice, _closest
 
 __all__ = ["config_from_dict", "dump_config", "load_config", "parse_override"]
@@ -160,13 +161,37 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> Config:
     """Load a YAML config (or the defaults when ``path`` is None) and apply overrides."""
-    raw = _read_yaml(Path(path)) if path is not None else {}
+    preset = _read_yaml(Path(path)) if path is not None else {}
+    over: dict[str, Any] = {}
     for text in overrides:
         parts, value = parse_override(text)
         for name in reversed(parts):
             value = {name: value}
-        raw = _merge(raw, value)
+        over = _merge(over, value)
+    raw = _merge(preset, over)
+    if path is not None:
+        _refuse_stale_loss_options(path, preset, over, raw)
     return config_from_dict(raw)
+
+
+def _refuse_stale_loss_options(path, preset, over, raw) -> None:
+    """An override that switches the policy loss must not inherit the preset's options for
+    its old loss (docs/training.md, "Switching the policy loss")."""
+    sections = [d.get("algorithm") if isinstance(d, dict) else None for d in (preset, over, raw)]
+    preset_algo, over_algo, algo = (s if isinstance(s, dict) else {} for s in sections)
+    loss = algo.get("policy_loss")
+    if not isinstance(loss, str):
+        return
+    stale = loss_config.stale_preset_options(loss, preset_algo, over_algo)
+    if stale:
+        old = preset_algo.get("policy_loss") or "vanilla"
+        keys = ", ".join(f"{k}={v}" for k, v in stale.items())
+        nulls = " ".join(f"{k}=null" for k in stale)
+        raise ConfigError(
+            f"algorithm.policy_loss={loss} switches {path}'s loss from {old!r}, but the preset "
+            f"also sets {keys} for {old!r}, which {loss!r} would inherit. Add {nulls} to run "
+            f"{loss!r} with its own defaults, or set each key again on the command line to keep it"
+        )
 
 
 def dump_config(config: Config) -> str:

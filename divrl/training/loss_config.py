@@ -7,6 +7,12 @@ by several losses), and, kept for configs written before ``loss_options`` existe
 (deprecated), one flat key per loss-specific option. A key left null means "the loss's own
 default" (GSPO: 3e-4 / 4e-4 and sequence-level aggregation). Setting an option that the
 configured loss does not take is an error naming the loss and its options.
+
+A preset's option keys are written for the preset's own loss: when a command-line override
+switches ``algorithm.policy_loss``, :func:`stale_preset_options` finds the preset's keys
+that would silently carry over with a value the new loss would not pick itself (e.g.
+``configs/grpo.yaml``'s vanilla clip 0.2 / 0.2 under GSPO, whose own range is 3e-4 / 4e-4),
+so that loading refuses them by name (docs/training.md, "Switching the policy loss").
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ __all__ = [
     "flat_option_values",
     "resolve_loss_options",
     "resolved_option_fields",
+    "stale_preset_options",
 ]
 
 # flat algorithm.<key> -> (loss it belongs to, or None = any loss that takes it; option name)
@@ -111,3 +118,47 @@ def resolved_option_fields(
     (:func:`flat_option_values`) and ``loss_options`` = all options the loss runs with."""
     options = resolve_loss_options(loss, flat, nested)
     return {**flat_option_values(loss, options), "loss_options": dataclasses.asdict(options)}
+
+
+def stale_preset_options(
+    loss: str, preset: dict[str, Any], overrides: dict[str, Any]
+) -> dict[str, Any]:
+    """The preset's loss-option keys that an override switching the loss would carry over.
+
+    Args:
+        loss: ``algorithm.policy_loss`` after the overrides.
+        preset: the preset file's ``algorithm`` section (``extends`` merged).
+        overrides: the ``algorithm`` keys set on the command line.
+
+    Returns:
+        ``{"algorithm.<key>": value}`` for each shared flat key (``clip_low``, ``clip_high``,
+        ``dual_clip``, ``loss_agg``) and each ``loss_options`` entry that the preset sets, the
+        overrides do not set again, and whose value is not ``loss``'s own default (or which
+        ``loss`` does not take). Empty when the overrides do not switch the preset's loss
+        (``vanilla`` when the preset names none) or when ``loss`` is not a registered loss
+        (config validation reports that).
+    """
+    preset_loss = preset.get("policy_loss") or "vanilla"
+    if "policy_loss" not in overrides or loss == preset_loss:
+        return {}
+    try:
+        options = policy_loss_spec(loss).options
+    except ValueError:
+        return {}
+    defaults = {f.name: f.default for f in dataclasses.fields(options)}
+    candidates = {
+        f"algorithm.{key}": (option, preset.get(key))
+        for key, (owner, option) in FLAT_OPTION_KEYS.items()
+        if owner is None and key not in overrides
+    }
+    over_nested = overrides.get("loss_options") or {}
+    for option, value in (preset.get("loss_options") or {}).items():
+        if option not in over_nested:
+            candidates[f"algorithm.loss_options.{option}"] = (option, value)
+    stale = {}
+    for name, (option, value) in candidates.items():
+        if value is None:
+            continue
+        if option not in defaults or _number(options, option, value) != defaults[option]:
+            stale[name] = value
+    return stale

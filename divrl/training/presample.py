@@ -1,4 +1,5 @@
-"""DPH-RL's offline data split: ``divrl presample`` (ALGORITHMS.md section 2).
+"""DPH-RL's offline data split: ``divrl presample`` (docs/training.md, "DPH-RL data path";
+the divergences that use it: docs/algorithms.md).
 
 1. Sample ``reference.k`` responses per training prompt from the initial policy
    (T = 1.0, top_p = 0.95, k = 8 by default) and score them.

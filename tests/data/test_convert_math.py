@@ -169,14 +169,19 @@ def test_cli_converts_to_loadable_files(tmp_path, capsys, suffix):
 
 
 @pytest.mark.slow
-def test_converted_math_trains_two_steps(tmp_path):
+@pytest.mark.parametrize(
+    ("kind", "make_tree", "template"),
+    [("math", make_math_tree, "Q:{problem}"), ("gsm8k", make_gsm8k, "Q:{question}")],
+)
+def test_converted_math_trains_two_steps(tmp_path, kind, make_tree, template):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
     from train_helpers import build_tiny_lm, tiny_overrides
 
-    src = make_math_tree(tmp_path / "src")
+    src = make_tree(tmp_path / "src")
     data = tmp_path / "train.parquet"
-    argv = ["data", "convert", "math", "--src", str(src), "--split", "train", "--out", str(data)]
-    assert main([*argv, "--template", "Q:{problem}"]) == 0
+    argv = ["data", "convert", kind, "--src", str(src), "--split", "train", "--out", str(data)]
+    assert main([*argv, "--template", template]) == 0
+    assert {e.data_source for e in load_examples(data)} == {kind}
     world = {"model": str(build_tiny_lm(tmp_path / "model")), "data": str(data)}
     run_dir = tmp_path / "run"
     overrides = tiny_overrides(world, run_dir, **{"train.total_steps": 2})

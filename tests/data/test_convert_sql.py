@@ -114,8 +114,9 @@ def test_converted_rows_round_trip_through_the_loader(spider_tree, tmp_path):
 
 
 def test_layout_errors_name_the_file_and_field(bird_tree, spider_tree):
-    with pytest.raises(DataValidationError, match=r"train\.json.*not found"):
+    with pytest.raises(FileNotFoundError, match=r"^file not found: .*train\.json") as missing:
         bird.convert(bird_tree, "train", template=None, limit=None, seed=0)
+    assert "row 0" not in str(missing.value)
     rows = json.loads((bird_tree / "dev.json").read_text())
     del rows[1]["SQL"]
     (bird_tree / "dev.json").write_text(json.dumps(rows))
@@ -149,7 +150,8 @@ def test_loader_refuses_a_non_sqlite_db_path(tmp_path):
 
 
 @pytest.mark.slow
-def test_converted_spider_rows_train_two_steps(spider_tree, tmp_path):
+@pytest.mark.parametrize("benchmark", ["spider", "bird"])
+def test_converted_sql_rows_train_two_steps(benchmark, request, tmp_path):
     """The converted file goes straight into `divrl train` (tiny model, real SQL verifier)."""
     import sys
 
@@ -158,8 +160,12 @@ def test_converted_spider_rows_train_two_steps(spider_tree, tmp_path):
 
     from divrl.cli import main
 
-    examples = spider.convert(spider_tree, "dev", template="Q:{question}=", limit=None, seed=0)
-    data = tmp_path / "spider_dev.jsonl"
+    converter, tree = {"spider": spider, "bird": bird}[benchmark], f"{benchmark}_tree"
+    examples = converter.convert(
+        request.getfixturevalue(tree), "dev", template="Q:{question}=", limit=None, seed=0
+    )
+    assert {e.data_source for e in examples} == {benchmark}
+    data = tmp_path / f"{benchmark}_dev.jsonl"
     write_examples(examples, data)
     world = {"model": str(build_tiny_lm(tmp_path / "model")), "data": str(data)}
     overrides = tiny_overrides(

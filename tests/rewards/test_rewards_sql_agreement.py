@@ -3,7 +3,9 @@
 Each (gold, prediction) pair is labelled by a small re-implementation of the official rule
 (BIRD: ``set(pred) == set(gold)``; Spider test-suite: ``result_eq`` with column
 permutations; plain: multiset / list), run on the prediction's SQL itself, and divrl must
-reach the same verdict on the prediction wrapped in every extraction form.
+reach the same verdict on the prediction wrapped in an extraction form: every form for the
+hand-written ``PAIRS``, one form in turn for the pairs built from ``FAMILIES`` (issue 13:
+at least 150 distinct pairs per profile; the file stays fast).
 """
 
 from __future__ import annotations
@@ -118,7 +120,118 @@ PAIRS = [
     ("SELECT title FROM proj ORDER BY title", "SELECT title FROM proj ORDER BY title DESC", True),
 ]
 
-# how a model may write its answer: each prediction is scored in every form
+# Families of queries over the same question: every ordered (gold, prediction) pair inside
+# a family is a case. Each entry: (SQL, whether its outermost query orders its rows: hand
+# label, used when it is the gold). Every entry runs, so each can be a gold.
+FAMILIES = {
+    "duplicates_distinct": [
+        ("SELECT title FROM proj", False),
+        ("SELECT DISTINCT title FROM proj", False),
+        ("SELECT title FROM proj GROUP BY title", False),
+        ("SELECT title FROM proj ORDER BY title", True),
+        ("SELECT DISTINCT title FROM proj ORDER BY title DESC", True),
+        ("SELECT emp_id, title FROM proj", False),
+    ],
+    "join_fan_out": [
+        ("SELECT e.name FROM emp e JOIN proj p ON e.id = p.emp_id", False),
+        ("SELECT DISTINCT e.name FROM emp e JOIN proj p ON e.id = p.emp_id", False),
+        (
+            "SELECT name FROM emp WHERE EXISTS (SELECT 1 FROM proj WHERE proj.emp_id = emp.id)",
+            False,
+        ),
+        ("SELECT e.name FROM emp e LEFT JOIN proj p ON e.id = p.emp_id", False),
+        ("SELECT e.name FROM emp e JOIN proj p ON e.id = p.emp_id ORDER BY e.name", True),
+        ("SELECT e.name FROM proj p JOIN emp e ON e.id = p.emp_id GROUP BY p.title", False),
+    ],
+    "outer_inner_order_ties": [
+        ("SELECT name FROM emp ORDER BY salary", True),
+        ("SELECT name FROM emp ORDER BY salary, name", True),
+        ("SELECT name FROM (SELECT name FROM emp ORDER BY salary)", False),
+        ("SELECT name FROM emp ORDER BY salary DESC", True),
+        ("SELECT name FROM emp ORDER BY salary LIMIT 3", True),
+        ("SELECT name FROM emp WHERE id IN (SELECT id FROM emp ORDER BY salary LIMIT 3)", False),
+    ],
+    "column_order_aliases": [
+        ("SELECT name, salary FROM emp", False),
+        ("SELECT name AS n, salary AS s FROM emp", False),
+        ("SELECT e.salary, e.name FROM emp AS e", False),
+        ("SELECT name, CAST(salary AS INTEGER) FROM emp", False),
+        ("SELECT name, salary, id FROM emp", False),
+        ("SELECT name, salary FROM emp ORDER BY salary DESC, name", True),
+    ],
+    "int_float_text": [
+        ("SELECT COUNT(*) FROM emp WHERE bonus IS NULL", False),
+        ("SELECT 2.0", False),
+        ("SELECT COUNT(*) - COUNT(bonus) FROM emp", False),
+        ("SELECT SUM(bonus IS NULL) FROM emp", False),
+        ("SELECT '2'", False),
+        ("SELECT COUNT(bonus) FROM emp", False),
+        ("SELECT TOTAL(bonus IS NULL) FROM emp", False),
+    ],
+    "nulls": [
+        ("SELECT bonus FROM emp", False),
+        ("SELECT COALESCE(bonus, 0) FROM emp", False),
+        ("SELECT DISTINCT bonus FROM emp", False),
+        ("SELECT bonus FROM emp ORDER BY bonus", True),
+        ("SELECT bonus FROM emp ORDER BY bonus DESC", True),
+        ("SELECT MAX(bonus) FROM emp WHERE bonus IS NULL", False),
+    ],
+    "empty_results": [
+        ("SELECT name FROM emp WHERE salary > 1000", False),
+        ("SELECT name, id FROM emp WHERE salary > 1000", False),
+        ("SELECT name FROM emp WHERE 0 ORDER BY name", True),
+        ("SELECT NULL FROM emp WHERE salary > 1000", False),
+        ("SELECT name FROM emp WHERE salary > 250", False),
+        ("SELECT MAX(salary) FROM emp WHERE salary > 1000", False),
+    ],
+    "bad_utf8_and_case": [
+        ("SELECT t FROM bad", False),
+        ("SELECT t FROM bad ORDER BY t", True),
+        ("SELECT DISTINCT t FROM bad", False),
+        ("SELECT t FROM bad WHERE t <> 'ok'", False),
+        ("SELECT UPPER(t) FROM bad", False),
+        ("SELECT LOWER(name) FROM emp WHERE name LIKE 'a%'", False),
+    ],
+}
+
+# predictions that cannot be golds: several statements, slow-but-correct, errors
+EXTRA_PAIRS = [
+    ("SELECT COUNT(*) FROM emp", "SELECT COUNT(*) FROM emp;SELECT COUNT(*) FROM emp", False),
+    ("SELECT name FROM emp", "SELECT name FROM emp; DROP TABLE emp", False),
+    ("SELECT name FROM emp", "SELECT name FROM emp; -- the names", False),
+    ("SELECT 1", "SELECT 1; SELECT 2", False),
+    (
+        "SELECT 100000",
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 100000) "
+        "SELECT MAX(x) FROM c",
+        False,
+    ),
+    (
+        "SELECT 46656",
+        "SELECT COUNT(*) FROM emp a, emp b, emp c, emp d, emp e, emp f",
+        False,
+    ),
+    ("SELECT name FROM emp", "SELECT name FROM emp WHERE", False),
+    ("SELECT name FROM emp", "SELECT name FROM nowhere", False),
+    ("SELECT COUNT(*) FROM bad", "SELECT COUNT(t) FROM bad", False),
+    ("SELECT t FROM bad WHERE t = 'ok'", "SELECT 'ok'", False),
+]
+
+
+def family_pairs() -> list[tuple[str, str, bool]]:
+    """Every ordered (gold, prediction) pair inside each family, then ``EXTRA_PAIRS``."""
+    pairs = [
+        (gold, pred, ordered)
+        for family in FAMILIES.values()
+        for gold, ordered in family
+        for pred, _ in family
+        if pred != gold
+    ]
+    return pairs + EXTRA_PAIRS
+
+
+# how a model may write its answer: each prediction of PAIRS is scored in every form, each
+# of family_pairs() in one form (in turn), which keeps the file fast
 FORMS = {
     "fenced": "Let me work it out.\n```sql\n{sql}\n```",
     "plain_fence": "```\n{sql}\n```\nDone.",
@@ -214,13 +327,22 @@ def _cases():
         blank = _blank_line_form(pred)
         if blank is not None:
             yield gold, pred, ordered, "blank_line", blank
+    names = list(FORMS)
+    for i, (gold, pred, ordered) in enumerate(family_pairs()):
+        form = names[i % len(names)]
+        yield gold, pred, ordered, form, FORMS[form].format(sql=pred)
+
+
+def distinct_pairs() -> set[tuple[str, str]]:
+    return {(gold, pred) for gold, pred, *_ in _cases()}
 
 
 @pytest.mark.parametrize("profile", ["bird", "spider", "sql"])
 def test_divrl_agrees_with_the_official_rule(db, profile):
     cases = list(_cases())
-    assert len(cases) >= 150
-    labels = [official_label(profile, db, g, p, o) for g, p, o, _, _ in cases]
+    assert len(distinct_pairs()) >= 150  # issue 13: at least 150 SQL pairs per profile
+    by_pair = {(g, p, o): official_label(profile, db, g, p, o) for g, p, o, _, _ in cases}
+    labels = [by_pair[g, p, o] for g, p, o, _, _ in cases]
     batch = score_batch(
         [ScoreRequest(profile, text, g, {"db_path": db}) for g, _, _, _, text in cases],
         max_workers=2,

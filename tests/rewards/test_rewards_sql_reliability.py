@@ -216,3 +216,31 @@ def test_memory_error_empties_the_cache_and_propagates(db, monkeypatch):
     with pytest.raises(MemoryError):
         v.verify("SELECT 2", "SELECT 1", info, time.monotonic() + 5)
     assert len(v.gold_cache) == 0 and v.gold_cache.total_bytes == 0
+
+
+@pytest.mark.parametrize(
+    ("source", "query_s", "item_s"),
+    [
+        ("bird", 30.0, 91.0),
+        ("bird_dev", 30.0, 91.0),
+        ("spider", 30.0, 91.0),
+        ("spider_dev", 30.0, 91.0),
+        ("sql", 5.0, 16.0),
+        ("toy_sql", 5.0, 16.0),
+    ],
+)
+def test_sql_time_limits_are_the_documented_ones(source, query_s, item_s):
+    # BIRD's evaluator gives each query meta_time_out = 30 s, Spider test-suite 30 s too;
+    # docs/rewards.md states these numbers, so a change here must change the docs.
+    from divrl.rewards.registry import get_verifier
+
+    _, verifier = get_verifier(source)
+    assert verifier.query_timeout == query_s
+    assert verifier.default_timeout == item_s == 3 * query_s + 1.0
+
+
+@pytest.mark.parametrize(("source", "item_s"), [("math", 5.0), ("gsm8k", 5.0), ("countdown", 2.0)])
+def test_other_verifiers_time_limits_are_the_documented_ones(source, item_s):
+    from divrl.rewards.registry import get_verifier
+
+    assert get_verifier(source)[1].default_timeout == item_s

@@ -241,3 +241,39 @@ def test_deprecated_flat_names_and_loss_options_reach_the_same_option():
 
 def test_dph_weighting_defaults_to_the_authors():
     assert load_config().algorithm.divergence_weighting == "authors"
+
+
+GRPO_PRESET = Path(__file__).resolve().parents[2] / "configs" / "grpo.yaml"
+
+
+def test_switching_the_loss_by_override_refuses_the_presets_keys_for_the_old_loss():
+    # the trap: GSPO would run with grpo.yaml's vanilla clip 0.2 / 0.2 and token-mean
+    with pytest.raises(ConfigError) as err:
+        load_config(GRPO_PRESET, ["algorithm.policy_loss=gspo", "algorithm.dual_clip=null"])
+    message = str(err.value)
+    assert "from 'vanilla'" in message
+    for key in ("algorithm.clip_low=null", "algorithm.clip_high=null", "algorithm.loss_agg=null"):
+        assert key in message
+    assert "algorithm.dual_clip=null" not in message  # already answered on the command line
+    # nulling them runs GSPO with its own range and aggregation
+    nulls = [f"algorithm.{k}=null" for k in ("clip_low", "clip_high", "dual_clip", "loss_agg")]
+    algo = load_config(GRPO_PRESET, ["algorithm.policy_loss=gspo", *nulls]).algorithm
+    assert (algo.clip_low, algo.clip_high, algo.loss_agg) == (3e-4, 4e-4, "seq-mean-token-mean")
+    # a key set again on the command line is kept as given
+    kept = ["algorithm.policy_loss=gspo", *nulls[2:], "algorithm.clip_low=1e-3"]
+    kept.append("algorithm.clip_high=2e-3")
+    algo = load_config(GRPO_PRESET, kept).algorithm
+    assert (algo.clip_low, algo.clip_high) == (1e-3, 2e-3)
+
+
+def test_switching_the_loss_reports_only_keys_that_differ_from_the_new_losss_defaults():
+    # clip_cov's defaults are vanilla's 0.2 / 0.2 / token-mean: only the dual clip differs
+    with pytest.raises(ConfigError) as err:
+        load_config(GRPO_PRESET, ["algorithm.policy_loss=clip_cov"])
+    assert "sets algorithm.dual_clip=3.0 for 'vanilla'" in str(err.value)
+    assert "clip_low" not in str(err.value)
+    algo = load_config(GRPO_PRESET, ["algorithm.policy_loss=clip_cov", "algorithm.dual_clip=3"])
+    assert algo.algorithm.dual_clip == 3.0
+    # no switch: the preset's own keys stand; no preset: nothing to inherit
+    assert load_config(GRPO_PRESET, ["algorithm.policy_loss=vanilla"]).algorithm.clip_low == 0.2
+    assert load_config(None, ["algorithm.policy_loss=gspo"]).algorithm.clip_low == 3e-4

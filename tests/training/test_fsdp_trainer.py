@@ -243,6 +243,7 @@ def test_export_and_eval_of_an_fsdp_run(fsdp_runs, tmp_path):
     tokens = out[0, len(GREEDY_PROMPT) :].tolist()
     for rank in (0, 1):
         sharded = json.loads((root / "grpo" / f"greedy_rank{rank}.json").read_text())
+        assert sharded  # an empty record would make the prefix check below vacuous
         assert tokens[: len(sharded)] == sharded
     # divrl eval: a run directory trained under fsdp resolves to a complete model folder
     model_dir = resolve_model_path(run)

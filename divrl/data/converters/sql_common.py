@@ -31,7 +31,7 @@ query in a fenced block:
 def read_json_list(path: Path, required: tuple[str, ...]) -> list[dict[str, Any]]:
     """The rows of a JSON list file, each checked to hold the ``required`` fields."""
     if not path.is_file():
-        raise DataValidationError(path, 0, "file", "not found (is --src the dataset's folder?)")
+        raise FileNotFoundError(f"file not found: {path} (is --src the dataset's folder?)")
     try:
         rows = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
