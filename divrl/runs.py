@@ -24,6 +24,7 @@ things are.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -224,7 +225,11 @@ class RunLock:
         (flock on a directory: no extra file; released when the descriptor closes)."""
         fd = os.open(self.path.parent, os.O_RDONLY)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError as exc:  # a filesystem without flock: the O_EXCL create remains
+                if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                    raise
             yield
         finally:
             os.close(fd)
