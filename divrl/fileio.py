@@ -1,7 +1,8 @@
 """Writing files so that a crash, a kill or a full disk never leaves half a file.
 
-* :func:`atomic_write_text`: write a temp file beside the target, fsync, rename over it (a
-  reader sees the old file or the new one, never a mix);
+* :func:`atomic_write_text` / :func:`atomic_write_lines`: write a temp file (unique name)
+  beside the target, fsync, rename over it (a reader sees the old file or the new one,
+  never a mix);
 * :func:`append_record`: append one whole line to a file; a failed write is cut back to the
   file's previous length, so a full disk cannot leave a torn record;
 * :class:`DiskFullError`: what a failed write is re-raised as, naming the path and the free
@@ -13,12 +14,15 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 __all__ = [
     "DiskFullError",
     "append_record",
+    "atomic_write_lines",
     "atomic_write_text",
     "free_bytes",
     "fsync_path",
@@ -77,12 +81,21 @@ def _write_all(fd: int, data: bytes) -> None:
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
     """Replace ``path`` by ``text`` (UTF-8) atomically: temp file, fsync, rename."""
+    return atomic_write_lines(path, (text,))
+
+
+def atomic_write_lines(path: str | Path, chunks: Iterable[str]) -> Path:
+    """Replace ``path`` by the concatenated ``chunks`` (UTF-8; e.g. JSONL lines, each with
+    its newline) atomically, without holding the whole text in memory: a temp file beside
+    ``path`` with a unique name (two writers of one path never share it), fsync, rename.
+    On any failure the temp file is removed and ``path`` is left as it was."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}.{secrets.token_hex(4)}")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            _write_all(fd, text.encode("utf-8"))
+            for chunk in chunks:
+                _write_all(fd, chunk.encode("utf-8"))
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -90,6 +103,9 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise write_failed(path, exc) from exc
+    except BaseException:  # an encoding error, an interrupt: never leave the temp file
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 

@@ -23,6 +23,9 @@ things are.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
 import os
 import re
@@ -192,6 +195,11 @@ class RunLock:
     A lock left by a dead process on this host (kill -9, power loss) is stale: it is
     reported and taken over. A lock of a live process, or of another host (its pid cannot
     be checked), is refused with what it holds and how to remove it.
+
+    Taking a lock (create, or read a stale one, unlink it and create) runs under an
+    exclusive ``flock`` of the run directory, so two processes taking over the same stale
+    lock cannot both win: without it, B, having read the stale lock before A replaced it,
+    would unlink A's fresh lock and create its own.
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -208,6 +216,25 @@ class RunLock:
             return {"pid": None, "host": None, "since": None}
 
     def acquire(self) -> RunLock:
+        with self._guard():
+            return self._acquire()
+
+    @contextlib.contextmanager
+    def _guard(self):
+        """Exclusive flock of the run directory while the lock is read, taken over or made
+        (flock on a directory: no extra file; released when the descriptor closes)."""
+        fd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError as exc:  # a filesystem without flock: the O_EXCL create remains
+                if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                    raise
+            yield
+        finally:
+            os.close(fd)
+
+    def _acquire(self) -> RunLock:
         me = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
         for _ in range(2):
             try:

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from divrl.fileio import atomic_write_text
 from divrl.pipeline import (
     Clock,
     configs_dir,
@@ -356,6 +357,6 @@ def run(args: argparse.Namespace) -> int:
         spark_split="test",
     )
     timings: dict[str, Any] = {"stages_seconds": clock.stages, "total_seconds": clock.total}
-    (out / "demo_timings.json").write_text(json.dumps(timings, indent=2) + "\n")
+    atomic_write_text(out / "demo_timings.json", json.dumps(timings, indent=2) + "\n")
     _print_summary(args, cfgs, clock, report, [base, *runs], splits)
     return 0

@@ -15,6 +15,8 @@ import re
 import sys
 from pathlib import Path
 
+from divrl.fileio import atomic_write_text
+
 TOY_EVAL_SPLITS = ("test", "cross_domain", "ood_math")
 DEFAULT_MAX_NEW_TOKENS = 256
 # prompt tokens left free when capping --max-new-tokens by the context (the toy presets'
@@ -227,7 +229,7 @@ def _run(args: argparse.Namespace) -> int:
     combined_path = out / "summary.json"
     combined = json.loads(combined_path.read_text()) if combined_path.is_file() else {}
     combined.update(summaries)
-    combined_path.write_text(json.dumps(combined, indent=2) + "\n")
+    atomic_write_text(combined_path, json.dumps(combined, indent=2) + "\n")
     print_summary_table(summaries, title=f"divrl eval: {args.model or out}")
     print(f"summaries in {combined_path}")
     return 0

@@ -33,6 +33,8 @@ from divrl.evaluation.report_html import render_html
 from divrl.evaluation.runner import CONFIG_FILE, RESULTS_FILE, SUMMARY_FILE, read_jsonl
 from divrl.evaluation.stats import paired_ratio_ci
 from divrl.evaluation.summary import per_prompt_arrays
+from divrl.fileio import atomic_write_text
+from divrl.runs import RunDir
 
 __all__ = [
     "ModelEval",
@@ -89,7 +91,7 @@ def load_model_eval(path: str | Path, name: str | None = None) -> ModelEval:
     summaries = {
         p.parent.name: json.loads(p.read_text()) for p in sorted(eval_dir.glob(f"*/{SUMMARY_FILE}"))
     }
-    metrics_path = path / "metrics.jsonl"
+    metrics_path = RunDir(path).metrics_path
     metrics = read_jsonl(metrics_path) if metrics_path.is_file() else []
     if not summaries and not metrics:
         raise FileNotFoundError(
@@ -319,8 +321,9 @@ def build_report(
 
     markdown = doc.markdown()
     md_path = out / "report.md"
-    md_path.write_text(markdown)
-    (out / "report.html").write_text(render_html(markdown, title, out))
+    # each file whole: an interrupted report leaves the previous one
+    atomic_write_text(md_path, markdown)
+    atomic_write_text(out / "report.html", render_html(markdown, title, out))
     return md_path
 
 

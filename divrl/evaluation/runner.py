@@ -28,6 +28,7 @@ import torch
 from divrl.evaluation.equivalence import ClusterRequest, cluster_answers
 from divrl.evaluation.stats import cluster_correctness
 from divrl.evaluation.styles import solution_style
+from divrl.fileio import atomic_write_lines, atomic_write_text
 from divrl.rewards.types import DECIDED_REASONS, is_correct
 from divrl.runs import Checkpoint, RunDir
 
@@ -100,13 +101,9 @@ class EvalConfig:
 
 
 def write_jsonl(rows: Sequence[dict[str, Any]], path: str | Path) -> None:
-    """Write rows atomically (temp file, then rename)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
-    tmp.replace(path)
+    """Write rows as JSONL atomically (unique temp file, fsync, rename: an interrupted
+    write leaves the previous file)."""
+    atomic_write_lines(path, (json.dumps(row) + "\n" for row in rows))
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
@@ -475,7 +472,7 @@ def evaluate(
             "config": asdict(cfg),
             **timings,
         }
-        (out / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        atomic_write_text(out / CONFIG_FILE, json.dumps(meta, indent=2) + "\n")
     t0 = time.perf_counter()
     results = score_samples(records, cfg, progress=progress)
     timings["scoring_seconds"] = time.perf_counter() - t0
@@ -484,5 +481,5 @@ def evaluate(
     summary["model"] = meta.get("model")
     summary["data"] = meta.get("data")
     summary["timings"] = {**{k: v for k, v in meta.items() if k.endswith("_seconds")}, **timings}
-    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+    atomic_write_text(out / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
     return summary

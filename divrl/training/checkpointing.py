@@ -17,6 +17,7 @@ import logging
 import os
 import pickle
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +25,21 @@ import torch
 
 from divrl.fileio import write_failed
 from divrl.runs import Checkpoint, RunDir
+from divrl.training.fsdp_checkpoint import is_sharded_checkpoint
+from divrl.training.sharded_checkpointing import (
+    load_sharded_run_checkpoint,
+    save_sharded_run_checkpoint,
+)
 
 __all__ = [
+    "CheckpointStage",
     "apply_optimizer_changes",
+    "is_due",
     "load_checkpoint",
+    "load_latest_checkpoint",
     "prune_checkpoints",
     "save_checkpoint",
+    "save_sharded_checkpoint",
     "set_corrupt_aside",
 ]
 
@@ -54,19 +64,20 @@ def save_checkpoint(
     acc = accelerator
     final = run.checkpoint(step).path
     tmp = run.temp_checkpoint_path(step)
+    staged = Checkpoint(tmp, step)  # the same layout, under the temp name
     try:
         if acc.is_main_process:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
         acc.wait_for_everyone()
-        acc.save_state(str(tmp / "state"))  # model, optimiser, every process's RNG states
+        acc.save_state(str(staged.state_dir))  # model, optimiser, every process's RNG states
         state_dict = acc.get_state_dict(model)
         if acc.is_main_process:
-            torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
-            (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2))
+            torch.save(scheduler.state_dict(), staged.scheduler_path)
+            staged.trainer_state_path.write_text(json.dumps(trainer_state, indent=2))
             # a plain transformers directory, for evaluation and as a starting point
-            acc.unwrap_model(model).save_pretrained(tmp / "model", state_dict=state_dict)
-            tokenizer.save_pretrained(tmp / "model")
+            acc.unwrap_model(model).save_pretrained(staged.model_dir, state_dict=state_dict)
+            tokenizer.save_pretrained(staged.model_dir)
     except (OSError, RuntimeError) as exc:
         if not _is_write_error(exc):
             raise
@@ -88,6 +99,13 @@ _TORCH_WRITE_ERRORS = ("inline_container", "PytorchStreamWriter", "file write fa
 
 def _is_write_error(exc: BaseException) -> bool:
     return isinstance(exc, OSError) or any(m in str(exc) for m in _TORCH_WRITE_ERRORS)
+
+
+def is_due(checkpoint: Any, step: int, total_steps: int) -> bool:
+    """Whether ``step`` is saved: every ``checkpoint.save_every`` steps, and the last step
+    of the run with ``checkpoint.save_final`` (``checkpoint``: the config's section)."""
+    every = checkpoint.save_every
+    return bool(every and step % every == 0) or (step == total_steps and checkpoint.save_final)
 
 
 def prune_checkpoints(run: RunDir, keep_last: int, run_id: str | None) -> list[Path]:
@@ -135,6 +153,59 @@ def load_checkpoint(
     )
 
 
+def save_sharded_checkpoint(
+    run: RunDir,
+    step: int,
+    accelerator: Any,
+    rank: int,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    tokenizer: Any,
+    trainer_state: dict[str, Any],
+    keep_last: int,
+) -> Path:
+    """:func:`save_checkpoint` under ``train.strategy=fsdp`` (every process calls it):
+    ``model`` is the FSDP model (or a plain one on a single process), ``optimizer`` the
+    AdamW itself; DCP shards via :mod:`~divrl.training.sharded_checkpointing`."""
+    path = save_sharded_run_checkpoint(
+        run, step, rank, model, optimizer, scheduler, tokenizer, trainer_state
+    )
+    if accelerator.is_main_process:
+        prune_checkpoints(run, keep_last, trainer_state.get("run_id"))
+    accelerator.wait_for_everyone()
+    return path
+
+
+def load_latest_checkpoint(
+    run: RunDir,
+    accelerator: Any,
+    scheduler: Any,
+    sharded: bool,
+    rank: int,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+) -> tuple[Checkpoint, dict, list[Checkpoint]]:
+    """``--resume``: the newest checkpoint, sharded (DCP: restored into ``model`` and
+    ``optimizer``, the policy and AdamW themselves, on any number of processes) or not
+    (:func:`load_checkpoint`, through ``accelerator``). Returns the checkpoint, its
+    trainer state and the newer checkpoints that failed to load.
+
+    A run under ``train.strategy=fsdp`` on several processes (``sharded``) refuses a DDP
+    checkpoint: accelerate's ``load_state`` would skip the unprepared FSDP model silently.
+    """
+    latest = run.latest()
+    if latest is not None and is_sharded_checkpoint(latest.path):
+        state = load_sharded_run_checkpoint(latest, rank, model, optimizer, scheduler)
+        return latest, state, []
+    if sharded and latest is not None:
+        raise ValueError(
+            f"--resume: {latest.path} was written under train.strategy=ddp; resume it "
+            "with train.strategy=ddp (a sharded run cannot read a DDP checkpoint's state)"
+        )
+    return load_checkpoint(run, accelerator, scheduler)
+
+
 def set_corrupt_aside(run: RunDir, corrupt: list[Checkpoint]) -> None:
     """Rename checkpoints that failed to load to ``corrupt_step_N`` (kept for inspection,
     no longer listed, so they are neither loaded nor counted by pruning)."""
@@ -176,3 +247,54 @@ def apply_optimizer_changes(
                 group[key] = value
             done.append(f"optim.{key}")
     return done
+
+
+@dataclass
+class CheckpointStage:
+    """The trainer's checkpoint stage: save (plain, or DCP-sharded under
+    ``train.strategy=fsdp``) and prune, find and load the newest checkpoint on resume.
+
+    ``models`` is :func:`divrl.training.loading.load_models`'s result (a
+    ``PolicyModels``): the model as the update uses it, its optimiser, schedule, tokenizer.
+    """
+
+    run: RunDir
+    accelerator: Any
+    models: Any
+    strategy: str
+    keep_last: int
+
+    def _policy_and_adamw(self) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+        """The model without accelerate's DDP wrapper and the AdamW itself (DCP wants both)."""
+        m, acc = self.models, self.accelerator
+        policy = m.model if m.sharded else acc.unwrap_model(m.model)
+        return policy, getattr(m.optimizer, "optimizer", m.optimizer)
+
+    def save(self, step: int, trainer_state: dict[str, Any]) -> Path:
+        """Write the checkpoint of ``step`` (every process calls this) and prune."""
+        m, acc = self.models, self.accelerator
+        if self.strategy == "fsdp":
+            policy, adamw = self._policy_and_adamw()
+            return save_sharded_checkpoint(
+                self.run,
+                step,
+                acc,
+                acc.process_index,
+                policy,
+                adamw,
+                m.scheduler,
+                m.tokenizer,
+                trainer_state,
+                self.keep_last,
+            )
+        return save_checkpoint(
+            self.run, step, acc, m.model, m.scheduler, m.tokenizer, trainer_state, self.keep_last
+        )
+
+    def load_latest(self) -> tuple[Checkpoint, dict, list[Checkpoint]]:
+        """See :func:`load_latest_checkpoint`."""
+        policy, adamw = self._policy_and_adamw()
+        acc, m = self.accelerator, self.models
+        return load_latest_checkpoint(
+            self.run, acc, m.scheduler, m.sharded, acc.process_index, policy, adamw
+        )

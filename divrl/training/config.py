@@ -34,6 +34,7 @@ __all__ = [
     "ReferenceConfig",
     "RolloutConfig",
     "TrainConfig",
+    "check_divisibility",
     "config_from_dict",
     "dump_config",
     "load_config",
@@ -493,6 +494,37 @@ class Config:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def check_divisibility(config: Config, world: int) -> None:
+    """Every process must get the same share of the prompts and reference samples
+    (checked at launch, once the number of processes ``world`` is known)."""
+    t = config.train
+    mini = t.mini_batch_size or t.prompts_per_step
+    if t.prompts_per_step % world or mini % world:
+        raise ValueError(
+            f"train.prompts_per_step={t.prompts_per_step} and the mini-batch size {mini} "
+            f"must be divisible by the number of processes ({world})"
+        )
+    if config.reference.per_step % world:
+        raise ValueError(
+            f"reference.per_step={config.reference.per_step} must be divisible by the "
+            f"number of processes ({world})"
+        )
+    # Under FSDP every forward is a collective: each process must run as many
+    # micro-batches (rollouts and reference samples) in each mini-batch as the others.
+    if t.strategy != "fsdp" or world == 1:
+        return
+    if config.reference.per_step % (world * t.num_mini_batches):
+        raise ValueError(
+            f"train.strategy=fsdp: reference.per_step={config.reference.per_step} must be "
+            f"divisible by processes x mini-batches ({world} x {t.num_mini_batches})"
+        )
+    if t.micro_batch_tokens is not None:
+        raise ValueError(
+            "train.strategy=fsdp on several processes needs train.micro_batch_tokens=null: "
+            "token-budget micro-batches differ in number between processes"
+        )
 
 
 # the YAML/override reader lives in config_io (imported last: it uses the classes above)

@@ -26,6 +26,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from divrl.runs import RunDir
+
 __all__ = [
     "DCP_DIR",
     "MODEL_DIR",
@@ -166,7 +168,7 @@ def resolve_sharded_checkpoint(path: str | Path) -> Path:
     path = Path(path)
     if is_sharded_checkpoint(path):
         return path
-    steps = sorted((path / "checkpoints").glob("step_*"), reverse=True)
+    steps = [ckpt.path for ckpt in reversed(RunDir(path).checkpoints())]
     for step in steps:
         if is_sharded_checkpoint(step):
             return step

@@ -18,9 +18,11 @@ from divrl.training.config import Config
 
 __all__ = [
     "NoUsablePromptsError",
+    "PolicyModels",
     "PromptItem",
     "PromptLengthError",
     "build_optimizer",
+    "load_models",
     "load_policy",
     "load_prompts",
     "make_engine",
@@ -246,3 +248,42 @@ def build_optimizer(config: Config, model: torch.nn.Module) -> tuple[torch.optim
         num_training_steps=config.train.total_steps,
     )
     return optimizer, scheduler
+
+
+@dataclass
+class PolicyModels:
+    """What :func:`load_models` builds: the policy as the update uses it (prepared by
+    accelerate, or the FSDP model itself), its optimiser and schedule, the tokenizer, the
+    frozen reference model of the online reverse-KL term (None without one)."""
+
+    model: torch.nn.Module
+    optimizer: Any
+    scheduler: Any
+    tokenizer: Any
+    ref_model: torch.nn.Module | None
+    sharded: bool
+
+
+def load_models(config: Config, accelerator: Any, model_path: str) -> PolicyModels:
+    """The policy, its optimiser and schedule, the tokenizer and the reference model."""
+    cfg, acc = config, accelerator
+    model, tokenizer = load_policy(cfg, model_path)
+    # train.strategy=fsdp: shard after gradient checkpointing, before the optimiser.
+    # Needs a process group (any launcher, even torchrun --nproc_per_node 1); a plain
+    # single process keeps a plain model (its checkpoints are sharded all the same).
+    sharded = cfg.train.strategy == "fsdp" and torch.distributed.is_initialized()
+    if sharded:
+        model = shard_model(cfg, model, acc.device)
+    ref_model = None
+    if cfg.algorithm.kl_coef > 0:
+        ref_model, _ = load_policy(cfg, model_path)
+        ref_model.requires_grad_(False).eval().to(acc.device)
+        if sharded:  # sharded the same way as the policy; it has no optimiser
+            ref_model = shard_model(cfg, ref_model, acc.device)
+    optimizer, scheduler = build_optimizer(cfg, model)
+    # The scheduler is not prepared: a prepared scheduler steps once per process. An
+    # FSDP model is not prepared either: accelerate would wrap it in DDP, and FSDP
+    # reduce-scatters the gradients itself.
+    if not sharded:
+        model, optimizer = acc.prepare(model, optimizer)
+    return PolicyModels(model, optimizer, scheduler, tokenizer, ref_model, sharded)

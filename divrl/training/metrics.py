@@ -29,6 +29,7 @@ __all__ = [
     "StepMetrics",
     "progress_postfix",
     "read_metrics",
+    "reduce_step_metrics",
     "strict_json_record",
     "truncate_metrics",
 ]
@@ -89,6 +90,30 @@ class StepMetrics:
             else:
                 out[key] = total / count if how == "mean" else total
         return out
+
+
+#: update metrics that are already the same on every process (not averaged again)
+GLOBAL_UPDATE_KEYS = ("loss/total", "dph/effective_eta")
+
+
+def reduce_step_metrics(
+    means: Mapping[str, float],
+    counts: Mapping[str, float],
+    update: Mapping[str, float],
+    collective: Collective,
+) -> dict[str, float]:
+    """A step's metrics over all processes: the experience's ``means`` (averaged) and
+    ``counts`` (summed), and the update's means (averaged, but for
+    :data:`GLOBAL_UPDATE_KEYS`; ``actor/skipped_steps`` is the caller's)."""
+    update = {k: v for k, v in update.items() if k != "actor/skipped_steps"}
+    local = StepMetrics()
+    local.update(means)
+    local.update(counts, reduce="sum")
+    local.update(update)
+    for key in GLOBAL_UPDATE_KEYS:
+        if key in update:
+            local.put(key, update[key], reduce="global")
+    return local.reduced(collective)
 
 
 def progress_postfix(m: Mapping[str, float]) -> dict[str, str]:

@@ -21,7 +21,12 @@ from typing import Any
 import torch
 
 from divrl.data.fingerprint import model_fingerprint
-from divrl.data.reference_store import ReferenceSample, StoreExpectation, write_reference_store
+from divrl.data.reference_store import (
+    ReferenceSample,
+    ReferenceStore,
+    StoreExpectation,
+    write_reference_store,
+)
 from divrl.data.sampling import derive_seed
 from divrl.rollout import SamplingParams
 from divrl.training.config import Config
@@ -43,7 +48,7 @@ from divrl.training.loading import (
     shard_model,
 )
 
-__all__ = ["presample", "store_expectation"]
+__all__ = ["open_reference_store", "presample", "store_expectation"]
 
 logger = logging.getLogger(__name__)
 
@@ -206,6 +211,37 @@ def store_expectation(config: Config, model_path: str, prompts) -> StoreExpectat
         threshold=ref.threshold or ref.k,
         failed_to_exploration=ref.failed_to_exploration,
     )
+
+
+def open_reference_store(
+    config: Config, model_path: str, prompts: list, *, log: bool = True
+) -> tuple[ReferenceStore, list]:
+    """The DPH-RL store of a training run, checked against it (:func:`store_expectation`),
+    and the run's prompts cut to the store's exploration prompts (the ones rolled out)."""
+    store = ReferenceStore.open(
+        config.reference_store,
+        temperature=config.rollout.temperature,
+        expect=store_expectation(config, model_path, prompts),
+        allow_mismatch=config.reference.allow_store_mismatch,
+    )
+    keep = store.exploration_ids
+    explored = [p for p in prompts if p.id in keep]
+    if not explored:
+        raise ValueError(
+            f"no exploration prompts left after the DPH-RL split: none of the {len(prompts)} "
+            f"training prompts is an exploration prompt of {store.path}"
+        )
+    if log:
+        logger.info(
+            "DPH-RL: rolling out %d exploration prompts of %d (the other %d are "
+            "near-perfect or not in the store); %d reference samples from %s",
+            len(explored),
+            len(prompts),
+            len(prompts) - len(explored),
+            len(store),
+            store.path,
+        )
+    return store, explored
 
 
 def _manifest(config: Config, expect: StoreExpectation, train_path: str, stats) -> dict:

@@ -11,7 +11,8 @@
   atomically, under the lock.
 
 :meth:`RunSession.check` only reads (every process calls it, before any model is loaded);
-:meth:`RunSession.begin` and :meth:`RunSession.end` write (main process, around the loop).
+:meth:`RunSession.begin` and :meth:`RunSession.end` write (main process, around the loop;
+:meth:`RunSession.begin_on_all` is ``begin`` as every process calls it).
 """
 
 from __future__ import annotations
@@ -22,14 +23,17 @@ import shutil
 import socket
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import yaml
 
 from divrl.fileio import append_record, atomic_write_text
-from divrl.runs import RunDir, RunLock
+from divrl.runs import Checkpoint, RunDir, RunLock
+from divrl.training.checkpointing import set_corrupt_aside
+from divrl.training.collective import Collective
 from divrl.training.config import Config, dump_config
+from divrl.training.metrics import truncate_metrics
 
 __all__ = ["FREE_ON_RESUME", "RunDirError", "RunSession", "config_changes"]
 
@@ -165,6 +169,32 @@ class RunSession:
                 self.lock.stale.get("host"),
             )
         self.record(event)
+
+    def begin_on_all(
+        self, step: int, collective: Collective, main: bool, corrupt: Sequence[Checkpoint] = ()
+    ) -> None:
+        """Every process calls this before the first write: the main process (``main``)
+        takes the lock and writes the run's files (:meth:`begin`); on resume it cuts
+        metrics.jsonl back to the checkpoint's ``step`` and moves the ``corrupt``
+        checkpoints (those that failed to load) aside. Every process learns whether that
+        worked, so that a refused lock stops all of them instead of leaving the others
+        waiting."""
+        error = None
+        if main:
+            try:
+                self.begin(step)
+                if self.resume:
+                    truncate_metrics(self.run.metrics_path, step)
+                    set_corrupt_aside(self.run, list(corrupt))
+            except Exception as exc:
+                error = exc
+        failed = any(collective.all_gather_object(error is not None))
+        if error is not None:
+            if self.lock.held:
+                self.end("failed", step)
+            raise error
+        if failed:
+            raise RuntimeError("the main process could not open the run directory (see its error)")
 
     def _claim(self, step: int) -> dict[str, Any]:
         run = self.run

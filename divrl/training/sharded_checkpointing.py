@@ -73,8 +73,9 @@ def save_sharded_run_checkpoint(
     def extra(tmp: Path) -> None:
         torch.save(_rng_state(), _rng_path(tmp, rank))
         if rank == 0:
-            torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
-            (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2))
+            staged = Checkpoint(tmp, step)  # the layout of divrl.runs, under the temp name
+            torch.save(scheduler.state_dict(), staged.scheduler_path)
+            staged.trainer_state_path.write_text(json.dumps(trainer_state, indent=2))
 
     return save_sharded_checkpoint(
         run.checkpoint(step).path, model, optimizer, tokenizer=tokenizer, extra=extra

@@ -33,78 +33,34 @@ from divrl.data.reference_store import ReferenceStore
 from divrl.data.sampling import EpochSampler
 from divrl.runs import RunDir
 from divrl.training import checkpointing
+from divrl.training.checkpointing import CheckpointStage
 from divrl.training.collective import Collective
-from divrl.training.config import Config
-from divrl.training.experience import (
-    ExperienceMaker,
-    RewardFn,
-    default_reward_fn,
-    is_correct,
-    overlong_penalty,
-)
+from divrl.training.config import Config, check_divisibility
+from divrl.training.experience import ExperienceMaker, RewardFn, default_reward_fn, overlong_penalty
 from divrl.training.fsdp import iter_full_parameters
-from divrl.training.fsdp_checkpoint import is_sharded_checkpoint
 from divrl.training.loading import (
-    PromptItem,
-    build_optimizer,
-    load_policy,
+    load_models,
     load_prompts,
     make_engine,
     pad_token_id,
     require_paths,
     rollout_params,
-    shard_model,
     warn_if_prompts_repeat,
 )
 from divrl.training.metrics import (
     TIME_KEYS,
     MetricMeter,
     MetricWriters,
-    StepMetrics,
     progress_postfix,
-    truncate_metrics,
+    reduce_step_metrics,
 )
-from divrl.training.presample import store_expectation
+from divrl.training.presample import open_reference_store
 from divrl.training.run_session import RunSession
-from divrl.training.sharded_checkpointing import (
-    load_sharded_run_checkpoint,
-    save_sharded_run_checkpoint,
-)
 from divrl.training.update import PolicyUpdate, split
 
-__all__ = ["TIME_KEYS", "PromptItem", "RewardFn", "Trainer", "is_correct", "overlong_penalty"]
+__all__ = ["TIME_KEYS", "RewardFn", "Trainer", "overlong_penalty"]
 
 logger = logging.getLogger(__name__)
-
-
-def check_divisibility(config: Config, world: int) -> None:
-    """Every process must get the same share of the prompts and reference samples."""
-    t = config.train
-    mini = t.mini_batch_size or t.prompts_per_step
-    if t.prompts_per_step % world or mini % world:
-        raise ValueError(
-            f"train.prompts_per_step={t.prompts_per_step} and the mini-batch size {mini} "
-            f"must be divisible by the number of processes ({world})"
-        )
-    if config.reference.per_step % world:
-        raise ValueError(
-            f"reference.per_step={config.reference.per_step} must be divisible by the "
-            f"number of processes ({world})"
-        )
-    # Under FSDP every forward is a collective: each process must run as many
-    # micro-batches (rollouts and reference samples) in each mini-batch as the others.
-    if t.strategy != "fsdp" or world == 1:
-        return
-    if config.reference.per_step % (world * t.num_mini_batches):
-        raise ValueError(
-            f"train.strategy=fsdp: reference.per_step={config.reference.per_step} must be "
-            f"divisible by processes x mini-batches ({world} x {t.num_mini_batches})"
-        )
-    if t.micro_batch_tokens is not None:
-        raise ValueError(
-            "train.strategy=fsdp on several processes needs train.micro_batch_tokens=null: "
-            "token-budget micro-batches differ in number between processes"
-        )
 
 
 class Trainer:
@@ -140,11 +96,19 @@ class Trainer:
         set_seed(cfg.train.seed)
         self.run = RunDir(cfg.logging.output_dir)
         self.output_dir = self.run.root
-        self.session = self._check_run_dir(resume, overwrite, resume_with_changes)
+        self.session = RunSession(
+            self.run, cfg, resume=resume, overwrite=overwrite, allowed_changes=resume_with_changes
+        )
+        self.session.check()  # refuse mixing runs before anything is loaded
         self._corrupt_checkpoints: list = []
 
         self.model_path, train_path, db_dir = require_paths(cfg)
-        ref_model = self._load_models()
+        m = load_models(cfg, acc, self.model_path)
+        self.model, self.optimizer, self.scheduler = m.model, m.optimizer, m.scheduler
+        self.tokenizer, self.ref_model, self.sharded = m.tokenizer, m.ref_model, m.sharded
+        self.checkpoints = CheckpointStage(
+            self.run, acc, m, cfg.train.strategy, cfg.checkpoint.keep_last
+        )
         self.pad_id = pad_token_id(self.tokenizer)
         self.prompts, self.dropped_prompts = load_prompts(cfg, train_path, db_dir, self.tokenizer)
 
@@ -152,7 +116,9 @@ class Trainer:
         self.reference_store: ReferenceStore | None = None
         self.ref_sampler: EpochSampler | None = None
         if cfg.uses_reference_samples:
-            self.reference_store = self._open_reference_store()
+            self.reference_store, self.prompts = open_reference_store(
+                cfg, self.model_path, self.prompts, log=acc.is_main_process
+            )
             self.ref_sampler = EpochSampler(len(self.reference_store), cfg.train.seed + 1, True)
         if self.rank == 0:
             what = "exploration prompts" if cfg.uses_reference_samples else "training prompts"
@@ -176,7 +142,7 @@ class Trainer:
             self.model,
             self.optimizer,
             self.collective,
-            ref_model=ref_model,
+            ref_model=self.ref_model,
             reference_store=self.reference_store,
             pad_id=self.pad_id,
         )
@@ -186,81 +152,10 @@ class Trainer:
         if resume:
             self._load_latest_checkpoint()
 
-    def _open_reference_store(self) -> ReferenceStore:
-        """The DPH-RL store, checked against this run; keeps only its exploration prompts."""
-        cfg = self.config
-        store = ReferenceStore.open(
-            cfg.reference_store,
-            temperature=cfg.rollout.temperature,
-            expect=store_expectation(cfg, self.model_path, self.prompts),
-            allow_mismatch=cfg.reference.allow_store_mismatch,
-        )
-        keep = store.exploration_ids
-        total = len(self.prompts)
-        self.prompts = [p for p in self.prompts if p.id in keep]
-        if not self.prompts:
-            raise ValueError(
-                f"no exploration prompts left after the DPH-RL split: none of the {total} "
-                f"training prompts is an exploration prompt of {store.path}"
-            )
-        if self.accelerator.is_main_process:
-            logger.info(
-                "DPH-RL: rolling out %d exploration prompts of %d (the other %d are "
-                "near-perfect or not in the store); %d reference samples from %s",
-                len(self.prompts),
-                total,
-                total - len(self.prompts),
-                len(store),
-                store.path,
-            )
-        return store
-
-    def _load_models(self) -> torch.nn.Module | None:
-        """The policy, its optimiser and schedule (``self.model`` / ``optimizer`` /
-        ``scheduler``) and the tokenizer; returns the frozen reference model of the online
-        reverse-KL term (None without one)."""
-        cfg, acc = self.config, self.accelerator
-        model, self.tokenizer = load_policy(cfg, self.model_path)
-        # train.strategy=fsdp: shard after gradient checkpointing, before the optimiser.
-        # Needs a process group (any launcher, even torchrun --nproc_per_node 1); a plain
-        # single process keeps a plain model (its checkpoints are sharded all the same).
-        self.sharded = cfg.train.strategy == "fsdp" and torch.distributed.is_initialized()
-        if self.sharded:
-            model = shard_model(cfg, model, acc.device)
-        ref_model = None
-        if cfg.algorithm.kl_coef > 0:
-            ref_model, _ = load_policy(cfg, self.model_path)
-            ref_model.requires_grad_(False).eval().to(acc.device)
-            if self.sharded:  # sharded the same way as the policy; it has no optimiser
-                ref_model = shard_model(cfg, ref_model, acc.device)
-        self.ref_model = ref_model
-        optimizer, self.scheduler = build_optimizer(cfg, model)
-        # The scheduler is not prepared: a prepared scheduler steps once per process. An
-        # FSDP model is not prepared either: accelerate would wrap it in DDP, and FSDP
-        # reduce-scatters the gradients itself.
-        if self.sharded:
-            self.model, self.optimizer = model, optimizer
-        else:
-            self.model, self.optimizer = acc.prepare(model, optimizer)
-        return ref_model
-
-    def _check_run_dir(self, resume: bool, overwrite: bool, changes: tuple[str, ...]) -> RunSession:
-        """Check logging.output_dir before anything is loaded: refuse mixing runs early."""
-        session = RunSession(
-            self.run, self.config, resume=resume, overwrite=overwrite, allowed_changes=changes
-        )
-        session.check()
-        return session
-
     @property
     def policy(self) -> torch.nn.Module:
         """The policy without accelerate's DDP wrapper (the FSDP model itself under fsdp)."""
         return self.model if self.sharded else self.accelerator.unwrap_model(self.model)
-
-    @property
-    def _plain_optimizer(self) -> torch.optim.Optimizer:
-        """The AdamW itself (accelerate wraps it when the model is prepared)."""
-        return getattr(self.optimizer, "optimizer", self.optimizer)
 
     def _sync_engine(self) -> None:
         """Hand the updated weights to the rollout engine: the full tensors, gathered one
@@ -273,10 +168,6 @@ class Trainer:
     @property
     def metrics_path(self) -> Path:
         return self.run.metrics_path
-
-    @property
-    def checkpoint_dir(self) -> Path:
-        return self.run.checkpoints_dir
 
     def _reference_parts(self, minis: int) -> list[list[int]]:
         """This process's DPH reference samples for each of the step's ``minis`` mini-batches.
@@ -314,16 +205,7 @@ class Trainer:
         self._sync_engine()
         self.step += 1
 
-        update = meter.means()
-        update.pop("actor/skipped_steps", None)
-        local = StepMetrics()
-        local.update(means)
-        local.update(counts, reduce="sum")
-        local.update(update)
-        for key in ("loss/total", "dph/effective_eta"):  # already the same on every process
-            if key in update:
-                local.put(key, update[key], reduce="global")
-        metrics = local.reduced(self.collective)
+        metrics = reduce_step_metrics(means, counts, meter.means(), self.collective)
         metrics["actor/skipped_steps"] = float(skipped)
         metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
         metrics["time/rollout"] = t_rollout
@@ -346,7 +228,9 @@ class Trainer:
             logger.info("%s: already at step %d of %d", self.run.root, self.step, end)
             return history
         writers = MetricWriters(cfg, self.run) if acc.is_main_process else None
-        self._begin_writing(main=writers is not None)
+        self.session.begin_on_all(
+            self.step, self.collective, writers is not None, self._corrupt_checkpoints
+        )
         bar, outcome = None, "failed"
         try:
             if writers is not None:
@@ -361,10 +245,7 @@ class Trainer:
                 if bar is not None:
                     bar.update(1)
                     bar.set_postfix(progress_postfix(metrics), refresh=False)
-                every = cfg.checkpoint.save_every
-                if (every and self.step % every == 0) or (
-                    self.step == cfg.train.total_steps and cfg.checkpoint.save_final
-                ):
+                if checkpointing.is_due(cfg.checkpoint, self.step, cfg.train.total_steps):
                     if writers is not None:
                         writers.sync()
                     self.save_checkpoint()
@@ -382,28 +263,6 @@ class Trainer:
                 self.session.end(outcome, self.step)
         acc.wait_for_everyone()
         return history
-
-    def _begin_writing(self, main: bool) -> None:
-        """Before the first write, the main process takes the run's lock and writes its
-        files (run_session); on resume it cuts metrics.jsonl back to the checkpoint's step
-        and moves unloadable checkpoints aside. Every process learns whether that worked,
-        so that a refused lock stops all of them instead of leaving the others waiting."""
-        error = None
-        if main:
-            try:
-                self.session.begin(self.step)
-                if self.session.resume:
-                    truncate_metrics(self.run.metrics_path, self.step)
-                    checkpointing.set_corrupt_aside(self.run, self._corrupt_checkpoints)
-            except Exception as exc:
-                error = exc
-        failed = any(self.collective.all_gather_object(error is not None))
-        if error is not None:
-            if self.session.lock.held:
-                self.session.end("failed", self.step)
-            raise error
-        if failed:
-            raise RuntimeError("the main process could not open the run directory (see its error)")
 
     def _progress_bar(self):
         if not (self.config.logging.progress and self.accelerator.is_main_process):
@@ -423,53 +282,10 @@ class Trainer:
             "world_size": self.world,
             "run_id": self.session.run_id,
         }
-        if self.config.train.strategy == "fsdp":
-            return self._save_sharded_checkpoint(state)
-        return checkpointing.save_checkpoint(
-            self.run,
-            self.step,
-            self.accelerator,
-            self.model,
-            self.scheduler,
-            self.tokenizer,
-            state,
-            self.config.checkpoint.keep_last,
-        )
-
-    def _save_sharded_checkpoint(self, state: dict) -> Path:
-        path = save_sharded_run_checkpoint(
-            self.run,
-            self.step,
-            self.rank,
-            self.policy,
-            self._plain_optimizer,
-            self.scheduler,
-            self.tokenizer,
-            state,
-        )
-        if self.accelerator.is_main_process:
-            keep = self.config.checkpoint.keep_last
-            checkpointing.prune_checkpoints(self.run, keep, state.get("run_id"))
-        self.accelerator.wait_for_everyone()
-        return path
+        return self.checkpoints.save(self.step, state)
 
     def _load_latest_checkpoint(self) -> None:
-        latest = self.run.latest()
-        if latest is not None and is_sharded_checkpoint(latest.path):
-            ckpt = latest
-            state = load_sharded_run_checkpoint(
-                ckpt, self.rank, self.policy, self._plain_optimizer, self.scheduler
-            )
-        elif self.sharded and latest is not None:
-            # accelerate's load_state would skip the (unprepared) FSDP model silently
-            raise ValueError(
-                f"--resume: {latest.path} was written under train.strategy=ddp; resume it "
-                "with train.strategy=ddp (a sharded run cannot read a DDP checkpoint's state)"
-            )
-        else:
-            ckpt, state, self._corrupt_checkpoints = checkpointing.load_checkpoint(
-                self.run, self.accelerator, self.scheduler
-            )
+        ckpt, state, self._corrupt_checkpoints = self.checkpoints.load_latest()
         self.sampler.load_state_dict(state["sampler"])
         if self.ref_sampler is not None and state["reference_cursor"] is not None:
             self.ref_sampler.load_state_dict(state["reference_cursor"])

@@ -252,7 +252,7 @@ def test_export_and_eval_of_an_fsdp_run(fsdp_runs, tmp_path):
 
 
 def test_fsdp_needs_reference_samples_divisible_by_processes_and_mini_batches(tiny_world):
-    from divrl.training.trainer import check_divisibility
+    from divrl.training.config import check_divisibility
 
     def config(strategy: str, per_step: int):
         extra = {

@@ -56,7 +56,7 @@ def test_a_matching_store_trains_and_logs_the_exploration_prompts(
     manifest = json.loads((reference_store / MANIFEST).read_text())
     assert manifest["fingerprint"]["model"] == model_fingerprint(tiny_world["model"])
     assert manifest["fingerprint"]["prompt_count"] == 16
-    with caplog.at_level(logging.INFO, logger="divrl.training.trainer"):
+    with caplog.at_level(logging.INFO, logger="divrl.training.presample"):
         trainer = Trainer(_config(tiny_world, tmp_path, reference_store))
     assert len(trainer.prompts) == 8  # the odd prompts: parity_reward's exploration set
     assert "rolling out 8 exploration prompts of 16" in caplog.text

@@ -7,7 +7,7 @@ import torch
 from train_helpers import parity_reward, sevens_reward, tiny_overrides
 
 from divrl.data.reference_store import ReferenceStore
-from divrl.training import trainer as trainer_mod
+from divrl.training import loading as loading_mod
 from divrl.training import update as update_mod
 from divrl.training.config import load_config
 from divrl.training.presample import presample
@@ -134,9 +134,9 @@ def test_presample_split_and_dph_training_without_a_reference_model(
     assert ref.exploration_ids == {f"p{i}" for i in range(1, 16, 2)}
 
     loads = []
-    real = trainer_mod.load_policy
+    real = loading_mod.load_policy
     monkeypatch.setattr(
-        trainer_mod, "load_policy", lambda *a, **k: loads.append(1) or real(*a, **k)
+        loading_mod, "load_policy", lambda *a, **k: loads.append(1) or real(*a, **k)
     )
     tr = Trainer(cfg, reward_fn=sevens_reward)  # a reward that moves the policy
     assert len(loads) == 1 and tr.ref_model is None  # the policy only: no reference model
