@@ -57,7 +57,7 @@ from divrl.pipeline import (
     split_summary,
     training_curve,
 )
-from divrl.toy.worlds import DEFAULT_WORLD, WORLDS, eval_splits
+from divrl.toy.worlds import DEFAULT_WORLD, WORLDS, eval_splits, world_presets
 from experiments import reproduce_report as rr
 from experiments.reproduce_publish import (
     SUMMARIES,
@@ -196,7 +196,7 @@ class Experiment:
         self.out = Path(args.out).resolve()
         self.results = Path(args.results).resolve()
         self.report = Path(args.report).resolve()
-        self.configs = REPO / "configs" / "toy"
+        self.configs = REPO / "configs" / world_presets(args.world)
         self.world = None
         self.cfgs: dict[str, Any] = {}
 
@@ -461,7 +461,7 @@ class Experiment:
         if paths.method != "base":
             cfg = self.cfgs[paths.method]
             summary["config"] = {
-                "preset": f"configs/toy/{paths.method}.yaml",
+                "preset": f"configs/{world_presets(self.args.world)}/{paths.method}.yaml",
                 "overrides": self.overrides(paths.method, paths.seed),
                 "prompts_per_step": cfg.train.prompts_per_step,
                 "rollout_n": cfg.rollout.n,

@@ -40,6 +40,7 @@ METHODS: dict[str, str] = {
     "grpo_rkl": "GRPO + reverse KL",
     "dph_f": "DPH-F",
     "dph_js": "DPH-JS",
+    "dph_js_paper": "DPH-JS (paper weighting)",
     "dph_alpha": "DPH-alpha (0.5)",
     "lp_reg": "Lp-Reg (on-policy)",
     "lp_reg_toy": "Lp-Reg (toy variant: whole-batch selection, kappa 0.002)",

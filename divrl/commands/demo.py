@@ -96,7 +96,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--configs",
         default=None,
-        help="directory of the toy presets (default: configs/toy of this checkout)",
+        help="directory of the toy presets (default: the world's preset folder of this checkout: configs/toy for sql, configs/toy/countdown for countdown)",
     )
 
 
@@ -206,7 +206,7 @@ def _check_args(args: argparse.Namespace) -> tuple[list[str], Path]:
         raise ValueError("--steps, --train-prompts, --eval-prompts, --n, --jobs must be >= 1")
     if args.world not in WORLDS:
         raise ValueError(f"--world: unknown {args.world!r}; choose from {list(WORLDS)}")
-    return methods, configs_dir(args.configs)
+    return methods, configs_dir(args.configs, args.world)
 
 
 def _presample(cfgs: dict[str, Any], methods: list[str], clock: Clock) -> list[str]:
