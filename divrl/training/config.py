@@ -316,6 +316,13 @@ class ReferenceConfig:
     top_p: float = _help("presample: nucleus threshold", 0.95)
     per_step: int = _help("reference samples trained on per step (all processes together)", 0)
     batch_size: int = _help("presample: prompts per generation call", 16)
+    keep_presampled: bool = _help(
+        "presample: also keep the correct responses among each near-perfect prompt's k "
+        "presampled ones as reference samples (false = the authors' code: only the one "
+        "extra response per prompt; true for a toy world whose base solves few prompts "
+        "reliably, where that leaves a store of a few samples)",
+        False,
+    )
 
     def __post_init__(self) -> None:
         _positive("reference.k", self.k)

@@ -9,6 +9,9 @@
    fails to D_exp, as the paper describes). The kept responses' tokens and per-token
    log-probs under the initial policy (a teacher-forced forward at the training
    temperature, the same computation the trainer does) form the reference store.
+   With ``reference.keep_presampled`` the correct ones among a near-perfect prompt's k
+   presampled responses are kept too (not the authors' code; for a base model that
+   solves few prompts reliably, whose store would otherwise hold a few samples).
 """
 
 from __future__ import annotations
@@ -94,10 +97,13 @@ def _split_rows(prompts, n_correct, threshold, has_ref, failed_to_exploration) -
 
 
 def _reference_samples(
-    config: Config, model, pad_id: int, near_prompts, extra, extra_scores
+    config: Config, model, pad_id: int, near_prompts, extra, extra_scores, rows=None
 ) -> list[ReferenceSample]:
-    """The correct extra responses with their log-probs under the initial policy."""
-    kept_rows = [j for j, s in enumerate(extra_scores) if is_correct(s)]
+    """The correct responses of ``extra`` (only its ``rows`` when given; its prompt indices
+    point into ``near_prompts``) with their log-probs under the initial policy."""
+    kept_rows = [
+        j for j, s in enumerate(extra_scores) if is_correct(s) and (rows is None or j in rows)
+    ]
     ref_lps = (
         batch_log_probs(
             model,
@@ -138,6 +144,7 @@ def _manifest(config: Config, model_path, train_path, threshold, failed_to_explo
             "seed": config.train.seed,
         },
         "threshold": threshold,
+        "keep_presampled": ref.keep_presampled,
         "failed_to_exploration": failed_to_exploration,
         "log_prob_temperature": config.rollout.temperature,
         "stats": stats,
@@ -189,6 +196,12 @@ def presample(
     samples = _reference_samples(
         config, model, pad_token_id(tokenizer), near_prompts, extra, extra_scores
     )
+    n_extra = len(samples)
+    if ref.keep_presampled:  # the near-perfect prompts' correct presampled responses too
+        near_rows = {j for j, i in enumerate(out.prompt_index) if n_correct[i] >= threshold}
+        samples += _reference_samples(
+            config, model, pad_token_id(tokenizer), prompts, out, scores, near_rows
+        )
     has_ref = {s.prompt_id for s in samples}
     rows = _split_rows(prompts, n_correct, threshold, has_ref, failed_to_exploration)
     stats = {
@@ -198,7 +211,8 @@ def presample(
         "near_perfect_share": len(near) / len(prompts),
         "exploration": sum(r["split"] == "exploration" for r in rows),
         "reference_samples": len(samples),
-        "extra_response_failed": len(near) - len(samples),
+        "presampled_kept": len(samples) - n_extra,
+        "extra_response_failed": len(near) - n_extra,
         "presample_accuracy": sum(map(is_correct, scores)) / max(1, len(scores)),
         "n_correct_histogram": {str(c): n_correct.count(c) for c in range(ref.k + 1)},
         "seconds": round(time.perf_counter() - start_time, 2),
