@@ -277,3 +277,6 @@ def test_reproduce_trains_countdown_from_its_presets(tiny, tmp_path):
     assert exp.configs == CONFIGS / "countdown" and exp.max_new_tokens == 112
     assert exp.cfgs["dph_js"].reference.keep_presampled
     assert exp.settings["world_name"] == "countdown"
+    default = parse_args(["--world", "countdown"]).methods
+    assert "lp_reg_toy" not in default and {"grpo", "dph_js", "dph_js_paper"} <= set(default)
+    assert "lp_reg_toy" in parse_args([]).methods
