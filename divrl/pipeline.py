@@ -65,16 +65,20 @@ def open_world(
     return get_world(name, size=size, seed=seed, progress=progress)
 
 
-def configs_dir(arg: str | Path | None = None) -> Path:
-    """The toy presets: ``arg``, else ``configs/toy`` of the working directory or of this
-    checkout."""
+def configs_dir(arg: str | Path | None = None, world: str | None = None) -> Path:
+    """The toy presets: ``arg``, else world ``world``'s preset folder (``configs/toy`` for
+    the default world, ``configs/toy/countdown`` for countdown: its traces need a longer
+    response limit) of the working directory or of this checkout."""
     if arg:
         return Path(arg)
+    from divrl.toy.worlds import DEFAULT_WORLD, world_presets
+
+    sub = world_presets(world or DEFAULT_WORLD)
     for root in (Path.cwd(), Path(__file__).resolve().parents[1]):
-        if (root / "configs" / "toy").is_dir():
-            return root / "configs" / "toy"
+        if (root / "configs" / sub).is_dir():
+            return root / "configs" / sub
     raise FileNotFoundError(
-        "configs/toy not found: run from the divrl checkout or pass the presets' directory"
+        f"configs/{sub} not found: run from the divrl checkout or pass the presets' directory"
     )
 
 

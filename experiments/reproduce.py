@@ -7,7 +7,8 @@ entropy bonus, 80/20, KL-Cov, DPH-JS + Lp-Reg) and every seed, on a toy world ch
 
 1. presample the DPH-RL reference store once per seed (``divrl presample``; shared by the
    DPH methods of that seed);
-2. train with the method's toy preset ``configs/toy/<method>.yaml``, overriding only the
+2. train with the method's toy preset ``configs/<world's presets>/<method>.yaml``
+   (``configs/toy/`` for sql, ``configs/toy/countdown/`` for countdown), overriding only the
    seed, the output directory, the pinned toy world paths and (``--steps``) the number of
    steps, so every method gets the same rollout budget (``divrl train``);
 3. evaluate the final checkpoint, and the base model, on every eval split of the world (for
@@ -59,7 +60,7 @@ from divrl.pipeline import (
     training_curve,
 )
 from divrl.runs import RunDir
-from divrl.toy.worlds import DEFAULT_WORLD, WORLDS, eval_splits
+from divrl.toy.worlds import DEFAULT_WORLD, WORLDS, eval_splits, world_presets
 from experiments import reproduce_report as rr
 from experiments.reproduce_publish import (
     SUMMARIES,
@@ -89,11 +90,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--methods",
         nargs="+",
-        default=TRAINED,
+        default=None,
         choices=TRAINED,
         metavar="METHOD",
-        help=f"methods to train ({', '.join(TRAINED)}); the base model is always evaluated "
-        "(retention and the claims compare with it)",
+        help=f"methods to train ({', '.join(TRAINED)}; default: every one with a preset for "
+        "the world); the base model is always evaluated (retention and the claims compare "
+        "with it)",
     )
     p.add_argument("--seeds", type=int, default=3, help="seeds 0 .. N-1 per method")
     p.add_argument(
@@ -147,6 +149,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--checkpoint-every must be >= 1")
     if args.eval_prompts is not None and args.eval_prompts < 1:
         p.error("--eval-prompts must be >= 1")
+    if args.methods is None:  # a world may lack a preset (countdown: no lp_reg_toy twin)
+        presets = REPO / "configs" / world_presets(args.world)
+        args.methods = [m for m in TRAINED if (presets / f"{m}.yaml").is_file()]
     args.methods = [m for m in TRAINED if m in set(args.methods)]  # report order, no repeats
     return args
 
@@ -198,7 +203,7 @@ class Experiment:
         self.out = Path(args.out).resolve()
         self.results = Path(args.results).resolve()
         self.report = Path(args.report).resolve()
-        self.configs = REPO / "configs" / "toy"
+        self.configs = REPO / "configs" / world_presets(args.world)
         self.world = None
         self.cfgs: dict[str, Any] = {}
 
@@ -465,7 +470,7 @@ class Experiment:
         if paths.method != "base":
             cfg = self.cfgs[paths.method]
             summary["config"] = {
-                "preset": f"configs/toy/{paths.method}.yaml",
+                "preset": f"configs/{world_presets(self.args.world)}/{paths.method}.yaml",
                 "overrides": self.overrides(paths.method, paths.seed),
                 "prompts_per_step": cfg.train.prompts_per_step,
                 "rollout_n": cfg.rollout.n,

@@ -40,6 +40,7 @@ METHODS: dict[str, str] = {
     "grpo_rkl": "GRPO + reverse KL",
     "dph_f": "DPH-F",
     "dph_js": "DPH-JS",
+    "dph_js_paper": "DPH-JS (paper weighting)",
     "dph_alpha": "DPH-alpha (0.5)",
     "lp_reg": "Lp-Reg (on-policy)",
     "lp_reg_toy": "Lp-Reg (toy variant: whole-batch selection, kappa 0.002)",
@@ -484,7 +485,7 @@ def _claims_section(verdicts: Sequence[Verdict], kmax: int | None) -> list[str]:
         "standard errors (for '>=': it is not below by more than that); 'no: within noise': "
         "a difference smaller than that; 'no: opposite': on the other side. A rough screen "
         "over a few seeds, not a test at a fixed level. What was tried: each method's toy "
-        "preset as committed (`configs/toy/<method>.yaml`), overriding only the seed, the "
+        "preset as committed (`configs/toy/<method>.yaml`; `configs/toy/countdown/` for the countdown world), overriding only the seed, the "
         "output directory, the toy world's paths and the settings listed at the top; nothing "
         "was tuned per claim.",
         "",

@@ -98,7 +98,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--configs",
         default=None,
-        help="directory of the toy presets (default: configs/toy of this checkout)",
+        help="directory of the toy presets (default: the world's preset folder of this checkout: configs/toy for sql, configs/toy/countdown for countdown)",
     )
 
 
@@ -174,11 +174,14 @@ def _eval_config(args: argparse.Namespace, max_new_tokens: int):
 
 
 def _print_table(models, splits) -> None:
+    """The headline: per model and split, greedy / P@1 / P@n (n = the largest k) / the
+    mean number of distinct solution styles per prompt among its n samples (diversity:
+    GRPO's collapse shows as this falling towards 1)."""
     from rich.console import Console
     from rich.table import Table
 
     n = next(m.summaries[s]["ks"][-1] for m in models for s in splits if s in m.summaries)
-    table = Table(title=f"divrl demo: greedy / P@1 / P@{n} (in domain = test)")
+    table = Table(title=f"divrl demo: greedy / P@1 / P@{n} / styles per prompt (in domain = test)")
     table.add_column("model", no_wrap=True)
     for split in splits:
         table.add_column(split, justify="right", no_wrap=True)
@@ -190,12 +193,14 @@ def _print_table(models, splits) -> None:
                 cells.append("-")
                 continue
             greedy = s.get("greedy_accuracy")
+            styles = s.get("diversity", {}).get("mean_distinct_styles")
             cells.append(
                 ("-" if greedy is None else f"{greedy:.2f}")
                 + f" / {s['pass@k']['1']:.2f} / {s['pass@k'][str(s['ks'][-1])]:.2f}"
+                + (" / -" if styles is None else f" / {styles:.1f}")
             )
         table.add_row(m.name, *cells)
-    Console().print(table)
+    Console(width=200).print(table)
 
 
 def _check_args(args: argparse.Namespace) -> tuple[list[str], Path]:
@@ -208,7 +213,7 @@ def _check_args(args: argparse.Namespace) -> tuple[list[str], Path]:
         raise ValueError("--steps, --train-prompts, --eval-prompts, --n, --jobs must be >= 1")
     if args.world not in WORLDS:
         raise ValueError(f"--world: unknown {args.world!r}; choose from {list(WORLDS)}")
-    return methods, configs_dir(args.configs)
+    return methods, configs_dir(args.configs, args.world)
 
 
 def _presample(cfgs: dict[str, Any], methods: list[str], clock: Clock) -> list[str]:
@@ -286,7 +291,8 @@ def _print_summary(args, cfgs, clock: Clock, report: Path, models, splits) -> No
     _print_table(models, splits)
     print(
         f"P@1 / P@{args.n}: unbiased Pass@k from {args.n} samples at T=1 on {args.eval_prompts} "
-        f"prompts per set; greedy: temperature 0. Training: {args.steps} steps x "
+        f"prompts per set; greedy: temperature 0; styles: distinct solution styles per "
+        f"prompt among the {args.n} samples. Training: {args.steps} steps x "
         f"{next(iter(cfgs.values())).train.prompts_per_step} prompts per method."
     )
     for name, secs in clock.stages.items():

@@ -5,6 +5,10 @@ A world is anything with the attributes of :class:`World`: ``model_dir`` (the ba
 other key an eval split: ``test`` in domain, ``cross_domain``, ``ood_*`` out of domain),
 ``db_dir`` (SQLite databases, or None), ``root``, ``seed`` and ``size``.
 
+Each kind also names its toy presets' folder (``presets``, relative to ``configs/``): the
+demo and the reproduction train a world's methods from ``configs/<presets>/<method>.yaml``,
+so response lengths and thresholds fit that world.
+
 A world kind registers two functions by dotted path, imported only when used (so a kind's
 dependencies never load for another):
 
@@ -31,6 +35,7 @@ __all__ = [
     "eval_splits",
     "get_world",
     "load_world",
+    "world_presets",
 ]
 
 
@@ -52,6 +57,8 @@ class WorldKind:
     build: str
     load: str
     help: str = ""
+    #: the world's toy presets, relative to ``configs/`` (``toy/<method>.yaml`` for sql)
+    presets: str = "toy"
 
 
 #: world name -> its kind; the first is the default
@@ -66,6 +73,7 @@ WORLDS: dict[str, WorldKind] = {
         "divrl.toy.world:ToyWorld.load",
         "countdown arithmetic with search traces in domain, larger targets cross domain, "
         "toy math out of domain",
+        presets="toy/countdown",
     ),
 }
 DEFAULT_WORLD = "sql"
@@ -108,6 +116,11 @@ def load_world(root: str | Path, name: str | None = None) -> World:
         recorded = json.loads(manifest.read_text()).get("world") if manifest.is_file() else None
         name = recorded or DEFAULT_WORLD
     return _resolve(_kind(name).load)(root)
+
+
+def world_presets(name: str) -> str:
+    """The folder of world ``name``'s toy presets, relative to ``configs/``."""
+    return _kind(name).presets
 
 
 def eval_splits(world: World) -> list[str]:

@@ -328,6 +328,13 @@ class ReferenceConfig:
         "or split rule (a warning instead of an error)",
         False,
     )
+    keep_presampled: bool = _help(
+        "presample: also keep the correct responses among each near-perfect prompt's k "
+        "presampled ones as reference samples (false = the authors' code: only the one "
+        "extra response per prompt; true for a toy world whose base solves few prompts "
+        "reliably, where that leaves a store of a few samples)",
+        False,
+    )
 
     def __post_init__(self) -> None:
         _positive("reference.k", self.k)

@@ -158,10 +158,13 @@ def _interleave(local: list, world: int, total: int) -> list:
 
 
 def _reference_samples(
-    config: Config, model, pad_id: int, near_prompts, extra, extra_scores, procs
+    config: Config, model, pad_id: int, near_prompts, extra, extra_scores, procs, rows=None
 ) -> list[ReferenceSample]:
-    """The correct extra responses with their log-probs under the initial policy."""
-    kept_rows = [j for j, s in enumerate(extra_scores) if is_correct(s)]
+    """The correct responses of ``extra`` (only its ``rows`` when given; its prompt indices
+    point into ``near_prompts``) with their log-probs under the initial policy."""
+    kept_rows = [
+        j for j, s in enumerate(extra_scores) if is_correct(s) and (rows is None or j in rows)
+    ]
     # Under fsdp, full_parameters makes the forwards local (no collective per pass), so
     # every process may score its own share of the rows; the shares are gathered.
     world, rank = procs
@@ -252,13 +255,14 @@ def _manifest(config: Config, expect: StoreExpectation, train_path: str, stats) 
         "sampling": {**expect.sampling, "seed": config.train.seed},
         "threshold": expect.threshold,
         "failed_to_exploration": expect.failed_to_exploration,
+        "keep_presampled": config.reference.keep_presampled,
         "log_prob_temperature": config.rollout.temperature,
         "fingerprint": expect.fingerprint(),
         "stats": stats,
     }
 
 
-def _stats(prompts, dropped, near, rows, samples, scores, n_correct, k, start_time) -> dict:
+def _stats(prompts, dropped, near, rows, samples, n_extra, scores, n_correct, k, start_time):
     return {
         "prompts": len(prompts),
         "prompts_dropped_too_long": dropped,
@@ -266,7 +270,8 @@ def _stats(prompts, dropped, near, rows, samples, scores, n_correct, k, start_ti
         "near_perfect_share": len(near) / len(prompts),
         "exploration": sum(r["split"] == "exploration" for r in rows),
         "reference_samples": len(samples),
-        "extra_response_failed": len(near) - len(samples),
+        "presampled_kept": len(samples) - n_extra,
+        "extra_response_failed": len(near) - n_extra,
         "presample_accuracy": sum(map(is_correct, scores)) / max(1, len(scores)),
         "n_correct_histogram": {str(c): n_correct.count(c) for c in range(k + 1)},
         "seconds": round(time.perf_counter() - start_time, 2),
@@ -336,9 +341,18 @@ def presample(
     samples = _reference_samples(
         config, model, pad_token_id(tokenizer), near_prompts, extra, extra_scores, procs
     )
+    n_extra = len(samples)
+    if ref.keep_presampled:  # the near-perfect prompts' correct presampled responses too
+        near_set = set(near)
+        near_rows = {j for j, i in enumerate(out.prompt_index) if i in near_set}
+        samples += _reference_samples(
+            config, model, pad_token_id(tokenizer), prompts, out, scores, procs, near_rows
+        )
     has_ref = {s.prompt_id for s in samples}
     rows = _split_rows(prompts, n_correct, expect.threshold, has_ref, ref.failed_to_exploration)
-    stats = _stats(prompts, dropped, near, rows, samples, scores, n_correct, ref.k, start_time)
+    stats = _stats(
+        prompts, dropped, near, rows, samples, n_extra, scores, n_correct, ref.k, start_time
+    )
     manifest = _manifest(config, expect, train_path, stats)
     if procs[1] == 0:  # written once; the others wait for it
         write_reference_store(config.reference_store, samples, rows, manifest)

@@ -174,6 +174,29 @@ def test_demo_rejects_unknown_methods(capsys):
     assert "unknown 'nope'" in capsys.readouterr().err
 
 
+def test_demo_headline_shows_pass_at_the_largest_k_and_styles_per_prompt(capsys):
+    from types import SimpleNamespace
+
+    from divrl.commands.demo import _print_table
+
+    def split(p1, pn, styles):
+        return {
+            "ks": [1, 2, 4, 8],
+            "greedy_accuracy": 0.5,
+            "pass@k": {"1": p1, "2": 0.0, "4": 0.0, "8": pn},
+            "diversity": {"mean_distinct_styles": styles},
+        }
+
+    models = [
+        SimpleNamespace(name="base", summaries={"test": split(0.14, 0.86, 3.22)}),
+        SimpleNamespace(name="GRPO", summaries={"test": split(0.61, 0.71, 1.04)}),
+    ]
+    _print_table(models, ["test"])
+    out = capsys.readouterr().out
+    assert "P@8 /" in out and "styles per prompt" in out
+    assert "0.50 / 0.14 / 0.86 / 3.2" in out and "0.50 / 0.61 / 0.71 / 1.0" in out
+
+
 def test_demo_parallel_runner_reports_a_failed_run(tmp_path):
     from divrl.pipeline import run_parallel
 

@@ -240,3 +240,43 @@ def test_shipped_model_searches_with_entropy_and_room(tmp_path):
     assert stats["pass@8"] >= 0.35, stats  # full size: 0.590
     assert stats["entropy"] >= 0.3, stats  # full size: 0.480
     assert stats["distinct_solutions_per_solved"] >= 1.0, stats
+
+
+def test_each_world_trains_from_its_own_preset_folder(tmp_path):
+    """divrl demo and experiments/reproduce.py find a world's presets through the registry:
+    countdown's (112-token responses) for countdown, configs/toy for sql."""
+    from divrl.commands.demo import METHODS as DEMO_METHODS
+    from divrl.pipeline import configs_dir
+    from divrl.toy.worlds import WORLDS
+    from divrl.training.config import load_config
+    from experiments.reproduce import TRAINED
+
+    assert configs_dir(world="sql") == CONFIGS == configs_dir()
+    assert configs_dir(world="countdown") == CONFIGS / "countdown"
+    assert configs_dir(tmp_path, world="countdown") == tmp_path  # --configs wins
+    for world in WORLDS:
+        folder = configs_dir(world=world)
+        no_twin = {"lp_reg_toy"} if world == "countdown" else set()  # docs/toy_world.md
+        for method in {*DEMO_METHODS, *TRAINED} - no_twin:
+            cfg = load_config(folder / f"{method}.yaml")
+            assert cfg.model.toy_world == world, (world, method)
+            assert cfg.rollout.max_new_tokens == (112 if world == "countdown" else 80)
+
+
+def test_reproduce_trains_countdown_from_its_presets(tiny, tmp_path):
+    from experiments.reproduce import Experiment, parse_args
+
+    args = parse_args(
+        [
+            "--world", "countdown", "--world-dir", str(tiny.root), "--methods", "grpo", "dph_js",
+            "--out", str(tmp_path / "out"), "--results", str(tmp_path / "results"),
+        ]
+    )  # fmt: skip
+    exp = Experiment(args)
+    exp.setup()
+    assert exp.configs == CONFIGS / "countdown" and exp.max_new_tokens == 112
+    assert exp.cfgs["dph_js"].reference.keep_presampled
+    assert exp.settings["world_name"] == "countdown"
+    default = parse_args(["--world", "countdown"]).methods
+    assert "lp_reg_toy" not in default and {"grpo", "dph_js", "dph_js_paper"} <= set(default)
+    assert "lp_reg_toy" in parse_args([]).methods

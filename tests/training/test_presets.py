@@ -20,6 +20,7 @@ SIGNATURE = {
     "grpo_rkl": "actor/ref_kl",
     "dph_f": "dph/divergence",
     "dph_js": "dph/divergence",
+    "dph_js_paper": "dph/divergence",
     "dph_alpha": "dph/divergence",
     "lp_reg": "lp_reg/num_selected",
     "lp_reg_offpolicy": "lp_reg/num_selected",

@@ -148,6 +148,52 @@ def test_presample_split_and_dph_training_without_a_reference_model(
     assert history[-1]["dph/divergence"] > 0
 
 
+def test_presample_keeps_the_correct_presampled_responses_when_asked(tiny_world, tmp_path):
+    """reference.keep_presampled: the store holds the near-perfect prompts' correct
+    presampled responses as well as the correct extra ones, and nothing else."""
+
+    def even_prompt_and_even_length(requests):  # differs between a prompt's responses
+        return [
+            float(((int(r.ground_truth) - 1) // 2) % 2 == 0 and len(r.solution_str) % 2 == 0)
+            for r in requests
+        ]
+
+    calls = []
+
+    def reward(requests):
+        scores = even_prompt_and_even_length(requests)
+        calls.append(list(zip(requests, scores, strict=True)))
+        return scores
+
+    overrides = tiny_overrides(
+        tiny_world,
+        tmp_path,
+        **{
+            "reference.store": tmp_path / "store",
+            "reference.k": 4,
+            "reference.threshold": 1,
+            "reference.keep_presampled": True,
+        },
+    )
+    stats = presample(load_config(None, overrides), reward_fn=reward, progress=False)["stats"]
+    presampled, extra = calls  # the k per prompt, then one more per near-perfect prompt
+    correct = {}
+    for r, score in presampled:
+        correct.setdefault(r.ground_truth, []).append(score == 1.0)
+    near = {gt for gt, c in correct.items() if sum(c) >= 1}
+    expected_presampled = sum(sum(correct[gt]) for gt in near)
+    expected_extra = sum(score == 1.0 for _, score in extra)
+    assert 0 < expected_presampled < 4 * len(near)  # the reward splits prompts' responses
+    assert stats["presampled_kept"] == expected_presampled
+    assert stats["reference_samples"] == expected_presampled + expected_extra
+    store = ReferenceStore(tmp_path / "store")
+    assert len(store) == stats["reference_samples"]
+    assert store.manifest["keep_presampled"] is True
+    for s in store.samples:  # every kept response is correct, of an even (near) prompt
+        assert len(s.text) % 2 == 0 and int(s.prompt_id[1:]) % 2 == 0
+        assert len(s.ref_log_probs) == len(s.response_ids)
+
+
 def test_lp_reg_proxy_needs_no_extra_forward(tiny_world, tmp_path, monkeypatch):
     calls = []
     real = update_mod.response_logits
