@@ -17,8 +17,6 @@ import dataclasses
 import hashlib
 import json
 import random
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +25,7 @@ from typing import Any
 from divrl.data import Example, write_examples
 from divrl.rewards.countdown_reward import format_ground_truth
 from divrl.toy import countdown, toy_math
+from divrl.toy import world as sql_world
 from divrl.toy.model import ToyModelConfig, build_model
 from divrl.toy.sft import SFTConfig, train_sft
 from divrl.toy.tokenizer import ANSWER_MARKER, build_tokenizer
@@ -35,6 +34,8 @@ from divrl.toy.world import (
     _count_parameters,
     _distinct_problems,
     _math_row,
+    build_in_cache,
+    copy_shipped_model,
     default_cache_dir,
     encode_pairs,
 )
@@ -43,14 +44,6 @@ from divrl.toy.world import (
 BUILD_VERSION = "1"
 #: The shipped seed-0 ``full`` base model (``divrl toy build --world countdown --ship``).
 PRETRAINED_DIR = Path(__file__).parent / "pretrained_countdown"
-_SHIPPED_FILES = (
-    "config.json",
-    "generation_config.json",
-    "model.safetensors",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "sft_stats.json",
-)
 
 
 @dataclass(frozen=True)
@@ -135,20 +128,12 @@ def ensure_countdown_world(
     final = (cache / f"countdown-{size}-seed{seed}-{world_key(seed, size, cfg)}").resolve()
     if (final / "world.json").exists():
         return ToyWorld.load(final)
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=cache))
-    try:
-        build_countdown_world(
+    return build_in_cache(
+        final,
+        lambda tmp: build_countdown_world(
             tmp, seed=seed, size=size, cfg=cfg, progress=progress, use_shipped=use_shipped
-        )
-        try:
-            tmp.rename(final)
-        except OSError:
-            if not (final / "world.json").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return ToyWorld.load(final)
+        ),
+    )
 
 
 def make_splits(cfg: CountdownWorldConfig, seed: int) -> tuple[dict[str, list[Example]], set[str]]:
@@ -198,10 +183,7 @@ def build_countdown_world(
 
     key = world_key(seed, size, cfg)
     if use_shipped and shipped_key() == key:
-        for name in _SHIPPED_FILES:
-            shutil.copy2(PRETRAINED_DIR / name, out / "model" / name)
-        stats = json.loads((PRETRAINED_DIR / "sft_stats.json").read_text())
-        stats["model_source"] = str(PRETRAINED_DIR)
+        stats = copy_shipped_model(PRETRAINED_DIR, out / "model")
     else:
         tokenizer = build_tokenizer(cfg.model.max_length, extra_pieces=countdown.PIECES)
         corpus = sft_corpus(cfg, seed, held_out)
@@ -256,17 +238,12 @@ def sft_corpus(cfg: CountdownWorldConfig, seed: int, held_out: set[str]) -> list
 
 def shipped_key() -> str | None:
     """World key of the shipped countdown model, or None when none is shipped."""
-    path = PRETRAINED_DIR / "world_key.txt"
-    return path.read_text().strip() if path.exists() else None
+    return sql_world.shipped_key(PRETRAINED_DIR)
 
 
 def ship_model(world: ToyWorld) -> Path:
     """Copy ``world``'s model into :data:`PRETRAINED_DIR` (maintainers)."""
-    PRETRAINED_DIR.mkdir(exist_ok=True)
-    for name in _SHIPPED_FILES:
-        shutil.copy2(world.model_dir / name, PRETRAINED_DIR / name)
-    (PRETRAINED_DIR / "world_key.txt").write_text(world.manifest["key"] + "\n")
-    return PRETRAINED_DIR
+    return sql_world.ship_model(world, PRETRAINED_DIR)
 
 
 def _row(p: countdown.Problem, index: int, split: str) -> Example:

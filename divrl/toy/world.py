@@ -26,6 +26,7 @@ import random
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -172,12 +173,22 @@ def ensure_toy_world(
     final = (cache / f"{size}-seed{seed}-{world_key(seed, size, cfg)}").resolve()
     if (final / "world.json").exists():
         return ToyWorld.load(final)
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=cache))
-    try:
-        build_world(
+    return build_in_cache(
+        final,
+        lambda tmp: build_world(
             tmp, final, seed=seed, size=size, cfg=cfg, progress=progress, use_shipped=use_shipped
-        )
+        ),
+    )
+
+
+def build_in_cache(final: Path, build: Callable[[Path], Any]) -> ToyWorld:
+    """Run ``build(tmp)`` in a temporary directory beside ``final`` and rename it into
+    place, so that an interrupted build leaves nothing that looks finished; every world
+    kind is cached this way."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    try:
+        build(tmp)
         try:
             tmp.rename(final)
         except OSError:
@@ -218,10 +229,7 @@ def build_world(
     timings = {"data_seconds": time.time() - start}
     key = world_key(seed, size, cfg)
     if use_shipped and shipped_key() == key:
-        for name in _SHIPPED_FILES:
-            shutil.copy2(PRETRAINED_DIR / name, out / "model" / name)
-        stats = json.loads((PRETRAINED_DIR / "sft_stats.json").read_text())
-        stats["model_source"] = str(PRETRAINED_DIR)
+        stats = copy_shipped_model(PRETRAINED_DIR, out / "model")
     else:
         stats = _train_base_model(out / "model", seed, cfg, data, progress)
     manifest = {
@@ -300,20 +308,30 @@ def _train_base_model(
     return stats
 
 
-def shipped_key() -> str | None:
-    """World key of the shipped model, or None when none is shipped."""
-    path = PRETRAINED_DIR / "world_key.txt"
+def shipped_key(pretrained_dir: Path = PRETRAINED_DIR) -> str | None:
+    """World key of the model shipped in ``pretrained_dir``, or None when none is shipped."""
+    path = pretrained_dir / "world_key.txt"
     return path.read_text().strip() if path.exists() else None
 
 
-def ship_model(world: ToyWorld) -> Path:
-    """Copy ``world``'s model into :data:`PRETRAINED_DIR` (for maintainers: the copy is
-    what later builds with the same settings use instead of training)."""
-    PRETRAINED_DIR.mkdir(exist_ok=True)
+def copy_shipped_model(pretrained_dir: Path, model_dir: Path) -> dict[str, Any]:
+    """Copy a shipped base model into ``model_dir``; its SFT stats, marked with where the
+    model came from."""
     for name in _SHIPPED_FILES:
-        shutil.copy2(world.model_dir / name, PRETRAINED_DIR / name)
-    (PRETRAINED_DIR / "world_key.txt").write_text(world.manifest["key"] + "\n")
-    return PRETRAINED_DIR
+        shutil.copy2(pretrained_dir / name, model_dir / name)
+    stats = json.loads((pretrained_dir / "sft_stats.json").read_text())
+    stats["model_source"] = str(pretrained_dir)
+    return stats
+
+
+def ship_model(world: ToyWorld, pretrained_dir: Path = PRETRAINED_DIR) -> Path:
+    """Copy ``world``'s model into ``pretrained_dir`` (for maintainers: the copy is what
+    later builds with the same settings use instead of training)."""
+    pretrained_dir.mkdir(exist_ok=True)
+    for name in _SHIPPED_FILES:
+        shutil.copy2(world.model_dir / name, pretrained_dir / name)
+    (pretrained_dir / "world_key.txt").write_text(world.manifest["key"] + "\n")
+    return pretrained_dir
 
 
 def _count_parameters(model_dir: Path) -> int:

@@ -2,26 +2,16 @@
 the single-process run's metrics and weights within float tolerance."""
 
 import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from train_helpers import sevens_reward, tiny_overrides
+from train_helpers import run_torchrun, sevens_reward, tiny_overrides
 
 from divrl.training.config import load_config
 from divrl.training.trainer import TIME_KEYS, Trainer
 
 WORKER = Path(__file__).parent / "dist_worker.py"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.slow
@@ -35,26 +25,7 @@ def test_two_processes_match_one(tiny_world, tmp_path):
     dist_dir = tmp_path / "dist"
     dist_dir.mkdir()
     overrides = tiny_overrides(tiny_world, dist_dir / "run", **extra)
-    torchrun = Path(sys.executable).parent / "torchrun"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    proc = subprocess.run(
-        [
-            str(torchrun),
-            "--nproc_per_node",
-            "2",
-            "--master_addr",
-            "127.0.0.1",
-            "--master_port",
-            str(_free_port()),
-            str(WORKER),
-            str(dist_dir),
-            *overrides,
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=240,
-    )
+    proc = run_torchrun(WORKER, str(dist_dir), *overrides, timeout=240)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert json.loads((dist_dir / "world.json").read_text()) == {"world": 2}
     rank0 = torch.load(dist_dir / "rank0.pt")

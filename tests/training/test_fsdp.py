@@ -6,15 +6,12 @@ tied tiny Llama sharded; the tests compare what it wrote with one unsharded proc
 
 import copy
 import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from fsdp_helpers import LR, PROMPT, STEPS, build_tied_tiny_lm, train_batches
+from train_helpers import run_torchrun
 
 from divrl.training.fsdp import FSDPConfig, decoder_layers, strip_wrapper_prefixes
 from divrl.training.fsdp_checkpoint import (
@@ -27,12 +24,6 @@ from divrl.training.fsdp_checkpoint import (
 WORKER = Path(__file__).parent / "fsdp_worker.py"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def tied_model_dir(tmp_path_factory):
     return build_tied_tiny_lm(tmp_path_factory.mktemp("tied") / "model")
@@ -42,19 +33,7 @@ def tied_model_dir(tmp_path_factory):
 def sharded_run(tied_model_dir, tmp_path_factory):
     """The worker's output directory after one 2-process run."""
     out = tmp_path_factory.mktemp("fsdp")
-    torchrun = Path(sys.executable).parent / "torchrun"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    env["PYTHONPATH"] = os.pathsep.join([str(Path.cwd()), env.get("PYTHONPATH", "")])
-    proc = subprocess.run(
-        [
-            *(str(torchrun), "--nproc_per_node", "2", "--master_addr", "127.0.0.1"),
-            *("--master_port", str(_free_port()), str(WORKER), str(out), str(tied_model_dir)),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    proc = run_torchrun(WORKER, str(out), str(tied_model_dir), timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return out
 

@@ -6,15 +6,11 @@ compare what it wrote with single-process runs of the same configs.
 """
 
 import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from train_helpers import sevens_reward, tiny_overrides
+from train_helpers import run_torchrun, sevens_reward, tiny_overrides
 
 from divrl.training.config import load_config
 from divrl.training.trainer import TIME_KEYS, Trainer
@@ -75,12 +71,6 @@ def _cases(world: dict, store: Path, root: Path) -> dict[str, dict]:
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def fsdp_runs(tiny_world, reference_store, tmp_path_factory):
     """(root of the worker's outputs, overrides of each case)."""
@@ -99,19 +89,7 @@ def fsdp_runs(tiny_world, reference_store, tmp_path_factory):
     spec.insert(0, {"name": "presample", "presample": True, "overrides": presample_args})
     spec[-1]["kill_at"] = 5  # after the step-4 checkpoint and one more logged step
     (root / "cases.json").write_text(json.dumps(spec))
-    torchrun = Path(sys.executable).parent / "torchrun"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    env["PYTHONPATH"] = os.pathsep.join([str(Path.cwd()), env.get("PYTHONPATH", "")])
-    proc = subprocess.run(
-        [
-            *(str(torchrun), "--nproc_per_node", "2", "--master_addr", "127.0.0.1"),
-            *("--master_port", str(_free_port()), str(WORKER), str(root)),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    proc = run_torchrun(WORKER, str(root), timeout=600)
     assert proc.returncode == 0, proc.stderr[-6000:]
     return root, overrides
 

@@ -4,6 +4,10 @@ toy prompt set, rewards and config overrides."""
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import torch
@@ -84,3 +88,27 @@ def tiny_overrides(world, out_dir, **extra) -> list[str]:
     }
     base.update(extra)
     return [f"{k}={'null' if v is None else v}" for k, v in base.items()]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_torchrun(worker: Path, *args: str, timeout: int) -> subprocess.CompletedProcess:
+    """``torchrun --nproc_per_node 2 worker *args`` on CPU (gloo), one torch thread per
+    process, this checkout first on the path; the finished process (not checked)."""
+    torchrun = Path(sys.executable).parent / "torchrun"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path.cwd()), env.get("PYTHONPATH", "")])
+    return subprocess.run(
+        [
+            *(str(torchrun), "--nproc_per_node", "2", "--master_addr", "127.0.0.1"),
+            *("--master_port", str(free_port()), str(worker), *args),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
