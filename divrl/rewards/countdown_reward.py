@@ -12,7 +12,10 @@ it even when its verdict missed it, and an `` ok`` on a wrong attempt is a wrong
 (:func:`answer_attempt`). It is correct when every step
 combines two values still available (a given number, each used at most once, or the
 result of an earlier step, used once), every step's written result is the true result
-(``-`` must not go below zero), and the last step's result is the target. Numbers and
+(``-`` must not go below zero), the last step's result is the target, and the answer has
+at least two steps (:data:`MIN_STEPS`; a problem is posed as "reach the target in two steps
+from three of the numbers", and without the floor RL learns to answer ``a*b=target`` on
+the prompts where one operation happens to hit it, reason ``too_short``). Numbers and
 target travel in the ground truth as ``"numbers=3,7,9,5;target=42"``
 (:func:`format_ground_truth`).
 
@@ -33,6 +36,8 @@ from divrl.rewards.types import ScoreResult
 OK_MARK = " ok"
 NO_MARK = " no; "
 OPERATORS = ("+", "-", "*")
+#: fewest steps an answer may have (every problem is reachable in two; see the docstring)
+MIN_STEPS = 2
 _STEP = re.compile(r"^(\d{1,4})([-+*])(\d{1,4})=(\d{1,5})$")
 _GOLD = re.compile(r"^numbers=([\d,]+);target=(\d+)$")
 _MAX_ANSWER_CHARS = 200
@@ -100,6 +105,8 @@ def check_attempt(attempt: str, numbers: list[int], target: int) -> tuple[bool, 
     steps = parse_steps(attempt)
     if steps is None:
         return False, "unparsable"
+    if len(steps) < MIN_STEPS:
+        return False, "too_short"
     pool = Counter(numbers)
     for a, op, b, written in steps:
         for operand in (a, b):

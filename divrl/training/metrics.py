@@ -22,6 +22,7 @@ from divrl.training.collective import Collective
 from divrl.training.config import Config
 
 __all__ = [
+    "COUNT_UPDATE_KEYS",
     "REDUCTIONS",
     "TIME_KEYS",
     "MetricMeter",
@@ -40,8 +41,14 @@ TIME_KEYS = ("time/step", "time/rollout", "time/update")
 REDUCTIONS = ("mean", "sum", "global")
 
 
+#: update metrics that count tokens: summed over a step's micro-batches, optimiser steps and
+#: processes, so that they say how many tokens the step selected or regularised (a weighted
+#: mean would report the count of an average micro-batch)
+COUNT_UPDATE_KEYS = ("lp_reg/num_negative", "lp_reg/num_selected", "lp_reg/num_regularized")
+
+
 class MetricMeter:
-    """Weighted means of per-micro-batch metrics."""
+    """Weighted means of per-micro-batch metrics; :data:`COUNT_UPDATE_KEYS` summed."""
 
     def __init__(self) -> None:
         self.sums: dict[str, float] = defaultdict(float)
@@ -49,11 +56,16 @@ class MetricMeter:
 
     def add(self, metrics: Mapping[str, float], weight: float = 1.0) -> None:
         for key, value in metrics.items():
-            self.sums[key] += float(value) * weight
+            counted = key in COUNT_UPDATE_KEYS
+            self.sums[key] += float(value) * (1.0 if counted else weight)
             self.weights[key] += weight
 
     def means(self) -> dict[str, float]:
-        return {k: self.sums[k] / self.weights[k] for k in self.sums if self.weights[k] > 0}
+        return {
+            k: self.sums[k] if k in COUNT_UPDATE_KEYS else self.sums[k] / self.weights[k]
+            for k in self.sums
+            if self.weights[k] > 0
+        }
 
 
 class StepMetrics:
@@ -104,12 +116,16 @@ def reduce_step_metrics(
 ) -> dict[str, float]:
     """A step's metrics over all processes: the experience's ``means`` (averaged) and
     ``counts`` (summed), and the update's means (averaged, but for
-    :data:`GLOBAL_UPDATE_KEYS`; ``actor/skipped_steps`` is the caller's)."""
+    :data:`GLOBAL_UPDATE_KEYS`, and :data:`COUNT_UPDATE_KEYS` summed; ``actor/skipped_steps``
+    is the caller's)."""
     update = {k: v for k, v in update.items() if k != "actor/skipped_steps"}
     local = StepMetrics()
     local.update(means)
     local.update(counts, reduce="sum")
     local.update(update)
+    for key in COUNT_UPDATE_KEYS:
+        if key in update:
+            local.put(key, update[key], reduce="sum")
     for key in GLOBAL_UPDATE_KEYS:
         if key in update:
             local.put(key, update[key], reduce="global")

@@ -67,6 +67,18 @@ def test_verifier_reports_the_answer_and_reason():
         parse_ground_truth("42")
 
 
+def test_one_step_answers_are_rejected_and_longer_ones_checked():
+    # the hack RL found at lr 3e-4: one operation that happens to hit the target
+    gold = format_ground_truth([3, 7, 6, 5], 42)
+    res = compute_score_detailed("countdown", "7*6=42 ok", gold)
+    assert (res.score, res.reason) == (0.0, "too_short")
+    assert compute_score("countdown", "6*7=42 no; ", gold) == 0.0
+    assert compute_score("countdown", "7*6=42,42*1=42 ok", gold) == 0.0  # 1 is not given
+    assert compute_score("countdown", "7-5=2,2*3=6,6*7=42 ok", gold) == 0.0  # 7 used twice
+    # three steps on four numbers is a valid (longer) solution
+    assert compute_score("countdown", "7+5=12,12*3=36,36+6=42 ok", gold) == 1.0
+
+
 def test_canonical_expression_and_style():
     assert canonical_expression("3*5=15,15+7=22") == canonical_expression("5*3=15,7+15=22")
     assert canonical_expression("3*5=15,15+7=22") != canonical_expression("3+7=10,10*5=50")

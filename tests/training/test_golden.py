@@ -60,6 +60,9 @@ CASES: dict[str, tuple[str, dict]] = {
     ),
     "grpo_rkl": ("configs/toy/grpo_rkl.yaml", {**RECORDED_DPH_SIDE, "train.mini_batch_size": 2}),
 }
+# The Lp-Reg token counts (COUNT_UPDATE_KEYS) were re-recorded once when they became the
+# step's sums instead of token-weighted means over micro-batches (every other value and the
+# parameter digest unchanged).
 # metrics added since the recording (checked to exist, not compared)
 NEW_METRICS = {"dph/effective_eta"}
 

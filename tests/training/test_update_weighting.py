@@ -201,6 +201,10 @@ def test_lp_reg_scope_mini_batch_selects_over_the_whole_mini_batch(tiny_world, t
     assert len(scoped_counts) == len(seqs) // 2
     assert sum(scoped_counts) == whole_counts[0] == int(exp.lp_reg_selected.sum())
     assert m_got.means()["lp_reg/population_negative"] == m_want.means()["lp_reg/num_negative"]
+    # token counts are the step's totals, summed over its micro-batches (not a mean)
+    for key in ("lp_reg/num_selected", "lp_reg/num_negative", "lp_reg/num_regularized"):
+        assert m_got.means()[key] == m_want.means()[key], key
+    assert m_got.means()["lp_reg/num_selected"] == whole_counts[0]
     exp.lp_reg_selected = None
     local = _lp_reg(tiny_world, tmp_path / "c", **{"train.micro_batch_size": 2})
     local_counts = _count_selected(local)
