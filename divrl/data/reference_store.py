@@ -121,6 +121,8 @@ class StoreExpectation:
             (see :data:`SAMPLING_SETTINGS`).
         threshold: the near-perfect threshold (the split rule), correct of k.
         failed_to_exploration: the other half of the split rule (None: not checked).
+        keep_presampled: whether the store also keeps the near-perfect prompts' correct
+            presampled responses (``reference.keep_presampled``; None: not checked).
     """
 
     model: str | None = None
@@ -129,6 +131,7 @@ class StoreExpectation:
     sampling: dict[str, Any] | None = None
     threshold: int | None = None
     failed_to_exploration: bool | None = None
+    keep_presampled: bool | None = None
 
     def fingerprint(self) -> dict[str, Any]:
         """The ``manifest["fingerprint"]`` presample writes for these model and prompts."""
@@ -172,6 +175,13 @@ class StoreExpectation:
             found.append(
                 f"reference.failed_to_exploration (the split rule): presampled with {before}, "
                 f"this run has {self.failed_to_exploration}"
+            )
+        # a store from before the setting existed kept only the extra responses (False)
+        kept = manifest.get("keep_presampled", False)
+        if self.keep_presampled is not None and kept != self.keep_presampled:
+            found.append(
+                f"reference.keep_presampled (which responses the store holds): presampled "
+                f"with {kept}, this run has {self.keep_presampled}"
             )
         return found
 

@@ -213,6 +213,7 @@ def store_expectation(config: Config, model_path: str, prompts) -> StoreExpectat
         },
         threshold=ref.threshold or ref.k,
         failed_to_exploration=ref.failed_to_exploration,
+        keep_presampled=ref.keep_presampled,
     )
 
 
@@ -255,7 +256,7 @@ def _manifest(config: Config, expect: StoreExpectation, train_path: str, stats) 
         "sampling": {**expect.sampling, "seed": config.train.seed},
         "threshold": expect.threshold,
         "failed_to_exploration": expect.failed_to_exploration,
-        "keep_presampled": config.reference.keep_presampled,
+        "keep_presampled": expect.keep_presampled,
         "log_prob_temperature": config.rollout.temperature,
         "fingerprint": expect.fingerprint(),
         "stats": stats,

@@ -120,6 +120,7 @@ def test_sampling_settings_and_split_rule_are_compared(tiny_world, reference_sto
             "reference.top_p": 0.9,
             "reference.threshold": 3,
             "reference.failed_to_exploration": True,
+            "reference.keep_presampled": True,
         },
     )
     with pytest.raises(StoreMismatchError) as err:
@@ -128,6 +129,9 @@ def test_sampling_settings_and_split_rule_are_compared(tiny_world, reference_sto
     assert "reference.top_p: presampled with 0.95, this run has 0.9" in message
     assert "reference.threshold (the split rule): presampled with 4" in message
     assert "reference.failed_to_exploration (the split rule): presampled with False" in message
+    assert "reference.keep_presampled (which responses the store holds): presampled with False" in (
+        message
+    )
 
 
 def test_a_store_without_fingerprints_is_trained_on_with_a_warning(
