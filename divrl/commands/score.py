@@ -78,6 +78,10 @@ def _write_scores(out: Path, records: list[dict]) -> None:
 
 
 def _read_completions(path: Path) -> list[tuple[int, str, list[str]]]:
+    """(line, id, completions) of every row; a malformed row is a ``UsageError`` naming the
+    file and line (one paragraph from the CLI, exit 2)."""
+    from divrl.cli import UsageError
+
     rows = []
     with path.open(encoding="utf-8") as f:
         for line_no, line in enumerate(f, start=1):
@@ -86,15 +90,15 @@ def _read_completions(path: Path) -> list[tuple[int, str, list[str]]]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path}: line {line_no}: invalid JSON ({e.msg})") from None
+                raise UsageError(f"{path}: line {line_no}: invalid JSON ({e.msg})") from None
             rid = row.get("id", row.get("index")) if isinstance(row, dict) else None
             if rid is None:
-                raise ValueError(f"{path}: line {line_no}: field 'id': missing")
+                raise UsageError(f"{path}: line {line_no}: field 'id': missing")
             comps = row.get("completions", row.get("completion"))
             if isinstance(comps, str):
                 comps = [comps]
             if not isinstance(comps, list) or not all(isinstance(c, str) for c in comps):
-                raise ValueError(
+                raise UsageError(
                     f"{path}: line {line_no}: field 'completion(s)': need a string or a list "
                     "of strings"
                 )

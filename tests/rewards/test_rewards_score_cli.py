@@ -50,9 +50,21 @@ def test_score_command_single_completion_and_errors(tmp_path, capsys):
     comps.write_text(json.dumps({"id": "nope", "completion": "1"}) + "\n")
     with pytest.raises(SystemExit, match="id 'nope' is not in"):
         main(["score", "--data", data, "--completions", str(comps)])
-    comps.write_text(json.dumps({"completion": "1"}) + "\n")
-    with pytest.raises(ValueError, match="line 1: field 'id'"):
-        main(["score", "--data", data, "--completions", str(comps)])
+    # a malformed completions file: one paragraph naming file and line, exit 2, no traceback
+    for text, says in (
+        (json.dumps({"completion": "1"}), "line 1: field 'id': missing"),
+        ("not json", "line 1: invalid JSON"),
+        (
+            json.dumps({"id": "math-0", "completion": 5}),
+            "line 1: field 'completion(s)': need a string",
+        ),
+    ):
+        comps.write_text(text + "\n")
+        capsys.readouterr()
+        assert main(["score", "--data", data, "--completions", str(comps)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"divrl score: {comps}: {says}"), err
+        assert "Traceback" not in err
 
 
 def test_score_command_skip_invalid(tmp_path, capsys):
