@@ -6,8 +6,8 @@ scheduler, the trainer's own state (step, sampler cursors, the run's id) and a p
 transformers model directory for evaluation. It is written to a temp directory and
 renamed, so a run killed while writing keeps its previous checkpoint; a failed write (a
 full disk) removes the temp directory and raises an error naming the path and the free
-space. A checkpoint that fails to load (a truncated ``optimizer.bin``) is skipped with a
-warning and the previous one is loaded.
+space. A checkpoint that fails to load (a truncated ``optimizer.bin``, a damaged DCP shard
+or ``.metadata`` of a sharded one) is skipped with a warning and the previous one is loaded.
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.checkpoint.api import CheckpointException
 
 from divrl.fileio import write_failed
 from divrl.runs import Checkpoint, RunDir
-from divrl.training.fsdp_checkpoint import is_sharded_checkpoint
+from divrl.training.fsdp_checkpoint import DCP_DIR, is_sharded_checkpoint
 from divrl.training.sharded_checkpointing import (
     load_sharded_run_checkpoint,
     save_sharded_run_checkpoint,
@@ -195,15 +196,47 @@ def load_latest_checkpoint(
     checkpoint: accelerate's ``load_state`` would skip the unprepared FSDP model silently.
     """
     latest = run.latest()
-    if latest is not None and is_sharded_checkpoint(latest.path):
-        state = load_sharded_run_checkpoint(latest, rank, model, optimizer, scheduler)
-        return latest, state, []
+    if latest is not None and _looks_sharded(latest.path):
+        return _load_newest_sharded(run, rank, model, optimizer, scheduler)
     if sharded and latest is not None:
         raise ValueError(
             f"--resume: {latest.path} was written under train.strategy=ddp; resume it "
             "with train.strategy=ddp (a sharded run cannot read a DDP checkpoint's state)"
         )
     return load_checkpoint(run, accelerator, scheduler)
+
+
+def _looks_sharded(path: Path) -> bool:
+    """A DCP checkpoint, or what is left of one whose ``.metadata`` is gone (its shards)."""
+    return is_sharded_checkpoint(path) or any((path / DCP_DIR).glob("*.distcp"))
+
+
+def _load_newest_sharded(
+    run: RunDir, rank: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler
+) -> tuple[Checkpoint, dict, list[Checkpoint]]:
+    """The newest sharded checkpoint that loads, as :func:`load_checkpoint` does for DDP
+    ones. Every process reads the same files, and DCP raises on every rank when one fails
+    (``CheckpointException``), so all processes fall back to the same checkpoint; the
+    model and optimiser are overwritten completely by the one that loads."""
+    ckpts = [c for c in run.checkpoints() if _looks_sharded(c.path)]
+    corrupt: list[Checkpoint] = []
+    for ckpt in reversed(ckpts):
+        try:
+            state = load_sharded_run_checkpoint(ckpt, rank, model, optimizer, scheduler)
+        except (*_LOAD_ERRORS, CheckpointException) as exc:
+            logger.warning(
+                "checkpoint %s does not load (%s: %s); falling back to the previous one",
+                ckpt.path,
+                type(exc).__name__,
+                str(exc)[:200],
+            )
+            corrupt.append(ckpt)
+            continue
+        return ckpt, state, corrupt
+    raise RuntimeError(
+        f"--resume: none of the {len(ckpts)} sharded checkpoints in {run.checkpoints_dir} "
+        "loads (see the warnings above); start again with --overwrite"
+    )
 
 
 def set_corrupt_aside(run: RunDir, corrupt: list[Checkpoint]) -> None:

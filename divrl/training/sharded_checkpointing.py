@@ -12,7 +12,8 @@ A sharded checkpoint ``checkpoints/step_NNNNNN`` holds::
 
 It is written under ``.tmp_step_NNNNNN`` and renamed when complete
 (:func:`~divrl.training.fsdp_checkpoint.save_sharded_checkpoint`), so a run killed while
-saving resumes from the previous one. DCP stores global tensors, so a run saved on N
+saving resumes from the previous one, and one that fails to load is skipped for the
+previous one (:mod:`divrl.training.checkpointing`). DCP stores global tensors, so a run saved on N
 processes resumes on M (a rank without its own RNG file takes rank 0's).
 """
 

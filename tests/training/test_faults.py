@@ -152,6 +152,31 @@ def test_a_truncated_latest_optimizer_falls_back_to_the_previous_checkpoint(
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.parametrize("damage", ["truncated_shard", "metadata_gone"])
+def test_a_damaged_latest_sharded_checkpoint_falls_back_to_the_previous_one(
+    tiny_world, tmp_path, caplog, damage
+):
+    fsdp = {"train.strategy": "fsdp"}
+    full = Trainer(_config(tiny_world, tmp_path / "full", **fsdp), reward_fn=sevens_reward)
+    expected = _no_time(full.train())
+    run = tmp_path / "run"
+    Trainer(_config(tiny_world, run, **fsdp), reward_fn=sevens_reward).train()
+    state = RunDir(run).checkpoint(3).path / "state"
+    if damage == "truncated_shard":
+        shard = sorted(state.glob("*.distcp"))[0]
+        shard.write_bytes(shard.read_bytes()[:100])
+    else:
+        (state / ".metadata").unlink()
+    with caplog.at_level("WARNING"):
+        tr = Trainer(_config(tiny_world, run, **fsdp), reward_fn=sevens_reward, resume=True)
+    assert tr.step == 2
+    assert "step_000003 does not load" in caplog.text and "previous one" in caplog.text
+    tr.train()
+    assert (run / "checkpoints" / "corrupt_step_000003").is_dir()
+    assert [c.step for c in RunDir(run).checkpoints()] == [1, 2, 3]
+    assert _no_time(read_metrics(run / "metrics.jsonl")) == expected  # step 3 redone exactly
+
+
 def _float_keys():
     """Every float option of the config (float, float | None, list[float])."""
     for section in dataclasses.fields(Config):
