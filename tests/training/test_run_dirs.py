@@ -212,8 +212,10 @@ def test_a_real_sigint_exits_130_with_one_line(tiny_world, tmp_path):
     import signal
     import time
 
+    # far more steps than can run before the signal (500 tiny steps once finished first on a
+    # loaded machine, before this process saw the second metrics line)
     args = tiny_overrides(
-        tiny_world, tmp_path, **{"train.total_steps": 500, "checkpoint.save_every": 1}
+        tiny_world, tmp_path, **{"train.total_steps": 1_000_000, "checkpoint.save_every": 1}
     )
     root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": root}
