@@ -175,6 +175,12 @@ def spawner(ctl_fd: int) -> None:
 
 
 def main(argv: list[str]) -> None:
+    import signal
+
+    # A Ctrl-C at the terminal reaches the whole process group: the parent decides (it
+    # stops and closes the pool, which ends the spawner and its workers); here it would
+    # only print a second traceback under the parent's one line.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = os.environ.get("DIVRL_REWARD_PARENT_PID")
     if parent:  # set by the pool when the parent-death signal is safe to use (main thread)
         die_with_parent(int(parent))

@@ -179,6 +179,9 @@ class RunSession:
         checkpoints (those that failed to load) aside. Every process learns whether that
         worked, so that a refused lock stops all of them instead of leaving the others
         waiting."""
+        # every process has read the lock in check() before the main process takes it
+        # (a slow rank read it after and refused the run: "in use ... by pid <rank 0>")
+        collective.all_gather_object(None)
         error = None
         if main:
             try:

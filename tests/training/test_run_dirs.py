@@ -219,23 +219,73 @@ def test_a_real_sigint_exits_130_with_one_line(tiny_world, tmp_path):
     )
     root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": root}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "divrl.cli", "train", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    # its own process group, SIGINT at its default (an ignored SIGINT is inherited across
+    # exec, and something earlier in a full pytest session can leave it ignored)
+    # (stderr to a file: an undrained pipe would block the run's logging)
+    err_path = tmp_path.parent / f"{tmp_path.name}_stderr.txt"
+    with err_path.open("w") as err_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "divrl.cli", "train", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=err_file,
+            env=env,
+            start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
     metrics = tmp_path / "metrics.jsonl"
     deadline = time.monotonic() + 240
     while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        assert proc.poll() is None and time.monotonic() < deadline, err_path.read_text()
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
+    os.killpg(proc.pid, signal.SIGINT)  # as a Ctrl-C does: the reward workers get it too
+    proc.wait(timeout=120)
+    err = err_path.read_text()
     assert proc.returncode == 130, err[-2000:]
     last = err.strip().splitlines()[-1]
     assert last.startswith("interrupted at step ") and last.endswith("; resume with --resume")
     assert "Traceback" not in err
     assert not (tmp_path / ".lock").exists()
     assert _history(tmp_path)[-1]["event"] == "interrupted"
+
+
+def test_every_process_reads_the_lock_before_the_main_process_takes_it(tmp_path):
+    """Two processes of one run (threads here, each with its own session): the slower one's
+    check() used to come after the main process had taken the lock, and it refused its own
+    run ('in use ... held by pid <rank 0>'); begin_on_all waits for every check first."""
+    import threading
+    import time
+
+    from divrl.training.run_session import RunSession
+
+    barrier = threading.Barrier(2, timeout=30)
+
+    class ThreadCollective:  # all_gather_object as a collective of the two threads
+        world = 2
+
+        def all_gather_object(self, obj):
+            barrier.wait()
+            return [obj, obj]
+
+    config = load_config(None, [f"logging.output_dir={tmp_path}"])
+    errors: list[BaseException] = []
+
+    def process(main_process: bool) -> None:
+        try:
+            session = RunSession(RunDir(tmp_path), config)
+            if not main_process:
+                time.sleep(0.5)  # the slow rank: loads its model later
+            session.check()
+            session.begin_on_all(0, ThreadCollective(), main_process)
+            barrier.wait()  # both past the start before the main process ends the run
+            if main_process:
+                session.end("finish", 0)
+        except BaseException as exc:
+            errors.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=process, args=(m,)) for m in (True, False)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
