@@ -434,8 +434,10 @@ def _lp_reg_section(groups) -> list[str]:
         "",
         "Tokens Lp-Reg selected (the lowest-probability rho share of the negative-advantage "
         "tokens of a micro-batch) and regularised (selected and kept by the min-p proxy) per "
-        "step, as logged in metrics.jsonl (per-micro-batch counts averaged over a step's "
-        "micro-batches; the curve kept in the summaries, mean over seeds), and the share of "
+        "step, as logged in metrics.jsonl (the step's sums over its micro-batches; runs "
+        "made before 2026-12-01 03:13 UTC (commit of the change), such as the SQL toy reproduction, logged the "
+        "token-weighted mean over a step's micro-batches instead; the curve kept in the "
+        "summaries, mean over seeds), and the share of "
         "steps with at least one regularised token. A run that regularised nothing trained "
         "as on-policy GRPO with the lower clip off.",
         "",
