@@ -132,13 +132,26 @@ def load_checkpoint(
     ckpts = run.checkpoints()
     if not ckpts:
         raise FileNotFoundError(f"--resume: no checkpoint in {run.checkpoints_dir}")
+
+    def load(ckpt: Checkpoint) -> dict:
+        state = json.loads(ckpt.trainer_state_path.read_text())
+        accelerator.load_state(str(ckpt.state_dir))
+        scheduler.load_state_dict(torch.load(ckpt.scheduler_path, weights_only=True))
+        return state
+
+    return _newest_that_loads(run, ckpts, load, "checkpoints")
+
+
+def _newest_that_loads(
+    run: RunDir, ckpts: list[Checkpoint], load: Any, what: str
+) -> tuple[Checkpoint, dict, list[Checkpoint]]:
+    """``(checkpoint, load(checkpoint), newer ones that failed)`` for the newest of
+    ``ckpts`` that loads; each failure is a warning, all failing a RuntimeError."""
     corrupt: list[Checkpoint] = []
     for ckpt in reversed(ckpts):
         try:
-            state = json.loads(ckpt.trainer_state_path.read_text())
-            accelerator.load_state(str(ckpt.state_dir))
-            scheduler.load_state_dict(torch.load(ckpt.scheduler_path, weights_only=True))
-        except _LOAD_ERRORS as exc:
+            state = load(ckpt)
+        except (*_LOAD_ERRORS, CheckpointException) as exc:
             logger.warning(
                 "checkpoint %s does not load (%s: %s); falling back to the previous one",
                 ckpt.path,
@@ -149,7 +162,7 @@ def load_checkpoint(
             continue
         return ckpt, state, corrupt
     raise RuntimeError(
-        f"--resume: none of the {len(ckpts)} checkpoints in {run.checkpoints_dir} loads "
+        f"--resume: none of the {len(ckpts)} {what} in {run.checkpoints_dir} loads "
         "(see the warnings above); start again with --overwrite"
     )
 
@@ -219,23 +232,11 @@ def _load_newest_sharded(
     (``CheckpointException``), so all processes fall back to the same checkpoint; the
     model and optimiser are overwritten completely by the one that loads."""
     ckpts = [c for c in run.checkpoints() if _looks_sharded(c.path)]
-    corrupt: list[Checkpoint] = []
-    for ckpt in reversed(ckpts):
-        try:
-            state = load_sharded_run_checkpoint(ckpt, rank, model, optimizer, scheduler)
-        except (*_LOAD_ERRORS, CheckpointException) as exc:
-            logger.warning(
-                "checkpoint %s does not load (%s: %s); falling back to the previous one",
-                ckpt.path,
-                type(exc).__name__,
-                str(exc)[:200],
-            )
-            corrupt.append(ckpt)
-            continue
-        return ckpt, state, corrupt
-    raise RuntimeError(
-        f"--resume: none of the {len(ckpts)} sharded checkpoints in {run.checkpoints_dir} "
-        "loads (see the warnings above); start again with --overwrite"
+    return _newest_that_loads(
+        run,
+        ckpts,
+        lambda ckpt: load_sharded_run_checkpoint(ckpt, rank, model, optimizer, scheduler),
+        "sharded checkpoints",
     )
 
 

@@ -129,6 +129,18 @@ def test_resume_truncation_replaces_the_file_atomically(tmp_path, monkeypatch):
     assert replaced and replaced[0][1] == metrics and replaced[0][0] != metrics
 
 
+def _resume_past_damaged_step_3(world, run, caplog, **extra) -> Trainer:
+    """Resume a 3-step run whose step-3 checkpoint is damaged: it loads step 2 with a
+    warning, trains step 3 again and sets the damaged one aside."""
+    with caplog.at_level("WARNING"):
+        tr = Trainer(_config(world, run, **extra), reward_fn=sevens_reward, resume=True)
+    assert tr.step == 2
+    assert "step_000003 does not load" in caplog.text and "previous one" in caplog.text
+    tr.train()
+    assert (run / "checkpoints" / "corrupt_step_000003").is_dir()
+    return tr
+
+
 def test_a_truncated_latest_optimizer_falls_back_to_the_previous_checkpoint(
     tiny_world, tmp_path, caplog
 ):
@@ -139,12 +151,7 @@ def test_a_truncated_latest_optimizer_falls_back_to_the_previous_checkpoint(
     optimizer_bin = RunDir(run).checkpoint(3).state_dir / "optimizer.bin"
     data = optimizer_bin.read_bytes()
     optimizer_bin.write_bytes(data[: len(data) // 2])  # cut mid-file: a bare EOFError before
-    with caplog.at_level("WARNING"):
-        tr = Trainer(_config(tiny_world, run), reward_fn=sevens_reward, resume=True)
-    assert tr.step == 2
-    assert "step_000003 does not load" in caplog.text and "previous one" in caplog.text
-    tr.train()
-    assert (run / "checkpoints" / "corrupt_step_000003").is_dir()
+    tr = _resume_past_damaged_step_3(tiny_world, run, caplog)
     assert [c.step for c in RunDir(run).checkpoints()] == [1, 2, 3]
     assert _no_time(read_metrics(run / "metrics.jsonl")) == expected  # step 3 redone exactly
     a = full.accelerator.unwrap_model(full.model).state_dict()
@@ -167,12 +174,7 @@ def test_a_damaged_latest_sharded_checkpoint_falls_back_to_the_previous_one(
         shard.write_bytes(shard.read_bytes()[:100])
     else:
         (state / ".metadata").unlink()
-    with caplog.at_level("WARNING"):
-        tr = Trainer(_config(tiny_world, run, **fsdp), reward_fn=sevens_reward, resume=True)
-    assert tr.step == 2
-    assert "step_000003 does not load" in caplog.text and "previous one" in caplog.text
-    tr.train()
-    assert (run / "checkpoints" / "corrupt_step_000003").is_dir()
+    _resume_past_damaged_step_3(tiny_world, run, caplog, **fsdp)
     assert [c.step for c in RunDir(run).checkpoints()] == [1, 2, 3]
     assert _no_time(read_metrics(run / "metrics.jsonl")) == expected  # step 3 redone exactly
 
