@@ -11,7 +11,7 @@ import pytest
 
 import divrl.fileio
 from divrl.evaluation.report import build_report, load_model_eval
-from divrl.evaluation.runner import EvalConfig, evaluate, write_jsonl
+from divrl.evaluation.runner import EvalConfig, evaluate
 
 
 def _fail_halfway(marker: bytes):
@@ -28,37 +28,15 @@ def _fail_halfway(marker: bytes):
     return write
 
 
-def _hand_samples(out):
-    from divrl.data import fixture_path, load_examples
-
-    records = []
-    for ex in load_examples(fixture_path("math.jsonl"), limit=2):
-        right, wrong = f"\\boxed{{{ex.ground_truth}}}", "\\boxed{-12345}"
-        samples = [
-            {"text": t, "n_tokens": 3, "nll": 1.0, "truncated": False} for t in (right, wrong)
-        ]
-        records.append(
-            {
-                "id": ex.id,
-                "data_source": ex.data_source,
-                "prompt": "p",
-                "ground_truth": ex.ground_truth,
-                "extra_info": ex.extra_info,
-                "samples": samples,
-                "greedy": {"text": right, "n_tokens": 3, "truncated": False},
-            }
-        )
-    out.mkdir()
-    write_jsonl(records, out / "samples.jsonl")
-
-
 def _leftovers(folder) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if ".tmp" in p.name)
 
 
-def test_an_interrupted_eval_summary_keeps_the_previous_one(tmp_path, monkeypatch):
+def test_an_interrupted_eval_summary_keeps_the_previous_one(
+    tmp_path, monkeypatch, write_hand_samples
+):
     out = tmp_path / "run"
-    _hand_samples(out)
+    write_hand_samples(out)
     evaluate(None, None, out, EvalConfig(n=2), reuse=True)
     before = (out / "summary.json").read_bytes()
     assert json.loads(before)["mean_accuracy"] == 0.5
@@ -70,11 +48,10 @@ def test_an_interrupted_eval_summary_keeps_the_previous_one(tmp_path, monkeypatc
     assert _leftovers(out) == []
 
 
-def test_an_interrupted_report_keeps_the_previous_one(tmp_path, monkeypatch):
+def test_an_interrupted_report_keeps_the_previous_one(tmp_path, monkeypatch, write_hand_samples):
     # an evaluated base model: scored samples of the hand-made eval set
     evaluated = tmp_path / "base" / "test"
-    evaluated.parent.mkdir()
-    _hand_samples(evaluated)
+    write_hand_samples(evaluated)
     evaluate(None, None, evaluated, EvalConfig(n=2), reuse=True)
     base = load_model_eval(tmp_path / "base", "base")
     out = tmp_path / "report"

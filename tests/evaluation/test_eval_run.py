@@ -11,7 +11,6 @@ from divrl.evaluation.runner import (
     read_jsonl,
     resolve_model_path,
     score_samples,
-    write_jsonl,
 )
 from divrl.evaluation.summary import summarise
 
@@ -65,31 +64,10 @@ class _ExplodingEngine:
         raise AssertionError("--reuse must not sample")
 
 
-def test_reuse_rescoring_does_not_sample(tmp_path, monkeypatch):
-    from divrl.data import fixture_path, load_examples
-
+def test_reuse_rescoring_does_not_sample(tmp_path, monkeypatch, write_hand_samples):
     # samples written by hand: --reuse must score exactly these texts
-    examples = load_examples(fixture_path("math.jsonl"), limit=2)
-    records = []
-    for ex in examples:
-        right, wrong = f"\\boxed{{{ex.ground_truth}}}", "\\boxed{-12345}"
-        records.append(
-            {
-                "id": ex.id,
-                "data_source": ex.data_source,
-                "prompt": "p",
-                "ground_truth": ex.ground_truth,
-                "extra_info": ex.extra_info,
-                "samples": [
-                    {"text": t, "n_tokens": 3, "nll": 1.5, "truncated": False}
-                    for t in (right, wrong, wrong, right)
-                ],
-                "greedy": {"text": right, "n_tokens": 3, "truncated": False},
-            }
-        )
     out = tmp_path / "run"
-    out.mkdir()
-    write_jsonl(records, out / "samples.jsonl")
+    write_hand_samples(out, pattern="rwwr", nll=1.5)
     import divrl.evaluation.runner as runner
 
     def no_model(*a, **k):
