@@ -92,6 +92,19 @@ def test_claim_verdicts(rr):
     assert rr.judge(claim_up, _groups(rr, base), 16).outcome == "not run"
 
 
+def test_entropy_control_baselines_are_judged_against_grpo_and_lp_reg(rr):
+    # the Lp-Reg paper's table: entropy bonus < GRPO ~ 80/20 < Lp-Reg (Pass@1)
+    pass1 = {"grpo": 0.50, "entropy_bonus": 0.30, "high_entropy_8020": 0.50, "lp_reg": 0.60}
+    runs = [run(m, s, p + 0.01 * s, 0.9) for m, p in pass1.items() for s in range(3)]
+    verdicts = dict(rr.verdict_table(runs))
+    assert verdicts["an entropy bonus lowers in-domain Pass@1 below GRPO's"] == "yes"
+    assert verdicts["80/20 keeps GRPO's in-domain Pass@1"] == "yes"
+    assert verdicts["Lp-Reg has a higher in-domain Pass@1 than 80/20"] == "yes"
+    without = [r for r in runs if r["method"] != "high_entropy_8020"]
+    verdicts = dict(rr.verdict_table(without))
+    assert verdicts["Lp-Reg has a higher in-domain Pass@1 than 80/20"] == "not run"
+
+
 def test_same_method_claim_is_paired(rr):
     # entropy falls by exactly 1.0 in every seed although the levels differ a lot between
     # seeds: paired, the fall is certain; unpaired it would be within noise
