@@ -67,6 +67,9 @@ def main(out: Path) -> None:
     }
     out.mkdir(parents=True, exist_ok=True)
     (out / f"rank{acc.process_index}.json").write_text(json.dumps(result))
+    # without it gloo's worker threads outlive the interpreter and a rank can exit with
+    # SIGABRT ("terminate called without an active exception": pytorch/pytorch#190489)
+    trainer.end()
 
 
 if __name__ == "__main__":
