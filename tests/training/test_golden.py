@@ -2,9 +2,13 @@
 off-policy / DAPO / reverse-KL paths) give exactly the metrics and bitwise the final
 parameters recorded before the training step was split into stages.
 
-The fixture (fixtures/golden_runs.json) was written by ``python tests/training/test_golden.py
---record`` on the CPU of this project's machine with one torch thread; a different CPU or
-torch build may round differently, so re-record there (on the commit before a refactor).
+The fixtures (fixtures/golden_runs*.json) were written by ``python
+tests/training/test_golden.py --record NAME`` with one torch thread, one per CPU the project
+has run on: a CPU's vector kernels round the last bits differently (two machines of this
+project gave the same tokens and grad norms differing in the 7th digit). A run must match one
+recording exactly, metrics and parameter bytes; on a CPU none was recorded on, it must match
+the first recording up to rounding (floats to rel 1e-4 / abs 1e-6, the parameters unchecked):
+record that CPU too (on the commit before a refactor) to get the bitwise guard back.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from divrl.training.config import load_config
 from divrl.training.trainer import TIME_KEYS, Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURE = Path(__file__).parent / "fixtures" / "golden_runs.json"
+FIXTURE_DIR = Path(__file__).parent / "fixtures"
+# golden_runs.json first: on an unrecorded CPU the run is compared with it up to rounding
+FIXTURES = sorted(FIXTURE_DIR.glob("golden_runs*.json"), key=lambda p: (p.stem != "golden_runs", p))
 
 # The presets' values when the runs were recorded: the presets have since moved to the
 # authors' scripts (issue 14: top_p 0.9, dual clip 3, weight decay 0.01, 2 optimiser steps
@@ -95,19 +101,31 @@ def run_case(name: str, world: dict, out: Path, store: Path) -> dict:
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_run_matches_the_recorded_run(name, tiny_world, reference_store, tmp_path):
-    recorded = json.loads(FIXTURE.read_text())[name]
+    recordings = [json.loads(path.read_text())[name] for path in FIXTURES]
     got = run_case(name, tiny_world, tmp_path / name, reference_store)
     assert len(got["metrics"]) == 5
+    first = recordings[0]
     for row in got["metrics"]:
-        added = set(row) - set(recorded["metrics"][0])
+        added = set(row) - set(first["metrics"][0])
         assert added <= NEW_METRICS, added
         for key in added:
             del row[key]
-    assert got["metrics"] == recorded["metrics"]
-    assert got["parameters_sha256"] == recorded["parameters_sha256"]
+    if any(_exactly(got, recorded) for recorded in recordings):
+        return
+    # a CPU none was recorded on: the same run up to the last bits of rounding
+    assert [sorted(row) for row in got["metrics"]] == [sorted(r) for r in first["metrics"]]
+    for row, recorded_row in zip(got["metrics"], first["metrics"], strict=True):
+        assert row == pytest.approx(recorded_row, rel=1e-4, abs=1e-6), row["step"]
 
 
-def _record() -> None:  # pragma: no cover - run by hand before a refactor
+def _exactly(got: dict, recorded: dict) -> bool:
+    metrics = [
+        {k: v for k, v in row.items() if k not in NEW_METRICS} for row in recorded["metrics"]
+    ]
+    return got["metrics"] == metrics and got["parameters_sha256"] == recorded["parameters_sha256"]
+
+
+def _record(label: str) -> None:  # pragma: no cover - run by hand before a refactor
     import tempfile
 
     from train_helpers import build_tiny_lm, parity_reward, write_prompts
@@ -133,10 +151,14 @@ def _record() -> None:  # pragma: no cover - run by hand before a refactor
         progress=False,
     )
     result = {name: run_case(name, world, root / name, ref_root / "store") for name in CASES}
-    FIXTURE.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    path = FIXTURE_DIR / f"golden_runs_{label}.json"
+    path.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    print(f"recorded {path}")
 
 
 if __name__ == "__main__":  # pragma: no cover
     sys.path.insert(0, str(Path(__file__).parent))
-    if "--record" in sys.argv:
-        _record()
+    if len(sys.argv) == 3 and sys.argv[1] == "--record":
+        _record(sys.argv[2])
+    else:
+        sys.exit("usage: python tests/training/test_golden.py --record NAME (a name for this CPU)")
