@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 
@@ -11,6 +12,8 @@ import torch
 from divrl.rollout.base import RolloutEngine, RolloutOutput, SamplingParams, pad_token_id
 
 __all__ = ["HFEngine", "response_length"]
+
+logger = logging.getLogger(__name__)
 
 
 def response_length(
@@ -53,6 +56,11 @@ class HFEngine(RolloutEngine):
             call ``generate`` equally often. Inside it ``generate`` runs with
             ``synced_gpus=False``: no collective per token, processes may stop at different
             lengths.
+
+    A response also ends where prompt + response reaches the model's context
+    (``config.max_position_embeddings``), as vLLM's ``max_model_len`` ends it: past it the
+    positions are ones the model never saw. Such responses are ``truncated``; the first
+    batch that has one logs a warning and ``context_capped`` counts them.
     """
 
     def __init__(
@@ -72,10 +80,34 @@ class HFEngine(RolloutEngine):
             raise ValueError("the tokenizer has no eos_token_id; the hf engine needs one")
         self.eos_ids = {eos} if isinstance(eos, int) else set(eos)
         self.pad_id = pad_token_id(tokenizer)
+        self.context_capped = 0  # responses cut at the model's context so far
 
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    @property
+    def context_length(self) -> int | None:
+        """The model's context in tokens (``config.max_position_embeddings``), if it has one."""
+        value = getattr(getattr(self.model, "config", None), "max_position_embeddings", None)
+        return value if isinstance(value, int) and value > 0 else None
+
+    def _response_caps(
+        self, prompt_ids: Sequence[Sequence[int]], max_new_tokens: int
+    ) -> list[int] | None:
+        """Per prompt, the most new tokens that fit in the context; None when all fit."""
+        context = self.context_length
+        if context is None or max(len(p) for p in prompt_ids) + max_new_tokens <= context:
+            return None
+        longest = max(len(p) for p in prompt_ids)
+        if longest >= context:
+            raise ValueError(
+                f"a prompt of {longest} tokens leaves no room in the model's context of "
+                f"{context} tokens (config.max_position_embeddings): shorten the prompts "
+                "(data.max_prompt_length with data.truncation) or use a model with a longer "
+                "context"
+            )
+        return [min(max_new_tokens, context - len(p)) for p in prompt_ids]
 
     def generate(
         self,
@@ -124,6 +156,8 @@ class HFEngine(RolloutEngine):
         for i, p in enumerate(prompt_ids):  # left padding: generation continues every row
             ids[i, plen - len(p) :] = torch.as_tensor(list(p), dtype=torch.long)
             mask[i, plen - len(p) :] = 1
+        caps = self._response_caps(prompt_ids, params.max_new_tokens)
+        max_new_tokens = max(caps) if caps else params.max_new_tokens
         greedy = params.temperature == 0
         # explicit filters (top_k 0 = off) so that the model's generation_config adds none
         sampling = (
@@ -142,10 +176,10 @@ class HFEngine(RolloutEngine):
             **sampling,
             min_p=None,
             repetition_penalty=1.0,
-            max_new_tokens=params.max_new_tokens,
+            max_new_tokens=max_new_tokens,
             num_return_sequences=params.n,
             synced_gpus=False,
-            stopping_criteria=self._stop_criteria(params.stop, plen),
+            stopping_criteria=self._stop_criteria(params.stop, plen, caps, params.n),
             pad_token_id=self.pad_id,
             eos_token_id=sorted(self.eos_ids),
             return_dict_in_generate=True,
@@ -167,9 +201,13 @@ class HFEngine(RolloutEngine):
         new_tokens = new_tokens.cpu()
 
         out = RolloutOutput()
+        capped = 0
         for row in range(new_tokens.shape[0]):
             tokens = new_tokens[row].tolist()
+            if caps is not None:
+                tokens = tokens[: caps[row // params.n]]
             length, ended = response_length(tokens, self.eos_ids, params.stop, self._decode)
+            capped += not ended and length < params.max_new_tokens
             tokens = tokens[:length]
             out.prompt_index.append(row // params.n)
             out.prompt_ids.append(list(prompt_ids[row // params.n]))
@@ -177,17 +215,48 @@ class HFEngine(RolloutEngine):
             out.log_probs.append(log_probs[row, :length].tolist())
             out.texts.append(self._decode(tokens))
             out.truncated.append(not ended)
+        if capped:
+            self._report_capped(capped, len(out), params.max_new_tokens)
         return out
 
-    def _stop_criteria(self, stop: Sequence[str], prompt_len: int):
-        """Stop a row once its decoded response contains a stop string.
+    def _report_capped(self, capped: int, rows: int, max_new_tokens: int) -> None:
+        if not self.context_capped:
+            logger.warning(
+                "%d of %d responses reached the model's context of %d tokens before "
+                "max_new_tokens=%d and were cut there (truncated); later batches are counted "
+                "in HFEngine.context_capped",
+                capped,
+                rows,
+                self.context_length,
+                max_new_tokens,
+            )
+        self.context_capped += capped
+
+    def _stop_criteria(self, stop: Sequence[str], prompt_len: int, caps: list[int] | None, n: int):
+        """Stop a row once its decoded response contains a stop string, or once it has
+        ``caps[prompt]`` new tokens (its prompt's room in the context).
 
         Decoding the text (rather than transformers' ``stop_strings``, which needs a
         tokenizer with a byte-level vocabulary map) works with any tokenizer.
         """
-        if not stop:
-            return None
         from transformers import StoppingCriteria, StoppingCriteriaList
+
+        criteria: list[StoppingCriteria] = []
+        if caps is not None:
+            # generate's rows are prompt-major: prompt i's n samples adjacent
+            room = torch.tensor(caps, dtype=torch.long).repeat_interleave(n)
+
+            class _StopAtContext(StoppingCriteria):
+                def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+                    return (input_ids.shape[1] - prompt_len >= room).to(input_ids.device)
+
+            criteria.append(_StopAtContext())
+        if stop:
+            criteria.append(self._stop_on_strings(stop, prompt_len))
+        return StoppingCriteriaList(criteria) if criteria else None
+
+    def _stop_on_strings(self, stop: Sequence[str], prompt_len: int):
+        from transformers import StoppingCriteria
 
         engine = self
 
@@ -199,7 +268,7 @@ class HFEngine(RolloutEngine):
                 ]
                 return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
-        return StoppingCriteriaList([_StopOnStrings()])
+        return _StopOnStrings()
 
     def _decode(self, tokens: Sequence[int]) -> str:
         return self.tokenizer.decode(list(tokens), skip_special_tokens=True)

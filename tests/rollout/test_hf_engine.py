@@ -126,3 +126,36 @@ def test_importing_divrl_does_not_import_vllm():
         "assert 'vllm' not in sys.modules, 'vllm imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_responses_end_at_the_model_context_per_prompt(tiny_lm, monkeypatch, caplog):
+    model, tok = tiny_lm
+    prompts = _prompts(tok)  # 6 and 7 tokens
+    engine = HFEngine(model, tok, batch_size=2)
+    free = engine.generate(prompts[:1], SamplingParams(n=2, max_new_tokens=20), seeds=[7])
+    monkeypatch.setattr(model.config, "max_position_embeddings", 12)
+    assert engine.context_length == 12
+    seeded = engine.generate(prompts[:1], SamplingParams(n=2, max_new_tokens=20), seeds=[7])
+    for full, cut, trunc in zip(
+        free.response_ids, seeded.response_ids, seeded.truncated, strict=True
+    ):
+        assert cut == full[:6]  # the same samples, ended where the context ends
+        assert trunc == (tok.eos_token_id not in cut)
+    # in one left-padded batch each prompt keeps its own room: 6 and 5 new tokens
+    with caplog.at_level("WARNING", logger="divrl.rollout.hf"):
+        out = engine.generate(prompts, SamplingParams(n=4, max_new_tokens=20))
+    lengths = {
+        i: [len(r) for r, p in zip(out.response_ids, out.prompt_index, strict=True) if p == i]
+        for i in (0, 1)
+    }
+    assert max(lengths[0]) == 6 and max(lengths[1]) == 5
+    capped = sum(t for t in out.truncated)
+    assert capped > 0 and engine.context_capped >= capped
+    assert "reached the model's context of 12 tokens" in caplog.text
+    # responses that fit are not touched, and a prompt that fills the context is refused
+    before = engine.context_capped
+    fits = engine.generate(prompts[:1], SamplingParams(n=2, max_new_tokens=6), seeds=[7])
+    assert fits.response_ids == seeded.response_ids and engine.context_capped == before
+    monkeypatch.setattr(model.config, "max_position_embeddings", 7)
+    with pytest.raises(ValueError, match="leaves no room in the model's context of 7 tokens"):
+        engine.generate(prompts, SamplingParams(max_new_tokens=2))
