@@ -99,6 +99,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--seeds", type=int, default=3, help="seeds 0 .. N-1 per method")
     p.add_argument(
+        "--first-seed",
+        type=int,
+        default=0,
+        help="start the seeds here: K .. K+N-1 (to add seeds to an experiment in parts)",
+    )
+    p.add_argument(
         "--steps", type=int, default=None, help="override train.total_steps (preset: 300)"
     )
     p.add_argument(
@@ -143,6 +149,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.seeds < 1 or args.jobs < 1 or args.n < 1 or args.threads < 1:
         p.error("--seeds, --jobs, --n and --threads must be >= 1")
+    if args.first_seed < 0:
+        p.error("--first-seed must be >= 0")
+    args.seed_list = list(range(args.first_seed, args.first_seed + args.seeds))
     if args.steps is not None and args.steps < 1:
         p.error("--steps must be >= 1")
     if args.checkpoint_every is not None and args.checkpoint_every < 1:
@@ -493,7 +502,7 @@ class Experiment:
 
     def run(self) -> int:
         self.setup()
-        seeds = range(self.args.seeds)
+        seeds = self.args.seed_list
         needs_store = [m for m in self.args.methods if self.cfgs[m].uses_reference_samples]
         first = [("presample", s) for s in seeds if needs_store] + [("base", s) for s in seeds]
         second = [(m, s) for s in seeds for m in self.args.methods]
@@ -536,12 +545,12 @@ class Experiment:
         finished = {
             (m, s)
             for m in ["base", *self.args.methods]
-            for s in range(self.args.seeds)
+            for s in self.args.seed_list
             if Paths(self.out, m, s).summary.is_file()
         }
         missing = [
             f"{m} seed {s}"
-            for s in range(self.args.seeds)
+            for s in self.args.seed_list
             for m in ["base", *self.args.methods]
             if (m, s) not in finished
         ]

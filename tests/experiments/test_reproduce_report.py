@@ -161,7 +161,10 @@ def test_arguments():
     args = reproduce.parse_args(["--methods", "dph_js", "grpo", "dph_js", "--seeds", "2"])
     assert args.methods == ["grpo", "dph_js"]  # report order, no repeats
     assert args.seeds == 2 and args.steps is None and args.n == 16 and args.jobs == 1
-    for bad in (["--seeds", "0"], ["--steps", "0"], ["--methods", "base"], ["--n", "0"]):
+    assert args.seed_list == [0, 1]
+    assert reproduce.parse_args(["--seeds", "2", "--first-seed", "1"]).seed_list == [1, 2]
+    bad_args = (["--seeds", "0"], ["--steps", "0"], ["--methods", "base"], ["--n", "0"])
+    for bad in (*bad_args, ["--first-seed", "-1"]):
         with pytest.raises(SystemExit):
             reproduce.parse_args(bad)
 
