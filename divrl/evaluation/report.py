@@ -456,6 +456,15 @@ def _diversity_section(
         "mean negative log-probability of the sampled tokens under the model (an estimate of "
         "its per-token entropy at temperature 1 without top-p/top-k)."
     )
+    at_context = {
+        m.name: m.summaries[split]["tokens"].get("at_context_share") or 0.0 for m in present
+    }
+    if any(at_context.values()):
+        shares = ", ".join(f"{name} {share:.1%}" for name, share in at_context.items())
+        doc.p(
+            "Responses cut where prompt + response reached the model's context (before "
+            f"max_new_tokens; counted as truncated): {shares}."
+        )
     counts = {
         m.name: m.summaries[split]["diversity"]["style_counts"]
         for m in present

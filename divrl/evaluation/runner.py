@@ -245,6 +245,8 @@ def generate_samples(
         max_new_tokens=cfg.max_new_tokens,
         stop=cfg.stop,
     )
+    # the engines end a response at the model's context; such samples are flagged
+    context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     torch.manual_seed(cfg.seed)
     samples: list[list[dict[str, Any]]] = [[] for _ in examples]
     prefix = f"{label}: " if label else ""
@@ -260,6 +262,11 @@ def generate_samples(
                     "n_tokens": len(out.response_ids[j]),
                     "nll": float(-sum(lp)),
                     "truncated": bool(out.truncated[j]),
+                    "at_context": bool(
+                        out.truncated[j]
+                        and isinstance(context, int)
+                        and len(out.prompt_ids[j]) + len(out.response_ids[j]) >= context
+                    ),
                 }
             )
         if bar is not None:
@@ -351,6 +358,7 @@ def score_samples(
             n_tokens=[smp["n_tokens"] for smp in rec["samples"]],
             nll=[smp.get("nll") for smp in rec["samples"]],
             truncated=[smp["truncated"] for smp in rec["samples"]],
+            at_context=[smp.get("at_context", False) for smp in rec["samples"]],
         )
         if -1 in res:
             g = res[-1]

@@ -11,7 +11,7 @@ bootstrap over prompts (:func:`divrl.evaluation.stats.bootstrap_ci`, seeded). Ke
   style / three or more, and the style histograms (sample counts);
 - ``tokens``: mean response length, mean negative log-prob per token (under the sampling
   policy: an estimate of the per-token entropy when sampling at T = 1 without top-p/top-k
-  truncation), share of truncated responses;
+  truncation), share of truncated responses and of those cut at the model's context;
 - ``reasons``: verifier outcomes (``correct``, ``wrong``, ``no_answer``, ``sql_error`` ...);
 - ``groups``: the headline numbers per value of each ``group_by`` key of ``extra_info``.
 """
@@ -123,6 +123,13 @@ def summarise(results: Sequence[dict[str, Any]], cfg) -> dict[str, Any]:
         "mean_response_tokens": float(lengths.mean()),
         "mean_nll_per_token": float(nll.sum() / max(lengths.sum(), 1.0)) if nll.size else None,
         "truncated_share": float(np.mean([t for r in results for t in r["truncated"]])),
+        # cut where prompt + response reached the model's context (results of older
+        # versions lack the flag)
+        "at_context_share": float(
+            np.mean(
+                [t for r in results for t in r.get("at_context", [False] * len(r["truncated"]))]
+            )
+        ),
     }
     summary["reasons"] = dict(Counter(x for r in results for x in r["reasons"]).most_common())
     groups: dict[str, Any] = {}

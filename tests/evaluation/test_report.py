@@ -256,3 +256,18 @@ def test_report_escapes_untrusted_names(dirs):
     written = sorted(p.name for p in out.iterdir())
     assert "pass_at_k__img_src_x_onerror_alert_1__.png" in written
     assert all(p.parent == out for p in out.rglob("*"))
+
+
+def test_report_names_responses_cut_at_the_context(dirs):
+    tmp, base, grpo, _ = dirs
+    results = fake_results(20, 8, [0.4], (1, 1, 1, 1), 4)
+    for r in results[:5]:  # 40 of 160 samples ran into the model's context
+        r["truncated"] = r["at_context"] = [True] * 8
+    write_eval(tmp / "long" / "eval", {"test": results})
+    out = tmp / "with_cut"
+    assert main(["report", str(tmp / "long"), "--base", str(base), "--out", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert "reached the model's context" in md and "long 25.0%" in md and "base 0.0%" in md
+    out = tmp / "without"
+    assert main(["report", str(grpo), "--base", str(base), "--out", str(out)]) == 0
+    assert "reached the model's context" not in (out / "report.md").read_text()
