@@ -146,7 +146,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-batch-size", type=int, default=32, help="prompts per generate call")
     p.add_argument("--threads", type=int, default=1, help="torch threads per subprocess")
     p.add_argument("--poll", type=float, default=60.0, help="seconds between progress lines")
-    args = p.parse_args(argv)
+    return _checked_args(p, p.parse_args(argv))
+
+
+def _checked_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """Refuse out-of-range numbers (argparse's one-line error) and fill the derived fields."""
     if args.seeds < 1 or args.jobs < 1 or args.n < 1 or args.threads < 1:
         p.error("--seeds, --jobs, --n and --threads must be >= 1")
     if args.first_seed < 0:

@@ -215,6 +215,25 @@ def _bar(total: int, desc: str, enabled: bool):
     return tqdm(total=total, desc=desc, unit="prompt", dynamic_ncols=True)
 
 
+def _sample_record(out, j: int, context: int | None) -> dict[str, Any]:
+    """One sampled response of a generate call, as ``samples.jsonl`` stores it.
+
+    ``at_context``: cut because prompt + response reached the model's context (the engines
+    end a response there), not because of ``max_new_tokens``.
+    """
+    return {
+        "text": out.texts[j],
+        "n_tokens": len(out.response_ids[j]),
+        "nll": float(-sum(out.log_probs[j])),
+        "truncated": bool(out.truncated[j]),
+        "at_context": bool(
+            out.truncated[j]
+            and isinstance(context, int)
+            and len(out.prompt_ids[j]) + len(out.response_ids[j]) >= context
+        ),
+    }
+
+
 def generate_samples(
     model: torch.nn.Module,
     tokenizer,
@@ -255,20 +274,7 @@ def generate_samples(
         chunk = prompt_ids[start : start + cfg.batch_size]
         out = engine.generate(chunk, params)
         for j in range(len(out)):
-            lp = out.log_probs[j]
-            samples[start + out.prompt_index[j]].append(
-                {
-                    "text": out.texts[j],
-                    "n_tokens": len(out.response_ids[j]),
-                    "nll": float(-sum(lp)),
-                    "truncated": bool(out.truncated[j]),
-                    "at_context": bool(
-                        out.truncated[j]
-                        and isinstance(context, int)
-                        and len(out.prompt_ids[j]) + len(out.response_ids[j]) >= context
-                    ),
-                }
-            )
+            samples[start + out.prompt_index[j]].append(_sample_record(out, j, context))
         if bar is not None:
             bar.update(len(chunk))
     if bar is not None:
