@@ -39,7 +39,9 @@ from divrl.algorithms.loss_options import (
 )
 from divrl.algorithms.lp_reg import (
     FILTERED_LOG_PROB,
+    LpRegSelection,
     lp_reg_loss,
+    lp_reg_selection,
     minp_log_normalizer,
     proxy_log_prob,
     proxy_log_prob_rows,
@@ -72,6 +74,7 @@ __all__ = [
     "LogitStats",
     "LossOptions",
     "LpRegOptions",
+    "LpRegSelection",
     "PolicyLossSpec",
     "StreamWeights",
     "VanillaOptions",
@@ -89,6 +92,7 @@ __all__ = [
     "kl_estimate",
     "logit_stats",
     "lp_reg_loss",
+    "lp_reg_selection",
     "micro_batch_weights",
     "minp_log_normalizer",
     "policy_loss",

@@ -9,6 +9,7 @@ untempered probabilities and the kept logits are then divided by the temperature
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -151,6 +152,43 @@ def _select_lowest(
     return selected, to_float(torch.exp(lowest.values.max()))
 
 
+@dataclass(frozen=True)
+class LpRegSelection:
+    """Which tokens Lp-Reg acts on (all ``[batch, len]`` bool) and the selection threshold."""
+
+    candidates: torch.Tensor  # valid tokens with a negative advantage
+    selected: torch.Tensor  # the rho-share of candidates with the lowest log-prob
+    regularized: torch.Tensor  # selected tokens below their proxy log-prob (kept by min-p)
+    threshold: float  # probability of the highest selected token (0 when none)
+
+
+def lp_reg_selection(
+    log_prob: torch.Tensor,
+    proxy_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    rho: float = LpRegOptions.rho,
+    min_k: int = LpRegOptions.min_k,
+    selected: torch.Tensor | None = None,
+) -> LpRegSelection:
+    """Steps 1-3 of :func:`lp_reg_loss`: candidates, the selected and regularised tokens.
+
+    Args: as :func:`lp_reg_loss` (``log_prob`` is used detached). Public so that an
+    analysis can see the very tokens the loss regularises (``experiments/lp_reg_tokens.py``).
+    """
+    lp = as_fp32(log_prob).detach()
+    adv = broadcast_advantages(advantages, lp)
+    candidates = (float_mask(mask, lp) > 0) & (adv < 0)
+    if selected is not None:
+        selected = selected.to(candidates.device).bool() & candidates
+        picked = lp[selected]
+        threshold = to_float(torch.exp(picked.max())) if picked.numel() else 0.0
+    else:
+        selected, threshold = _select_lowest(lp, candidates, rho, min_k)
+    regularized = selected & (lp < as_fp32(proxy_log_prob.detach()))
+    return LpRegSelection(candidates, selected, regularized, threshold)
+
+
 @register_policy_loss("lp_reg", LpRegOptions)
 def lp_reg_loss(
     log_prob: torch.Tensor,
@@ -219,17 +257,9 @@ def lp_reg_loss(
     m = float_mask(mask, lp)
     adv = broadcast_advantages(advantages, lp)
     proxy = as_fp32(proxy_log_prob.detach())
-    lp_detached = lp.detach()
-
-    candidates = (m > 0) & (adv < 0)
-    num_negative = int(candidates.sum())
-    if selected is not None:
-        selected = selected.to(candidates.device).bool() & candidates
-        picked = lp_detached[selected]
-        threshold = to_float(torch.exp(picked.max())) if picked.numel() else 0.0
-    else:
-        selected, threshold = _select_lowest(lp_detached, candidates, rho, min_k)
-    regularized = selected & (lp_detached < proxy)
+    chosen = lp_reg_selection(lp, proxy, advantages, mask, rho, min_k, selected)
+    selected, regularized, threshold = chosen.selected, chosen.regularized, chosen.threshold
+    num_negative = int(chosen.candidates.sum())
 
     _, ratio = clamped_ratio(lp - as_fp32(old_log_prob.detach()))
     # The clamped k3 switches the penalty off where Z < ~0.073 (the authors' clamp).

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from divrl.algorithms import (
     FILTERED_LOG_PROB,
     lp_reg_loss,
+    lp_reg_selection,
     minp_log_normalizer,
     policy_loss,
     proxy_log_prob,
@@ -97,6 +98,23 @@ def test_lp_reg_regularises_exactly_the_hand_picked_tokens():
     # gradient on the regularised token: (-A*r)' + (1 - e^D) = 1 + 1 - e^2, over 10 tokens
     assert lp.grad[0, 1].item() == pytest.approx((1 + 1 - math.exp(d)) / 10, rel=1e-5)
     assert lp.grad[0, 3].item() == pytest.approx(1 / 10, rel=1e-5)
+
+
+def test_lp_reg_selection_names_the_tokens_the_loss_counts():
+    lp, proxy, adv, mask = crafted_batch()
+    chosen = lp_reg_selection(lp, proxy, adv, mask, rho=0.6)
+    # candidates: the 5 tokens of the A < 0 response; selected: its 3 lowest; regularised:
+    # (0,1) alone ((0,4) is filtered, (0,3) lies above its proxy)
+    assert chosen.candidates.tolist() == [[True] * 5, [False] * 5]
+    assert chosen.selected.nonzero().tolist() == [[0, 1], [0, 3], [0, 4]]
+    assert chosen.regularized.nonzero().tolist() == [[0, 1]]
+    assert chosen.threshold == pytest.approx(math.exp(-4.0), rel=1e-6)
+    # a selection made over a larger population is intersected with this batch's candidates
+    given = torch.zeros(2, 5, dtype=torch.bool)
+    given[0, 1] = given[1, 0] = True
+    scoped = lp_reg_selection(lp, proxy, adv, mask, selected=given)
+    assert scoped.selected.nonzero().tolist() == [[0, 1]]
+    assert scoped.threshold == pytest.approx(math.exp(-5.0), rel=1e-6)
 
 
 def test_lp_reg_reduces_to_policy_loss_when_nothing_is_selected():

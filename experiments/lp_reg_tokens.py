@@ -1,0 +1,228 @@
+"""Which tokens Lp-Reg selects and regularises on the countdown world, by their role in the
+search trace.
+
+The countdown reproduction (docs/results/countdown_reproduction_reading.md) found Lp-Reg
+acting on every step (~84 tokens selected, ~30 regularised) and still ending with *less*
+entropy and fewer answer styles than GRPO. This measures what it acts on: a trace
+``7+9=16,16*3=48 no; 9*5=45,45-3=42 ok`` is made of choices (the first number of an
+attempt, the operators, the other operands), copies (a step's first operand is the last
+result), computed results (after ``=``: one right value, so a low-probability digit there
+is an arithmetic slip), verdicts and punctuation. The Lp-Reg paper's "reasoning sparks" are
+low-probability *choices*; protecting slips protects errors.
+
+For a model (the preset's base model, or a checkpoint with ``--model``) it draws
+``--batches`` rollout batches exactly as training step 1, 2, ... would (the trainer's own
+experience stage: prompts, sampling, rewards, group advantages), runs the trainer's
+micro-batches through the policy, applies Lp-Reg's selection
+(:func:`divrl.algorithms.lp_reg_selection`, the loss's own), and counts tokens by role:
+all response tokens, negative-advantage candidates, selected, regularised. Batch 1 of the
+base model at seed 0 is the reproduction's training step 1 (its ``lp_reg/num_selected`` /
+``num_regularized`` in ``metrics.jsonl``).
+
+Usage (from the repository root; minutes on the CPU)::
+
+    .venv/bin/python -m experiments.lp_reg_tokens --batches 10 --out lp_tokens_base.json
+    .venv/bin/python -m experiments.lp_reg_tokens --model RUN/checkpoints/step_000150/model \\
+        --batches 10 --out lp_tokens_150.json
+    .venv/bin/python -m experiments.lp_reg_tokens --report a.json b.json   # the tables
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import torch
+
+#: the trace roles, in the order the tables list them
+ROLES = (
+    "attempt start",
+    "operator +",
+    "operator -",
+    "operator *",
+    "operand",
+    "copy",
+    "result",
+    "verdict",
+    "punctuation",
+    "end",
+)
+COUNTS = ("tokens", "candidates", "selected", "regularized")
+_OPERATORS = ("+", "-", "*", "/")
+_VERDICTS = ("no;", "ok")
+
+
+def token_roles(pieces: list[str], eos: str) -> list[str]:
+    """The role of each token of a countdown response (a list of token strings).
+
+    ``attempt start``: the first number of an attempt (the search's branching choice);
+    ``operator +/-/*``: an operator of a step; ``operand``: another chosen number;
+    ``copy``: a second step's first operand (the first step's result, copied); ``result``:
+    a character after ``=`` (the computed value); ``verdict``: `` no; `` / `` ok``;
+    ``end``: the end-of-sequence token; ``punctuation``: ``=``, ``,`` and anything else.
+    """
+    roles, attempt = [], ""
+    for piece in pieces:
+        step = attempt.rsplit(",", 1)[-1]
+        if piece == eos:
+            role = "end"
+        elif piece.strip() in _VERDICTS:
+            role = "verdict"
+        elif "=" in step and (piece.isdigit() or piece in _OPERATORS):
+            role = "result"  # a digit or the sign of a computed value
+        elif piece in _OPERATORS:
+            role = f"operator {piece}" if f"operator {piece}" in ROLES else "punctuation"
+        elif piece.isdigit():
+            if any(op in step for op in _OPERATORS):
+                role = "operand"
+            elif "," in attempt:
+                role = "copy"
+            else:
+                role = "attempt start" if attempt == "" else "operand"
+        else:
+            role = "punctuation"
+        roles.append(role)
+        attempt = "" if role == "verdict" else attempt + piece
+    return roles
+
+
+def _empty() -> dict[str, Any]:
+    return {role: dict.fromkeys((*COUNTS, "prob_sum"), 0.0) for role in ROLES}
+
+
+def analyse(config_path: str, overrides: list[str], batches: int) -> dict[str, Any]:
+    """Counts by role over ``batches`` rollout batches of the config's model (see module)."""
+    # lazy: the experiment's --help and --report need no model stack
+    from divrl.algorithms import lp_reg_selection
+    from divrl.training.config_io import load_config
+    from divrl.training.forward import response_logits, to_device
+    from divrl.training.trainer import Trainer
+    from divrl.training.update import split
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = load_config(config_path, [*overrides, f"logging.output_dir={tmp}/run"])
+        algo = cfg.algorithm
+        if algo.policy_loss != "lp_reg" or algo.lp_reg_scope != "micro_batch":
+            raise SystemExit("the config must train Lp-Reg with algorithm.lp_reg_scope=micro_batch")
+        trainer = Trainer(cfg)
+        opts = algo.options  # typed, validated by the config
+        roles, per_batch = _empty(), []
+        eos = trainer.tokenizer.eos_token
+        trainer.model.train()  # as in the training step
+        for b in range(batches):
+            exp, _, _ = trainer.experience.make(b)
+            totals = Counter()
+            for seqs in split(range(len(exp)), cfg.train.num_mini_batches):
+                for idx in trainer.update.micro_batches(exp, seqs):
+                    data = to_device(exp.model_inputs(idx), trainer.accelerator.device)
+                    with torch.no_grad():
+                        stats = _stats(trainer, cfg, response_logits(trainer.model, data), data)
+                    chosen = lp_reg_selection(
+                        stats.log_prob,
+                        stats.proxy_log_prob,
+                        exp.advantages[idx],
+                        data["response_mask"],
+                        opts.rho,
+                        opts.min_k,
+                    )
+                    _count(roles, totals, trainer.tokenizer, eos, data, stats.log_prob, chosen)
+            per_batch.append(
+                {k: int(totals[k]) for k in COUNTS} | {"reward": float(exp.scores.mean())}
+            )
+            print(f"batch {b + 1}/{batches}: {per_batch[-1]}", file=sys.stderr, flush=True)
+    return {"config": config_path, "overrides": overrides, "batches": per_batch, "roles": roles}
+
+
+def _stats(trainer, cfg, logits: torch.Tensor, data: dict[str, torch.Tensor]):
+    from divrl.algorithms import logit_stats
+
+    return logit_stats(
+        logits,
+        data["responses"],
+        cfg.rollout.temperature,
+        trainer.update.chunk,
+        minp_kappa=trainer.update.kappa,
+    )
+
+
+def _count(roles, totals, tokenizer, eos, data, log_prob, chosen) -> None:
+    """Add one micro-batch's tokens to the per-role and per-batch counts."""
+    mask = data["response_mask"].bool()
+    probs = torch.exp(log_prob.float())
+    kinds = {"tokens": mask, "candidates": chosen.candidates, "selected": chosen.selected}
+    kinds["regularized"] = chosen.regularized
+    for row in range(mask.shape[0]):
+        n = int(mask[row].sum())
+        pieces = tokenizer.convert_ids_to_tokens(data["responses"][row, :n].tolist())
+        for pos, role in enumerate(token_roles(pieces, eos)):
+            for kind, m in kinds.items():
+                if m[row, pos]:
+                    roles[role][kind] += 1
+                    totals[kind] += 1
+            roles[role]["prob_sum"] += float(probs[row, pos])
+
+
+def report(results: dict[str, dict[str, Any]]) -> str:
+    """Markdown: per role, its share of each count, for each labelled result."""
+    lines = []
+    for label, res in results.items():
+        roles = res["roles"]
+        total = {k: sum(r[k] for r in roles.values()) or 1 for k in COUNTS}
+        n = len(res["batches"])
+        lines += [
+            f"**{label}** ({n} batches; per batch: "
+            + ", ".join(f"{k} {total[k] / n:.1f}" for k in COUNTS)
+            + ")",
+            "",
+            "| role | tokens | mean prob | candidates | selected | regularised |",
+            "|---|---|---|---|---|---|",
+        ]
+        for role in ROLES:
+            r = roles[role]
+            mean = r["prob_sum"] / r["tokens"] if r["tokens"] else float("nan")
+            shares = " | ".join(f"{100 * r[k] / total[k]:.1f}%" for k in COUNTS[1:])
+            lines.append(
+                f"| {role} | {100 * r['tokens'] / total['tokens']:.1f}% | {mean:.3f} | {shares} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m experiments.lp_reg_tokens", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument("--config", default="configs/toy/countdown/lp_reg.yaml", help="an Lp-Reg preset")
+    p.add_argument("--model", help="model directory to analyse (default: the preset's base model)")
+    p.add_argument("--seed", type=int, default=0, help="train.seed: which prompts and samples")
+    p.add_argument("--batches", type=int, default=10, help="rollout batches (training steps 1..N)")
+    p.add_argument("--out", help="write the counts here (JSON)")
+    p.add_argument(
+        "--report", nargs="+", metavar="JSON", help="print the tables of these results only"
+    )
+    p.add_argument("overrides", nargs="*", help="config overrides, key=value")
+    args = p.parse_args(argv)
+    if args.report:
+        print(report({Path(f).stem: json.loads(Path(f).read_text()) for f in args.report}))
+        return 0
+    if args.batches < 1:
+        p.error("--batches must be >= 1")
+    overrides = [*args.overrides, f"train.seed={args.seed}", "logging.progress=false"]
+    overrides += ["logging.tensorboard=false"] + (
+        [f"model.path={args.model}"] if args.model else []
+    )
+    res = analyse(args.config, overrides, args.batches)
+    res["model"] = args.model or "base"
+    if args.out:
+        Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
+    print(report({res["model"]: res}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,73 @@
+"""experiments/lp_reg_tokens.py: trace roles by hand, and the counts equal the trainer's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from experiments.lp_reg_tokens import ROLES, main, token_roles
+
+PRESET = Path(__file__).parents[2] / "configs" / "toy" / "countdown" / "lp_reg.yaml"
+
+
+def test_roles_of_a_hand_written_trace():
+    pieces = [*"7+9=16,16*3=48", " no; ", *"9*5=45,45-3=42", " ok", "<eos>"]
+    roles = token_roles(pieces, "<eos>")
+    assert roles[:7] == [
+        "attempt start",
+        "operator +",
+        "operand",
+        "punctuation",
+        "result",
+        "result",
+        "punctuation",
+    ]
+    assert roles[7:14] == [
+        "copy",
+        "copy",
+        "operator *",
+        "operand",
+        "punctuation",
+        "result",
+        "result",
+    ]
+    assert roles[14] == "verdict"
+    assert roles[15] == "attempt start"  # a new attempt after the verdict
+    assert roles[22:25] == ["copy", "copy", "operator -"]
+    assert roles[-2:] == ["verdict", "end"]
+    # a negative result's sign is part of the result, not an operator
+    assert token_roles([*"3-7=-4"], "<eos>")[4:] == ["result", "result"]
+    assert set(roles) <= set(ROLES)
+
+
+@pytest.mark.slow
+def test_counts_equal_what_the_trainer_logs_at_step_one(tmp_path, monkeypatch):
+    from divrl.toy.countdown_world import ensure_countdown_world
+    from divrl.training.config import load_config
+    from divrl.training.trainer import Trainer
+
+    world = ensure_countdown_world(tmp_path / "cache", size="full", progress=False)  # shipped
+    overrides = [
+        f"model.path={world.model_dir}",
+        f"data.train_path={world.splits['train']}",
+        "train.prompts_per_step=8",
+        "train.micro_batch_size=16",
+    ]
+    out = tmp_path / "counts.json"
+    args = ["--batches", "1", "--out", str(out), "--config", str(PRESET), *overrides]
+    assert main(args) == 0
+    counts = json.loads(out.read_text())
+    batch = counts["batches"][0]
+    assert batch["candidates"] > 0 and batch["selected"] >= 2  # the test needs Lp-Reg to act
+
+    run = [*overrides, "train.seed=0", "train.total_steps=1", f"logging.output_dir={tmp_path}/run"]
+    run += ["logging.progress=false", "logging.tensorboard=false", "checkpoint.save_final=false"]
+    metrics = Trainer(load_config(PRESET, run)).train()[-1]
+    assert batch["candidates"] == metrics["lp_reg/num_negative"]  # the step's sums
+    assert batch["selected"] == metrics["lp_reg/num_selected"]
+    assert batch["regularized"] == metrics["lp_reg/num_regularized"]
+    roles = counts["roles"]
+    assert sum(r["regularized"] for r in roles.values()) == batch["regularized"]
+    assert sum(r["tokens"] for r in roles.values()) == batch["tokens"]
