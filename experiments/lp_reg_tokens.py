@@ -99,7 +99,7 @@ def analyse(config_path: str, overrides: list[str], batches: int) -> dict[str, A
     """Counts by role over ``batches`` rollout batches of the config's model (see module)."""
     # lazy: the experiment's --help and --report need no model stack
     from divrl.algorithms import lp_reg_selection
-    from divrl.training.config_io import load_config
+    from divrl.training.config import load_config
     from divrl.training.forward import response_logits, to_device
     from divrl.training.trainer import Trainer
     from divrl.training.update import split
