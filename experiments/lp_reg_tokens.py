@@ -5,8 +5,8 @@ The countdown reproduction (docs/results/countdown_reproduction_reading.md) foun
 acting on every step (~84 tokens selected, ~30 regularised) and still ending with *less*
 entropy and fewer answer styles than GRPO. This measures what it acts on: a trace
 ``7+9=16,16*3=48 no; 9*5=45,45-3=42 ok`` is made of choices (the first number of an
-attempt, the operators, the other operands), copies (a step's first operand is the last
-result), computed results (after ``=``: one right value, so a low-probability digit there
+attempt, the operators, the other operands; the second step uses the first result and a
+third number, in either order), computed results (after ``=``: one right value, so a low-probability digit there
 is an arithmetic slip), verdicts and punctuation. The Lp-Reg paper's "reasoning sparks" are
 low-probability *choices*; protecting slips protects errors.
 
@@ -45,8 +45,8 @@ ROLES = (
     "operator +",
     "operator -",
     "operator *",
-    "operand",
-    "copy",
+    "operand, step 1",
+    "operand, step 2",
     "result",
     "verdict",
     "punctuation",
@@ -61,10 +61,11 @@ def token_roles(pieces: list[str], eos: str) -> list[str]:
     """The role of each token of a countdown response (a list of token strings).
 
     ``attempt start``: the first number of an attempt (the search's branching choice);
-    ``operator +/-/*``: an operator of a step; ``operand``: another chosen number;
-    ``copy``: a second step's first operand (the first step's result, copied); ``result``:
-    a character after ``=`` (the computed value); ``verdict``: `` no; `` / `` ok``;
-    ``end``: the end-of-sequence token; ``punctuation``: ``=``, ``,`` and anything else.
+    ``operator +/-/*``: an operator of a step; ``operand, step 1``: the rest of the first
+    step's operands; ``operand, step 2``: the second step's operands (the first result and
+    the third number, in either order); ``result``: a character after ``=`` (the computed
+    value: one right answer); ``verdict``: `` no; `` / `` ok``; ``end``: the
+    end-of-sequence token; ``punctuation``: ``=``, ``,`` and anything else.
     """
     roles, attempt = [], ""
     for piece in pieces:
@@ -78,12 +79,8 @@ def token_roles(pieces: list[str], eos: str) -> list[str]:
         elif piece in _OPERATORS:
             role = f"operator {piece}" if f"operator {piece}" in ROLES else "punctuation"
         elif piece.isdigit():
-            if any(op in step for op in _OPERATORS):
-                role = "operand"
-            elif "," in attempt:
-                role = "copy"
-            else:
-                role = "attempt start" if attempt == "" else "operand"
+            second = "," in attempt
+            role = "attempt start" if attempt == "" else f"operand, step {1 + second}"
         else:
             role = "punctuation"
         roles.append(role)
@@ -99,6 +96,7 @@ def analyse(config_path: str, overrides: list[str], batches: int) -> dict[str, A
     """Counts by role over ``batches`` rollout batches of the config's model (see module)."""
     # lazy: the experiment's --help and --report need no model stack
     from divrl.algorithms import lp_reg_selection
+    from divrl.commands.train import with_toy_defaults
     from divrl.training.config import load_config
     from divrl.training.forward import response_logits, to_device
     from divrl.training.trainer import Trainer
@@ -106,6 +104,7 @@ def analyse(config_path: str, overrides: list[str], batches: int) -> dict[str, A
 
     with tempfile.TemporaryDirectory() as tmp:
         cfg = load_config(config_path, [*overrides, f"logging.output_dir={tmp}/run"])
+        cfg = with_toy_defaults(cfg)  # a null model.path: the preset's toy world, as divrl train
         algo = cfg.algorithm
         if algo.policy_loss != "lp_reg" or algo.lp_reg_scope != "micro_batch":
             raise SystemExit("the config must train Lp-Reg with algorithm.lp_reg_scope=micro_batch")

@@ -18,24 +18,24 @@ def test_roles_of_a_hand_written_trace():
     assert roles[:7] == [
         "attempt start",
         "operator +",
-        "operand",
+        "operand, step 1",
         "punctuation",
         "result",
         "result",
         "punctuation",
     ]
     assert roles[7:14] == [
-        "copy",
-        "copy",
+        "operand, step 2",
+        "operand, step 2",
         "operator *",
-        "operand",
+        "operand, step 2",
         "punctuation",
         "result",
         "result",
     ]
     assert roles[14] == "verdict"
     assert roles[15] == "attempt start"  # a new attempt after the verdict
-    assert roles[22:25] == ["copy", "copy", "operator -"]
+    assert roles[22:25] == ["operand, step 2", "operand, step 2", "operator -"]
     assert roles[-2:] == ["verdict", "end"]
     # a negative result's sign is part of the result, not an operator
     assert token_roles([*"3-7=-4"], "<eos>")[4:] == ["result", "result"]
