@@ -189,7 +189,41 @@ def report(results: dict[str, dict[str, Any]]) -> str:
                 f"| {role} | {100 * r['tokens'] / total['tokens']:.1f}% | {mean:.3f} | {shares} |"
             )
         lines.append("")
+    if len(results) > 1:
+        lines += comparison(results)
     return "\n".join(lines)
+
+
+def subtraction_share(roles: dict[str, dict[str, float]], kind: str = "tokens") -> float:
+    """Share of ``-`` among the operator tokens of ``kind`` (the world's rare choice)."""
+    ops = [roles[f"operator {op}"][kind] for op in "+-*"]
+    return ops[1] / sum(ops) if sum(ops) else float("nan")
+
+
+def comparison(results: dict[str, dict[str, Any]]) -> list[str]:
+    """Markdown lines: per role, its share of all tokens and of the regularised ones, side
+    by side for each labelled result; then the share of ``-`` among operators."""
+    labels = list(results)
+    head = " | ".join(f"{lab}: tokens | {lab}: regularised" for lab in labels)
+    lines = [f"| role | {head} |", "|---|" + "---|" * (2 * len(labels))]
+    totals = {
+        lab: {k: sum(r[k] for r in res["roles"].values()) or 1 for k in ("tokens", "regularized")}
+        for lab, res in results.items()
+    }
+    for role in ROLES:
+        cells = []
+        for lab, res in results.items():
+            r = res["roles"][role]
+            cells += [f"{100 * r[k] / totals[lab][k]:.1f}%" for k in ("tokens", "regularized")]
+        lines.append(f"| {role} | " + " | ".join(cells) + " |")
+    per_batch = [
+        f"{lab}: {totals[lab]['regularized'] / len(res['batches']):.1f}"
+        for lab, res in results.items()
+    ]
+    minus = [f"{lab}: {100 * subtraction_share(res['roles']):.1f}%" for lab, res in results.items()]
+    lines += ["", "Regularised per batch: " + ", ".join(per_batch) + "."]
+    lines += ["Share of `-` among sampled operators: " + ", ".join(minus) + ".", ""]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -71,3 +71,23 @@ def test_counts_equal_what_the_trainer_logs_at_step_one(tmp_path, monkeypatch):
     roles = counts["roles"]
     assert sum(r["regularized"] for r in roles.values()) == batch["regularized"]
     assert sum(r["tokens"] for r in roles.values()) == batch["tokens"]
+
+
+def test_comparison_shares_by_hand():
+    from experiments.lp_reg_tokens import COUNTS, comparison, subtraction_share
+
+    def result(minus: int, plus: int, regularised_minus: int) -> dict:
+        roles = {r: dict.fromkeys((*COUNTS, "prob_sum"), 0.0) for r in ROLES}
+        roles["operator -"].update(tokens=minus, regularized=regularised_minus)
+        roles["operator +"].update(tokens=plus, regularized=1)
+        return {"roles": roles, "batches": [{}, {}]}
+
+    a, b = result(1, 3, 3), result(0, 4, 0)
+    assert subtraction_share(a["roles"]) == 0.25
+    assert subtraction_share(b["roles"]) == 0.0
+    lines = comparison({"base": a, "grpo": b})
+    minus_row = next(line for line in lines if line.startswith("| operator - |"))
+    # base: 1 of 4 tokens, 3 of 4 regularised; grpo: none of 4, none of 1
+    assert minus_row == "| operator - | 25.0% | 75.0% | 0.0% | 0.0% |"
+    assert "Regularised per batch: base: 2.0, grpo: 0.5." in lines
+    assert "Share of `-` among sampled operators: base: 25.0%, grpo: 0.0%." in lines
