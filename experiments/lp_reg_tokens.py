@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tempfile
 from collections import Counter
@@ -47,6 +48,7 @@ ROLES = (
     "operator *",
     "operand, step 1",
     "operand, step 2",
+    "illegal number",
     "result",
     "verdict",
     "punctuation",
@@ -55,9 +57,29 @@ ROLES = (
 COUNTS = ("tokens", "candidates", "selected", "regularized")
 _OPERATORS = ("+", "-", "*", "/")
 _VERDICTS = ("no;", "ok")
+_PROBLEM = re.compile(r"CD: ([\d ]+) -> (\d+)")  # the prompt: the numbers and the target
 
 
-def token_roles(pieces: list[str], eos: str) -> list[str]:
+def _legal(attempt: str, piece: str, numbers: tuple[int, ...]) -> bool | None:
+    """Whether ``piece`` continues an operand that can still be legal: a given number not
+    yet used in the attempt or, in the second step, the first step's result as written
+    (None when the first step cannot be read)."""
+    steps = attempt.split(",")
+    *done, current = re.split(r"[+\-*/]", steps[-1])
+    pool = list(numbers)
+    if len(steps) > 1:
+        first = re.fullmatch(r"(\d+)[+\-*/](\d+)=(-?\d+)", steps[0])
+        if first is None:
+            return None
+        used = [int(first.group(1)), int(first.group(2))]
+        pool = [n for n in pool if n not in used] + [int(first.group(3))]
+    for text in done:
+        if text.isdigit() and int(text) in pool:
+            pool.remove(int(text))
+    return any(str(n).startswith(current + piece) for n in pool)
+
+
+def token_roles(pieces: list[str], eos: str, numbers: tuple[int, ...] | None = None) -> list[str]:
     """The role of each token of a countdown response (a list of token strings).
 
     ``attempt start``: the first number of an attempt (the search's branching choice);
@@ -65,7 +87,10 @@ def token_roles(pieces: list[str], eos: str) -> list[str]:
     step's operands; ``operand, step 2``: the second step's operands (the first result and
     the third number, in either order); ``result``: a character after ``=`` (the computed
     value: one right answer); ``verdict``: `` no; `` / `` ok``; ``end``: the
-    end-of-sequence token; ``punctuation``: ``=``, ``,`` and anything else.
+    end-of-sequence token; ``punctuation``: ``=``, ``,`` and anything else. With the
+    problem's ``numbers``, an operand digit that no legal operand starts with (a number
+    not given, used twice, or a second-step operand that is neither the first result nor
+    an unused number) is an ``illegal number``.
     """
     roles, attempt = [], ""
     for piece in pieces:
@@ -81,6 +106,8 @@ def token_roles(pieces: list[str], eos: str) -> list[str]:
         elif piece.isdigit():
             second = "," in attempt
             role = "attempt start" if attempt == "" else f"operand, step {1 + second}"
+            if numbers is not None and _legal(attempt, piece, numbers) is False:
+                role = "illegal number"
         else:
             role = "punctuation"
         roles.append(role)
@@ -158,7 +185,10 @@ def _count(roles, totals, tokenizer, eos, data, log_prob, chosen) -> None:
     for row in range(mask.shape[0]):
         n = int(mask[row].sum())
         pieces = tokenizer.convert_ids_to_tokens(data["responses"][row, :n].tolist())
-        for pos, role in enumerate(token_roles(pieces, eos)):
+        ids = data["input_ids"][row][data["attention_mask"][row].bool()].tolist()
+        problem = _PROBLEM.search(tokenizer.decode(ids))
+        numbers = tuple(int(x) for x in problem.group(1).split()) if problem else None
+        for pos, role in enumerate(token_roles(pieces, eos, numbers)):
             for kind, m in kinds.items():
                 if m[row, pos]:
                     roles[role][kind] += 1

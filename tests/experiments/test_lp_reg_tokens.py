@@ -40,6 +40,16 @@ def test_roles_of_a_hand_written_trace():
     # a negative result's sign is part of the result, not an operator
     assert token_roles([*"3-7=-4"], "<eos>")[4:] == ["result", "result"]
     assert set(roles) <= set(ROLES)
+    assert "illegal number" not in token_roles(pieces, "<eos>", (3, 7, 9, 5))
+
+
+def test_illegal_numbers_given_the_problem():
+    # 7 used twice, 8 not given; 46 is not the first result 45 (its 4 could still be)
+    pieces = [*"7+7=14,14*8=112", " no; ", *"9*5=45,46-3=43", " ok"]
+    roles = token_roles(pieces, "<eos>", (3, 7, 9, 5))
+    illegal = [i for i, r in enumerate(roles) if r == "illegal number"]
+    assert [pieces[i] for i in illegal] == ["7", "8", "6"]
+    assert illegal == [2, 10, 24]
 
 
 @pytest.mark.slow
