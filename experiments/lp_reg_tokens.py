@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import sys
 import tempfile
 from collections import Counter
@@ -196,10 +197,14 @@ def _count(roles, totals, tokenizer, eos, data, log_prob, chosen) -> None:
             roles[role]["prob_sum"] += float(probs[row, pos])
 
 
-def report(results: dict[str, dict[str, Any]]) -> str:
-    """Markdown: per role, its share of each count, for each labelled result."""
+def report(groups: dict[str, list[dict[str, Any]]]) -> str:
+    """Markdown: for each label with one result, its per-role table (share of each count);
+    with more than one label, the side-by-side :func:`comparison` (mean +- sd over a
+    label's results, e.g. its seeds)."""
     lines = []
-    for label, res in results.items():
+    for label, (res, *more) in groups.items():
+        if more:
+            continue
         roles = res["roles"]
         total = {k: sum(r[k] for r in roles.values()) or 1 for k in COUNTS}
         n = len(res["batches"])
@@ -219,8 +224,8 @@ def report(results: dict[str, dict[str, Any]]) -> str:
                 f"| {role} | {100 * r['tokens'] / total['tokens']:.1f}% | {mean:.3f} | {shares} |"
             )
         lines.append("")
-    if len(results) > 1:
-        lines += comparison(results)
+    if len(groups) > 1 or any(len(g) > 1 for g in groups.values()):
+        lines += comparison(groups)
     return "\n".join(lines)
 
 
@@ -230,30 +235,59 @@ def subtraction_share(roles: dict[str, dict[str, float]], kind: str = "tokens") 
     return ops[1] / sum(ops) if sum(ops) else float("nan")
 
 
-def comparison(results: dict[str, dict[str, Any]]) -> list[str]:
-    """Markdown lines: per role, its share of all tokens and of the regularised ones, side
-    by side for each labelled result; then the share of ``-`` among operators."""
-    labels = list(results)
-    head = " | ".join(f"{lab}: tokens | {lab}: regularised" for lab in labels)
-    lines = [f"| role | {head} |", "|---|" + "---|" * (2 * len(labels))]
-    totals = {
-        lab: {k: sum(r[k] for r in res["roles"].values()) or 1 for k in ("tokens", "regularized")}
-        for lab, res in results.items()
-    }
+def _spread(values: list[float], scale: float = 100.0, digits: int = 1) -> str:
+    """``mean`` or ``mean ± sd`` (sample sd) of ``values`` times ``scale``."""
+    mean = statistics.fmean(values) * scale
+    if len(values) == 1:
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} ± {statistics.stdev(values) * scale:.{digits}f}"
+
+
+def _share(res: dict[str, Any], role: str, kind: str) -> float:
+    total = sum(r[kind] for r in res["roles"].values())
+    return res["roles"][role][kind] / total if total else 0.0
+
+
+def comparison(groups: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """Markdown lines: per role, its share (%) of all tokens and of the regularised ones,
+    side by side for each label (mean ± sd over its results); then the regularised tokens
+    per batch and the share (%) of ``-`` among the sampled operators."""
+    head = " | ".join(f"{lab}: tokens | {lab}: regularised" for lab in groups)
+    lines = [f"| role | {head} |", "|---|" + "---|" * (2 * len(groups))]
     for role in ROLES:
-        cells = []
-        for lab, res in results.items():
-            r = res["roles"][role]
-            cells += [f"{100 * r[k] / totals[lab][k]:.1f}%" for k in ("tokens", "regularized")]
+        cells = [
+            _spread([_share(res, role, kind) for res in results])
+            for results in groups.values()
+            for kind in ("tokens", "regularized")
+        ]
         lines.append(f"| {role} | " + " | ".join(cells) + " |")
     per_batch = [
-        f"{lab}: {totals[lab]['regularized'] / len(res['batches']):.1f}"
-        for lab, res in results.items()
+        f"{lab}: "
+        + _spread(
+            [
+                sum(r["regularized"] for r in res["roles"].values()) / len(res["batches"])
+                for res in rs
+            ],
+            scale=1.0,
+        )
+        for lab, rs in groups.items()
     ]
-    minus = [f"{lab}: {100 * subtraction_share(res['roles']):.1f}%" for lab, res in results.items()]
+    minus = [
+        f"{lab}: " + _spread([subtraction_share(res["roles"]) for res in rs])
+        for lab, rs in groups.items()
+    ]
     lines += ["", "Regularised per batch: " + ", ".join(per_batch) + "."]
-    lines += ["Share of `-` among sampled operators: " + ", ".join(minus) + ".", ""]
+    lines += ["Share of `-` among sampled operators (%): " + ", ".join(minus) + ".", ""]
     return lines
+
+
+def _report_groups(specs: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """``LABEL=a.json,b.json`` (or a file, labelled by its name) -> label -> results."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for spec in specs:
+        label, _, files = spec.rpartition("=") if "=" in spec else (Path(spec).stem, "", spec)
+        groups[label] = [json.loads(Path(f).read_text()) for f in files.split(",")]
+    return groups
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -266,12 +300,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", type=int, default=10, help="rollout batches (training steps 1..N)")
     p.add_argument("--out", help="write the counts here (JSON)")
     p.add_argument(
-        "--report", nargs="+", metavar="JSON", help="print the tables of these results only"
+        "--report",
+        nargs="+",
+        metavar="JSON",
+        help="print the tables of these results only; LABEL=a.json,b.json groups results "
+        "(e.g. seeds) under one label, shown as mean ± sd",
     )
     p.add_argument("overrides", nargs="*", help="config overrides, key=value")
     args = p.parse_args(argv)
     if args.report:
-        print(report({Path(f).stem: json.loads(Path(f).read_text()) for f in args.report}))
+        print(report(_report_groups(args.report)))
         return 0
     if args.batches < 1:
         p.error("--batches must be >= 1")
@@ -283,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     res["model"] = args.model or "base"
     if args.out:
         Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
-    print(report({res["model"]: res}))
+    print(report({res["model"]: [res]}))
     return 0
 
 

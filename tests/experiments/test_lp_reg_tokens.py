@@ -95,9 +95,28 @@ def test_comparison_shares_by_hand():
     a, b = result(1, 3, 3), result(0, 4, 0)
     assert subtraction_share(a["roles"]) == 0.25
     assert subtraction_share(b["roles"]) == 0.0
-    lines = comparison({"base": a, "grpo": b})
+    lines = comparison({"base": [a], "grpo": [b]})
     minus_row = next(line for line in lines if line.startswith("| operator - |"))
     # base: 1 of 4 tokens, 3 of 4 regularised; grpo: none of 4, none of 1
-    assert minus_row == "| operator - | 25.0% | 75.0% | 0.0% | 0.0% |"
+    assert minus_row == "| operator - | 25.0 | 75.0 | 0.0 | 0.0 |"
     assert "Regularised per batch: base: 2.0, grpo: 0.5." in lines
-    assert "Share of `-` among sampled operators: base: 25.0%, grpo: 0.0%." in lines
+    assert "Share of `-` among sampled operators (%): base: 25.0, grpo: 0.0." in lines
+    # two results under one label: mean ± sample sd (25% and 0% of the tokens)
+    pooled = comparison({"both": [a, b]})
+    minus_row = next(line for line in pooled if line.startswith("| operator - |"))
+    assert minus_row == "| operator - | 12.5 ± 17.7 | 37.5 ± 53.0 |"
+
+
+def test_report_groups_files_by_label(tmp_path, capsys):
+    from experiments.lp_reg_tokens import COUNTS, main
+
+    roles = {r: dict.fromkeys((*COUNTS, "prob_sum"), 1.0) for r in ROLES}
+    for name in ("s0", "s1"):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"roles": roles, "batches": [{}]}))
+    files = f"{tmp_path}/s0.json,{tmp_path}/s1.json"
+    assert main(["--report", f"base={files}", str(tmp_path / "s0.json")]) == 0
+    out = capsys.readouterr().out
+    assert "**s0** (1 batches" in out  # a single file gets its own table
+    assert "**base**" not in out  # a group only appears in the comparison
+    assert "| role | base: tokens | base: regularised | s0: tokens | s0: regularised |" in out
+    assert f"| attempt start | {100 / len(ROLES):.1f} ± 0.0 |" in out
