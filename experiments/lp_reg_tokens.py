@@ -313,6 +313,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.batches < 1:
         p.error("--batches must be >= 1")
+    if args.model and not (Path(args.model) / "config.json").is_file():
+        p.error(f"--model {args.model}: no config.json there (give a checkpoint's model/ folder)")
     overrides = [*args.overrides, f"train.seed={args.seed}", "logging.progress=false"]
     overrides += ["logging.tensorboard=false"] + (
         [f"model.path={args.model}"] if args.model else []

@@ -120,3 +120,12 @@ def test_report_groups_files_by_label(tmp_path, capsys):
     assert "**base**" not in out  # a group only appears in the comparison
     assert "| role | base: tokens | base: regularised | s0: tokens | s0: regularised |" in out
     assert f"| attempt start | {100 / len(ROLES):.1f} ± 0.0 |" in out
+
+
+def test_bad_arguments_are_one_line_errors(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--model", str(tmp_path), "--batches", "1"])
+    assert exc.value.code == 2 and "no config.json" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--batches", "0"])
+    assert "--batches must be >= 1" in capsys.readouterr().err
