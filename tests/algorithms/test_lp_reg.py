@@ -185,3 +185,30 @@ def test_lp_reg_finite_for_extreme_inputs(seed, dtype):
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(lp.grad).all()
     assert all(math.isfinite(v) for v in metrics.values())
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 4),
+    st.integers(1, 12),
+    st.sampled_from([0.01, 0.1, 0.3, 0.9]),
+    st.integers(1, 3),
+    st.integers(0, 10_000),
+)
+def test_lp_reg_selection_properties(batch, length, rho, min_k, seed):
+    g = torch.Generator().manual_seed(seed)
+    lp = -torch.rand(batch, length, generator=g) * 5
+    proxy = lp + torch.randn(batch, length, generator=g)
+    adv = torch.randn(batch, generator=g)
+    mask = (torch.rand(batch, length, generator=g) > 0.2).float()
+    chosen = lp_reg_selection(lp, proxy, adv, mask, rho=rho, min_k=min_k)
+    cand, sel, reg = chosen.candidates, chosen.selected, chosen.regularized
+    assert torch.equal(cand, (mask > 0) & (adv < 0).unsqueeze(1))
+    n = int(cand.sum())
+    k = max(1, math.floor(rho * n))
+    assert int(sel.sum()) == (k if n and k >= min_k else 0)
+    assert not (sel & ~cand).any() and not (reg & ~sel).any()
+    assert torch.equal(reg, sel & (lp < proxy))
+    if sel.any() and (cand & ~sel).any():  # the selected are the lowest candidates
+        assert lp[sel].max() <= lp[cand & ~sel].min()
+        assert chosen.threshold == pytest.approx(math.exp(float(lp[sel].max())), rel=1e-6)
