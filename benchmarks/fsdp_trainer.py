@@ -34,6 +34,19 @@ STRATEGIES = ("ddp", "fsdp")
 
 def rank_worker(spec_path: str) -> None:
     """One rank of one launch: train, time, write ``rank<r>.json`` next to the spec."""
+    import torch
+
+    from divrl.training.collective import release_process_group
+
+    out = _timed_steps(json.loads(Path(spec_path).read_text()))
+    (Path(spec_path).parent / f"rank{out['rank']}.json").write_text(json.dumps(out))
+    # the trainer (its DDP wrapper) is gone: release the group before the interpreter exits
+    torch.distributed.barrier()
+    release_process_group()
+
+
+def _timed_steps(spec: dict) -> dict:
+    """Train ``spec["steps"]`` + 1 steps; this rank's step times and peak memory."""
     import time
 
     import torch
@@ -42,7 +55,6 @@ def rank_worker(spec_path: str) -> None:
     from divrl.training.config import load_config
     from divrl.training.trainer import Trainer
 
-    spec = json.loads(Path(spec_path).read_text())
     torch.set_num_threads(spec["threads"])
     trainer = Trainer(load_config(None, spec["overrides"]), reward_fn=reward_fn)
     times, rollout, update = [], [], []
@@ -54,7 +66,7 @@ def rank_worker(spec_path: str) -> None:
             rollout.append(metrics["time/rollout"])
             update.append(metrics["time/update"])
     cuda = torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None
-    out = {
+    return {
         "rank": trainer.rank,
         "step_times": times,
         "rollout_times": rollout,
@@ -62,10 +74,6 @@ def rank_worker(spec_path: str) -> None:
         "peak_bytes": cuda or peak_rss_bytes(),
         "sharded": trainer.sharded,
     }
-    (Path(spec_path).parent / f"rank{trainer.rank}.json").write_text(json.dumps(out))
-    # release the process group before the interpreter exits
-    torch.distributed.barrier()
-    torch.distributed.destroy_process_group()
 
 
 def _free_port() -> int:

@@ -128,7 +128,9 @@ def test_readme_sequence_produces_a_full_report(tmp_path, monkeypatch):
         if command.startswith("torchrun"):
             env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
             launcher = [sys.executable, "-m", "torch.distributed.run"]
-            done = subprocess.run([*launcher, *argv[1:]], env=env, capture_output=True, text=True)
+            done = subprocess.run(
+                [*launcher, *argv[1:]], env=env, capture_output=True, text=True, timeout=600
+            )
             assert done.returncode == 0, f"{command}\n{done.stderr[-3000:]}"
         else:
             assert main(argv) == 0, command

@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     if config is None:
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    from divrl.training.collective import release_process_group
     from divrl.training.presample import presample
 
     if args.failed_to_exploration:
@@ -48,6 +49,6 @@ def run(args: argparse.Namespace) -> int:
     if state.is_main_process:  # every process of a torchrun launch returns the manifest
         print(json.dumps(manifest["stats"], indent=2))
         print(f"reference store: {config.reference_store}")
-    # release the process group before the interpreter exits
-    state.destroy_process_group()
+    # release the process group before the interpreter exits (no DDP wrapper here)
+    release_process_group()
     return 0

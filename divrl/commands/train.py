@@ -109,6 +109,17 @@ def run(args: argparse.Namespace) -> int:
         print(dump_config(config), end="")
         return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    from divrl.training.collective import release_process_group
+
+    code = _train(args, config)
+    # the trainer (and its DDP wrapper) is gone now: release the process group before the
+    # interpreter exits, in that order (else a rank can hang at exit under torchrun)
+    release_process_group()
+    return code
+
+
+def _train(args: argparse.Namespace, config: Config) -> int:
+    """Train (or resume) the run and print its last step; the exit code."""
     from divrl.fileio import DiskFullError
     from divrl.runs import RunLockedError
     from divrl.training.run_session import RunDirError
@@ -149,8 +160,6 @@ def run(args: argparse.Namespace) -> int:
             f"pass@1 {last.get('reward/pass@1', float('nan')):.4f}; "
             f"metrics in {trainer.metrics_path}; {saved}"
         )
-    # release the process group (and trackers) before the interpreter exits
-    trainer.accelerator.end_training()
     return 0
 
 

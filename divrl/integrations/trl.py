@@ -61,6 +61,7 @@ from divrl.integrations.trl_lp_reg import (
     refuse_sharded_training,
 )
 from divrl.rollout import pad_token_id
+from divrl.training.collective import warn_if_ddp_wrappers_live
 
 __all__ = [
     "ALLOW_UNTESTED_ENV",
@@ -140,6 +141,17 @@ class DivRLGRPOTrainer(GRPOTrainer):
                     f"lp_reg does not support models whose logits are rescaled ({scaled}): the "
                     "proxy projects hidden states through the LM head alone"
                 )
+
+    def end(self) -> None:
+        """transformers' ``Trainer.end`` (finish the trackers, destroy the process group),
+        with the DDP wrapper dropped first: when the wrapper is the group's last holder a
+        rank can hang at exit (:func:`divrl.training.collective.release_process_group`
+        says why). Call it once, after the last ``train()`` / ``save_model()``."""
+        if torch.distributed.is_initialized():
+            self.model_wrapped = self.model
+            self.accelerator.free_memory()  # its references to the prepared model
+            warn_if_ddp_wrappers_live()
+        super().end()
 
     # ------------------------------------------------------------------ hooks into TRL
 

@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 import os
 import sys
+import weakref
 from pathlib import Path
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 
 torch.set_num_threads(1)
 
@@ -58,18 +60,21 @@ def main(out: Path) -> None:
     )
     trainer.train()
     acc = trainer.accelerator
+    wrapper = weakref.ref(trainer.model_wrapped)
     result = {
         "world": acc.num_processes,
+        "wrapped_in_ddp": isinstance(wrapper(), DistributedDataParallel),
         "initial_param_sum": initial,
         "param_sum": float(sum(p.detach().double().sum() for p in trainer.model.parameters())),
         "first_reference": first[0] if first else None,
         "log_history": trainer.state.log_history,
     }
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"rank{acc.process_index}.json").write_text(json.dumps(result))
-    # without it gloo's worker threads outlive the interpreter and a rank can exit with
-    # SIGABRT ("terminate called without an active exception": pytorch/pytorch#190489)
+    rank = acc.process_index
+    # the DDP wrapper goes before the process group, or the rank can hang at exit
     trainer.end()
+    result["ddp_alive_after_end"] = wrapper() is not None
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"rank{rank}.json").write_text(json.dumps(result))
 
 
 if __name__ == "__main__":

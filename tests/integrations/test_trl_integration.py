@@ -464,6 +464,8 @@ def test_two_process_torchrun_gloo(tmp_path, store):
     assert proc.returncode == 0, proc.stderr[-4000:]
     results = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
     assert results[0]["world"] == results[1]["world"] == 2
+    # trainer.end() dropped the DDP wrapper before the group (else a rank can hang at exit)
+    assert all(r["wrapped_in_ddp"] and not r["ddp_alive_after_end"] for r in results)
     # DDP kept the replicas identical, and the reference draws differed between ranks
     assert results[0]["param_sum"] == pytest.approx(results[1]["param_sum"], rel=1e-6)
     assert results[0]["param_sum"] != pytest.approx(results[0]["initial_param_sum"], rel=1e-9)

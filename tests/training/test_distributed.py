@@ -28,6 +28,11 @@ def test_two_processes_match_one(tiny_world, tmp_path):
     proc = run_torchrun(WORKER, str(dist_dir), *overrides, timeout=240)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert json.loads((dist_dir / "world.json").read_text()) == {"world": 2}
+    # nothing outlives the trainer that would keep its DDP wrapper (and the exit hang of
+    # release_process_group's docstring) alive
+    for rank in range(2):
+        ends = json.loads((dist_dir / f"end{rank}.json").read_text())
+        assert ends == {"ddp_wrappers_in_training": 1, "ddp_wrappers_left": 0}
     rank0 = torch.load(dist_dir / "rank0.pt")
     rank1 = torch.load(dist_dir / "rank1.pt")
     assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)
