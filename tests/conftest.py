@@ -26,6 +26,12 @@ def _one_torch_thread():
     torch.set_num_threads(before)
 
 
+@pytest.fixture
+def run_in_session():
+    """``train_helpers.run_in_session``: a subprocess whose whole session a timeout kills."""
+    return train_helpers.run_in_session
+
+
 @pytest.fixture(scope="module")
 def tiny_lm(tmp_path_factory):
     """``(model, tokenizer)``: a random 2-layer Llama over single characters, in eval mode."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
@@ -113,7 +112,7 @@ def output_dir(command: str) -> str | None:
 
 
 @pytest.mark.slow
-def test_readme_sequence_produces_a_full_report(tmp_path, monkeypatch):
+def test_readme_sequence_produces_a_full_report(tmp_path, monkeypatch, run_in_session):
     from divrl.cli import main
 
     monkeypatch.setenv("DIVRL_CACHE_DIR", str(tmp_path / "cache"))
@@ -128,9 +127,7 @@ def test_readme_sequence_produces_a_full_report(tmp_path, monkeypatch):
         if command.startswith("torchrun"):
             env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
             launcher = [sys.executable, "-m", "torch.distributed.run"]
-            done = subprocess.run(
-                [*launcher, *argv[1:]], env=env, capture_output=True, text=True, timeout=600
-            )
+            done = run_in_session([*launcher, *argv[1:]], env=env, timeout=600)
             assert done.returncode == 0, f"{command}\n{done.stderr[-3000:]}"
         else:
             assert main(argv) == 0, command

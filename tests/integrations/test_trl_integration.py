@@ -445,7 +445,7 @@ def free_port() -> int:
 
 
 @pytest.mark.slow
-def test_two_process_torchrun_gloo(tmp_path, store):
+def test_two_process_torchrun_gloo(tmp_path, store, run_in_session):
     out = tmp_path / "dist"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "DIVRL_TEST_STORE": str(store)}
     env["PYTHONPATH"] = os.pathsep.join([str(WORKER.parent), env.get("PYTHONPATH", "")])
@@ -460,7 +460,7 @@ def test_two_process_torchrun_gloo(tmp_path, store):
         str(WORKER),
         str(out),
     ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    proc = run_in_session(cmd, env=env, timeout=240)
     assert proc.returncode == 0, proc.stderr[-4000:]
     results = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
     assert results[0]["world"] == results[1]["world"] == 2

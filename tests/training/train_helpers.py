@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -102,13 +103,38 @@ def run_torchrun(worker: Path, *args: str, timeout: int) -> subprocess.Completed
     torchrun = Path(sys.executable).parent / "torchrun"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     env["PYTHONPATH"] = os.pathsep.join([str(Path.cwd()), env.get("PYTHONPATH", "")])
-    return subprocess.run(
+    return run_in_session(
         [
             *(str(torchrun), "--nproc_per_node", "2", "--master_addr", "127.0.0.1"),
             *("--master_port", str(free_port()), str(worker), *args),
         ],
-        capture_output=True,
-        text=True,
         env=env,
         timeout=timeout,
     )
+
+
+def run_in_session(cmd: list[str], *, timeout: int, **kwargs) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd, capture_output=True, text=True)`` in a session of its own. On a
+    timeout the whole session is killed, a launcher's ranks too (``subprocess.run`` kills
+    the launcher alone and leaves hung ranks behind), and the test fails with the output's
+    tail."""
+    import pytest
+
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        **kwargs,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(
+            f"{' '.join(cmd)[:300]} ran past {timeout} s; its session was killed\n"
+            f"stdout: {out[-2000:]}\nstderr: {err[-3000:]}"
+        )
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
