@@ -35,6 +35,7 @@ from train_helpers import parity_reward, sevens_reward
 import divrl.training.update as update_mod
 from divrl.integrations.trl_lp_reg import full_lm_head
 from divrl.rollout import SamplingParams
+from divrl.training.collective import release_process_group
 from divrl.training.config import load_config
 from divrl.training.fsdp import is_fsdp, iter_full_parameters
 from divrl.training.presample import presample
@@ -138,6 +139,8 @@ def main() -> None:
             presample(load_config(None, case["overrides"]), reward_fn=parity_reward, progress=False)
         else:
             run_case(case, root)
+    # the trainers are gone: end the group while the interpreter is whole (divrl train's end)
+    release_process_group()
 
 
 if __name__ == "__main__":
