@@ -44,6 +44,7 @@ USER_ERRORS = (
     ("divrl.data.loading", "DataValidationError"),
     ("divrl.rollout.model_source", "ModelSourceError"),
     ("divrl.data.reference_store", "StoreMismatchError"),
+    ("divrl.data.store_files", "ReferenceStoreError"),
     ("divrl.training.loading", "NoUsablePromptsError"),
     ("divrl.training.loading", "PromptLengthError"),
 )

@@ -3,7 +3,8 @@
 Samples ``reference.k`` responses per training prompt, splits the prompts into
 near-perfect and exploration sets and stores one correct extra response per near-perfect
 prompt with its initial-policy log-probs at ``reference.store``. Run it once before
-``divrl train`` with a DPH preset (same config file).
+``divrl train`` with a DPH preset (same config file). An earlier store at that path is
+replaced; a folder or file that is not a store is refused unless ``--overwrite``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(the paper's text; the authors' code keeps it out of both); the same as "
         "reference.failed_to_exploration=true",
     )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace whatever reference.store names even when it is not a reference store "
+        "(a store there is replaced without it; any other folder or file is refused)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,7 +49,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.failed_to_exploration:
         config.reference.failed_to_exploration = True
-    manifest = presample(with_toy_defaults(config), progress=config.logging.progress)
+    manifest = presample(
+        with_toy_defaults(config), progress=config.logging.progress, overwrite=args.overwrite
+    )
     from accelerate import PartialState
 
     state = PartialState()

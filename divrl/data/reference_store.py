@@ -16,9 +16,7 @@ Layout of a store directory (written once by ``divrl presample``):
 from __future__ import annotations
 
 import functools
-import json
 import logging
-import os
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,17 +26,39 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from divrl.data.store_checks import (
+    PROMPT_COLUMNS,
+    SAMPLE_COLUMNS,
+    empty_store_message,
+    missing_prompts,
+    read_manifest,
+    read_table,
+    sample_problems,
+)
+from divrl.data.store_files import (
+    MANIFEST,
+    PROMPTS,
+    SAMPLES,
+    ReferenceStoreError,
+    StoreTargetError,
+    check_store_target,
+    manifest_text,
+    new_temp_dir,
+    replace_store_dir,
+    store_lock,
+)
+
 __all__ = [
     "ReferenceSample",
     "ReferenceStore",
+    "ReferenceStoreError",
     "StoreExpectation",
     "StoreMismatchError",
+    "StoreTargetError",
     "write_reference_store",
 ]
 
 logger = logging.getLogger(__name__)
-
-SAMPLES, PROMPTS, MANIFEST = "samples.parquet", "prompts.parquet", "manifest.json"
 
 
 @dataclass
@@ -55,12 +75,27 @@ def write_reference_store(
     samples: list[ReferenceSample],
     prompts: list[dict[str, Any]],
     manifest: dict[str, Any],
+    *,
+    overwrite: bool = False,
 ) -> Path:
-    """Write a store atomically (temp dir, then rename over any previous store)."""
+    """Write a store whole (a uniquely named temp folder, swapped in under a lock; see
+    :mod:`divrl.data.store_files`). An existing store at ``path`` is replaced; anything
+    else there is refused with :class:`StoreTargetError` unless ``overwrite``."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    with store_lock(path):
+        check_store_target(path, overwrite)
+        tmp = new_temp_dir(path)
+        try:
+            _write_tables(tmp, samples, prompts)
+            (tmp / MANIFEST).write_text(manifest_text(manifest), encoding="utf-8")
+            replace_store_dir(tmp, path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return path
+
+
+def _write_tables(tmp: Path, samples: list[ReferenceSample], prompts: list[dict]) -> None:
     sample_table = pa.table(
         {
             "prompt_id": pa.array([s.prompt_id for s in samples], pa.string()),
@@ -80,17 +115,6 @@ def write_reference_store(
         }
     )
     pq.write_table(prompt_table, tmp / PROMPTS)
-    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    if path.exists():
-        old = path.with_name(f".{path.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(path, old)
-        os.replace(tmp, path)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp, path)
-    return path
 
 
 #: manifest["sampling"] key -> the config setting it comes from (for messages)
@@ -103,7 +127,7 @@ SAMPLING_SETTINGS = {
 }
 
 
-class StoreMismatchError(ValueError):
+class StoreMismatchError(ReferenceStoreError):
     """The reference store was presampled for another model, data or settings."""
 
 
@@ -229,11 +253,14 @@ class ReferenceStore:
         expect: StoreExpectation | None = None,
         allow_mismatch: bool = False,
         allow_hint: str = "--allow-store-mismatch (reference.allow_store_mismatch=true)",
+        vocab_size: int | None = None,
     ) -> ReferenceStore:
-        """The store at ``path``, checked for training: it holds samples, (when
-        ``temperature`` is given) its log-probs were computed at that sampling temperature,
-        and (when ``expect`` is given) it was presampled from the same model, prompts,
-        sampling settings and split rule.
+        """The store at ``path``, checked for training: its files read, it holds samples,
+        (when ``temperature`` is given) its log-probs were computed at that sampling
+        temperature, (when ``expect`` is given) it was presampled from the same model,
+        prompts, sampling settings and split rule, and its samples can be trained on
+        (:meth:`check_samples`; their prompts are in ``expect.prompts``, their tokens
+        below ``vocab_size``).
 
         Args:
             allow_mismatch: log a differing ``expect`` as a warning instead of raising.
@@ -242,21 +269,28 @@ class ReferenceStore:
         Raises:
             FileNotFoundError: no store at ``path``.
             StoreMismatchError: the store differs from ``expect``.
-            ValueError: an empty store, or log-probs at another temperature.
+            ReferenceStoreError: a damaged file, an empty store, log-probs at another
+                temperature, or samples that cannot be trained on.
         """
         store = cls(path)
         if len(store) == 0:
-            raise ValueError(f"the reference store {store.path} holds no samples")
+            raise ReferenceStoreError(empty_store_message(store.path, store.manifest))
         stored_t = store.manifest.get("log_prob_temperature")
         mismatch = stored_t is not None and abs(float(stored_t) - (temperature or 0.0)) > 1e-9
         if temperature is not None and mismatch:
-            raise ValueError(
+            raise ReferenceStoreError(
                 f"the reference store's log-probs are at temperature {stored_t} but "
                 f"training samples at temperature={temperature}: presample again at "
                 f"{temperature} or train at {stored_t}"
             )
         if expect is not None:
             store._check(expect, allow_mismatch, allow_hint)
+        prompts = None if expect is None or expect.prompts is None else expect.prompts
+        store.check_samples(
+            None if prompts is None else [str(pid) for pid, _ in prompts],
+            vocab_size,
+            allow_other_prompts=allow_mismatch,
+        )
         return store
 
     def _check(self, expect: StoreExpectation, allow_mismatch: bool, allow_hint: str) -> None:
@@ -287,20 +321,34 @@ class ReferenceStore:
                 f"no DPH reference store at {self.path}: run `divrl presample <config>` first "
                 "(or set reference.store)"
             )
-        self.manifest: dict[str, Any] = json.loads((self.path / MANIFEST).read_text())
-        samples = pq.read_table(self.path / SAMPLES).to_pydict()
+        self.manifest: dict[str, Any] = read_manifest(self.path / MANIFEST)
+        samples = read_table(self.path / SAMPLES, SAMPLE_COLUMNS)
         self.samples = [
-            ReferenceSample(*row)
-            for row in zip(
-                samples["prompt_id"],
-                samples["prompt_ids"],
-                samples["response_ids"],
-                samples["ref_log_probs"],
-                samples["text"],
-                strict=True,
-            )
+            ReferenceSample(*row) for row in zip(*(samples[c] for c in SAMPLE_COLUMNS), strict=True)
         ]
-        self.prompts = pq.read_table(self.path / PROMPTS).to_pydict()
+        self.prompts = read_table(self.path / PROMPTS, PROMPT_COLUMNS)
+
+    def check_samples(
+        self,
+        prompt_ids: Sequence[str] | None = None,
+        vocab_size: int | None = None,
+        allow_other_prompts: bool = False,
+    ) -> None:
+        """Raise :class:`ReferenceStoreError` naming every fault that makes the samples
+        unusable for training: non-finite log-probs, log-probs not one per response token,
+        token ids outside ``vocab_size``, and prompt ids not in ``prompt_ids`` (the
+        training data; only a warning with ``allow_other_prompts``)."""
+        found = sample_problems(self.samples, vocab_size)
+        other = None if prompt_ids is None else missing_prompts(self.samples, prompt_ids)
+        if other is not None and allow_other_prompts:
+            logger.warning("the reference store %s: %s (allowed)", self.path, other)
+        elif other is not None:
+            found.append(other)
+        if found:
+            raise ReferenceStoreError(
+                f"{self.path / SAMPLES}: cannot be trained on: {'; '.join(found)}. Presample "
+                "again with this run's model and data: `divrl presample CONFIG --overwrite`"
+            )
 
     def __len__(self) -> int:
         return len(self.samples)

@@ -28,6 +28,8 @@ from divrl.data.reference_store import (
     write_reference_store,
 )
 from divrl.data.sampling import derive_seed
+from divrl.data.store_checks import what_to_change
+from divrl.data.store_files import check_store_target
 from divrl.rollout import SamplingParams
 from divrl.training.config import Config
 from divrl.training.experience import (
@@ -218,15 +220,22 @@ def store_expectation(config: Config, model_path: str, prompts) -> StoreExpectat
 
 
 def open_reference_store(
-    config: Config, model_path: str, prompts: list, *, log: bool = True
+    config: Config,
+    model_path: str,
+    prompts: list,
+    *,
+    log: bool = True,
+    vocab_size: int | None = None,
 ) -> tuple[ReferenceStore, list]:
-    """The DPH-RL store of a training run, checked against it (:func:`store_expectation`),
-    and the run's prompts cut to the store's exploration prompts (the ones rolled out)."""
+    """The DPH-RL store of a training run, checked against it (:func:`store_expectation`;
+    its token ids below ``vocab_size`` when given), and the run's prompts cut to the
+    store's exploration prompts (the ones rolled out)."""
     store = ReferenceStore.open(
         config.reference_store,
         temperature=config.rollout.temperature,
         expect=store_expectation(config, model_path, prompts),
         allow_mismatch=config.reference.allow_store_mismatch,
+        vocab_size=vocab_size,
     )
     keep = store.exploration_ids
     explored = [p for p in prompts if p.id in keep]
@@ -279,6 +288,28 @@ def _stats(prompts, dropped, near, rows, samples, n_extra, scores, n_correct, k,
     }
 
 
+#: fewer reference samples than this is warned about (a divergence term on a handful of
+#: responses anchors the policy to little)
+SMALL_STORE = 8
+
+
+def _warn_if_small(config: Config, manifest: dict, n_samples: int) -> None:
+    if n_samples >= min(SMALL_STORE, manifest["stats"]["prompts"]):
+        return
+    stats = manifest["stats"]
+    logger.warning(
+        "the reference store %s holds %s reference samples (%d of %d prompts near-perfect): %s; %s",
+        config.reference_store,
+        n_samples or "no",
+        stats["near_perfect"],
+        stats["prompts"],
+        "training a DPH preset on it will refuse to start"
+        if n_samples == 0
+        else "the divergence term will rest on very few responses",
+        what_to_change(manifest) + ", then presample again with --overwrite",
+    )
+
+
 def _presample_params(config: Config) -> SamplingParams:
     ref = config.reference
     return SamplingParams(
@@ -297,12 +328,16 @@ def presample(
     reward_fn: RewardFn | None = None,
     failed_to_exploration: bool | None = None,
     progress: bool = True,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Build the reference store at ``config.reference_store``; returns its manifest.
 
     ``failed_to_exploration`` (None: ``reference.failed_to_exploration``) overrides the
-    config's split rule; the store records the rule used and training checks it.
+    config's split rule; the store records the rule used and training checks it. A store
+    already there is replaced; any other folder or file is refused (before the model
+    loads) unless ``overwrite``.
     """
+    check_store_target(config.reference_store, overwrite)
     ref = config.reference
     if failed_to_exploration is not None:
         ref.failed_to_exploration = failed_to_exploration
@@ -356,8 +391,9 @@ def presample(
     )
     manifest = _manifest(config, expect, train_path, stats)
     if procs[1] == 0:  # written once; the others wait for it
-        write_reference_store(config.reference_store, samples, rows, manifest)
+        write_reference_store(config.reference_store, samples, rows, manifest, overwrite=overwrite)
         logger.info("reference store written to %s", config.reference_store)
+        _warn_if_small(config, manifest, len(samples))
     if procs[0] > 1:
         torch.distributed.barrier()
     return manifest

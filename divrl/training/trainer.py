@@ -116,8 +116,9 @@ class Trainer:
         self.reference_store: ReferenceStore | None = None
         self.ref_sampler: EpochSampler | None = None
         if cfg.uses_reference_samples:
+            vocab = self.policy.get_input_embeddings().num_embeddings
             self.reference_store, self.prompts = open_reference_store(
-                cfg, self.model_path, self.prompts, log=acc.is_main_process
+                cfg, self.model_path, self.prompts, log=acc.is_main_process, vocab_size=vocab
             )
             self.ref_sampler = EpochSampler(len(self.reference_store), cfg.train.seed + 1, True)
         if self.rank == 0:
