@@ -8,7 +8,14 @@ bootstrap over prompts (:func:`divrl.evaluation.stats.bootstrap_ci`, seeded). Ke
   ``*_ci`` entry ``[low, high]``;
 - ``diversity``: mean distinct correct answers per prompt, mean distinct solution styles
   among all samples and among the correct ones, the share of prompts whose samples use one
-  style / three or more, and the style histograms (sample counts);
+  style / three or more, and the style histograms (sample counts); ``styles_measure`` says
+  what counted as a style: ``"solution styles"`` (the data source's style classifier,
+  :mod:`divrl.evaluation.styles`) or, for a data source without one, ``"trace clusters"``
+  (:func:`divrl.evaluation.text_diversity.trace_clusters`); and the classifier-free
+  measures of every data source (:mod:`divrl.evaluation.text_diversity`): ``distinct_1``,
+  ``distinct_2``, ``self_bleu``, ``mean_answer_clusters``, ``mean_answer_entropy_bits``,
+  ``mean_trace_clusters``, ``share_one_trace_cluster`` and, for math data sources,
+  ``mean_math_trace_styles`` with ``math_trace_style_counts``;
 - ``tokens``: mean response length, mean negative log-prob per token (under the sampling
   policy: an estimate of the per-token entropy when sampling at T = 1 without top-p/top-k
   truncation), share of truncated responses and of those cut at the model's context;
@@ -27,6 +34,13 @@ import numpy as np
 
 from divrl.evaluation.pass_at_k import pass_at_k_array
 from divrl.evaluation.stats import bootstrap_ci, default_ks, maj_at_k_array
+from divrl.evaluation.text_diversity import (
+    answer_entropy,
+    distinct_n,
+    math_trace_style,
+    self_bleu,
+    trace_clusters,
+)
 
 __all__ = ["per_prompt_arrays", "summarise"]
 
@@ -99,24 +113,7 @@ def summarise(results: Sequence[dict[str, Any]], cfg) -> dict[str, Any]:
         "confidence": cfg.confidence,
         **_headline(results, cfg, ks),
     }
-    a = per_prompt_arrays(results)
-    styled = a["styles"] > 0
-    solved = a["c"] > 0
-    style_counts = Counter(s for r in results for s in r["styles"] if s)
-    correct_style_counts = Counter(
-        s for r in results for s, c in zip(r["styles"], r["correct"], strict=True) if s and c
-    )
-    summary["diversity"] = {
-        "mean_distinct_correct_answers": float(a["distinct_correct"].mean()),
-        "mean_distinct_styles": float(a["styles"][styled].mean()) if styled.any() else None,
-        "mean_distinct_correct_styles": (
-            float(a["correct_styles"][solved & styled].mean()) if (solved & styled).any() else None
-        ),
-        "share_one_style": float((a["styles"][styled] == 1).mean()) if styled.any() else None,
-        "share_3plus_styles": float((a["styles"][styled] >= 3).mean()) if styled.any() else None,
-        "style_counts": dict(style_counts.most_common()),
-        "correct_style_counts": dict(correct_style_counts.most_common()),
-    }
+    summary["diversity"] = _diversity(results)
     lengths = np.array([t for r in results for t in r["n_tokens"]], dtype=np.float64)
     nll = np.array([x for r in results for x in r["nll"] if x is not None], dtype=np.float64)
     summary["tokens"] = {
@@ -140,3 +137,71 @@ def summarise(results: Sequence[dict[str, Any]], cfg) -> dict[str, Any]:
             groups[f"{key}={value}"] = _headline(subset, cfg, ks)
     summary["groups"] = groups
     return summary
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    kept = [v for v in values if v is not None]
+    return float(np.mean(kept)) if kept else None
+
+
+def _is_math(data_source: str) -> bool:
+    from divrl.rewards import MathVerifier, get_verifier
+
+    try:
+        return isinstance(get_verifier(data_source)[1], MathVerifier)
+    except (KeyError, ValueError):
+        return False
+
+
+def text_diversity(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The classifier-free measures (:mod:`divrl.evaluation.text_diversity`), averaged over
+    prompts; ``trace_clusters`` is the ``[P]`` array of clusters per prompt."""
+    traces = np.array([len(set(trace_clusters(r["texts"]))) for r in results])
+    answers = [answer_entropy(r["clusters"]) for r in results]
+    out: dict[str, Any] = {
+        "distinct_1": _mean([distinct_n(r["texts"], 1) for r in results]),
+        "distinct_2": _mean([distinct_n(r["texts"], 2) for r in results]),
+        "self_bleu": _mean([self_bleu(r["texts"]) for r in results]),
+        "mean_answer_clusters": float(np.mean([a[0] for a in answers])),
+        "mean_answer_entropy_bits": _mean([a[1] for a in answers]),
+        "mean_trace_clusters": float(traces.mean()),
+        "share_one_trace_cluster": float((traces == 1).mean()),
+        "trace_clusters": traces,
+    }
+    math_results = [r for r in results if _is_math(r["data_source"])]
+    if math_results:
+        labels = [[math_trace_style(t) for t in r["texts"]] for r in math_results]
+        out["mean_math_trace_styles"] = float(np.mean([len(set(x)) for x in labels]))
+        out["math_trace_style_counts"] = dict(Counter(s for x in labels for s in x).most_common())
+    return out
+
+
+def _diversity(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The ``diversity`` block: styles from the classifier where the data source has one,
+    else trace clusters in their place (``styles_measure`` says which)."""
+    a = per_prompt_arrays(results)
+    text = text_diversity(results)
+    styled = a["styles"] > 0
+    solved = a["c"] > 0
+    if styled.any():
+        measure, counts = "solution styles", a["styles"][styled]
+    else:
+        measure, counts = "trace clusters", text.pop("trace_clusters")
+    text.pop("trace_clusters", None)
+    style_counts = Counter(s for r in results for s in r["styles"] if s)
+    correct_style_counts = Counter(
+        s for r in results for s, c in zip(r["styles"], r["correct"], strict=True) if s and c
+    )
+    return {
+        "mean_distinct_correct_answers": float(a["distinct_correct"].mean()),
+        "styles_measure": measure,
+        "mean_distinct_styles": float(counts.mean()),
+        "mean_distinct_correct_styles": (
+            float(a["correct_styles"][solved & styled].mean()) if (solved & styled).any() else None
+        ),
+        "share_one_style": float((counts == 1).mean()),
+        "share_3plus_styles": float((counts >= 3).mean()),
+        "style_counts": dict(style_counts.most_common()),
+        "correct_style_counts": dict(correct_style_counts.most_common()),
+        **text,
+    }

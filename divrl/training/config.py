@@ -145,10 +145,19 @@ class DataConfig:
 
 @dataclass
 class RolloutConfig:
-    engine: Literal["hf", "vllm"] = _help(
-        "generation engine: 'hf' (transformers generate, the CPU default) or 'vllm' "
-        "(colocated, needs the [vllm] extra and a GPU)",
+    engine: str = _help(
+        "rollout engine, any registered name (divrl.rollout.engine_names()): 'hf' "
+        "(transformers generate, the CPU default) or 'vllm' (colocated, needs the [vllm] "
+        "extra and a GPU); options of the engine go in engine_options",
         "hf",
+    )
+    engine_options: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "the engine's own options, checked by the engine (hf: batch_size; vllm: "
+            "gpu_memory_utilization, enforce_eager, max_num_seqs, allow_untested_version); "
+            "filled with the engine's defaults, so config.yaml shows every value used"
+        },
     )
     n: int = _help("responses sampled per prompt (the GRPO group size)", 8)
     temperature: float = _help("sampling temperature (also divides the training logits)", 1.0)
@@ -166,19 +175,40 @@ class RolloutConfig:
         "generation seeded per (step, process), still reproducible and resumable",
         False,
     )
-    batch_size: int = _help("hf engine, seeded=false: prompts per generate call", 64)
-    gpu_memory_utilization: float = _help("vllm engine: share of GPU memory for vLLM", 0.3)
 
     def __post_init__(self) -> None:
+        from divrl.rollout.registry import EngineError, engine_options
+
         _positive("rollout.n", self.n)
         _positive("rollout.temperature", self.temperature)
         if not 0.0 < self.top_p <= 1.0:
             raise ConfigError(f"rollout.top_p={self.top_p} must be in (0, 1]")
         _positive("rollout.top_k", self.top_k, allow_zero=True)
         _positive("rollout.max_new_tokens", self.max_new_tokens)
-        _positive("rollout.batch_size", self.batch_size)
-        if not 0.0 < self.gpu_memory_utilization < 1.0:
-            raise ConfigError("rollout.gpu_memory_utilization must be in (0, 1)")
+        try:
+            options = engine_options(self.engine, self.engine_options or {})
+        except EngineError as exc:
+            raise ConfigError(f"rollout.engine / rollout.engine_options: {exc}") from exc
+        self.engine_options = dataclasses.asdict(options)
+
+    @property
+    def options(self) -> Any:
+        """The engine's typed options object (its dataclass), built from ``engine_options``."""
+        from divrl.rollout.registry import engine_options
+
+        return engine_options(self.engine, self.engine_options)
+
+    @staticmethod
+    def migrate(raw: dict[str, Any]) -> dict[str, Any]:
+        """Read the keys of the flat section of earlier versions (``rollout.batch_size``,
+        ``rollout.gpu_memory_utilization``) as the chosen engine's options; for another
+        engine they had no effect and are dropped, with a warning either way."""
+        from divrl.training.rollout_migration import migrate_rollout_section
+
+        try:
+            return migrate_rollout_section(raw)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
 
 
 POLICY_LOSS_NAMES = tuple(sorted(POLICY_LOSSES))

@@ -119,7 +119,11 @@ def test_summary_styles_and_distinct_answers():
     summary = summarise(results, EvalConfig(n=4, n_boot=50, group_by=("hard",)))
     assert summary["maj@k"]["4"] == 1.0
     assert summary["diversity"]["mean_distinct_correct_answers"] == 3.0
-    assert summary["diversity"]["mean_distinct_styles"] is None  # plain math has no styles
+    # plain math has no style classifier: the styles are trace clusters (2 and 2.0 and 4/2
+    # and 3 all mask to one route), labelled as such
+    assert summary["diversity"]["styles_measure"] == "trace clusters"
+    assert summary["diversity"]["mean_distinct_styles"] == 1.0
+    assert summary["diversity"]["mean_answer_clusters"] == 2.0
     assert summary["tokens"]["mean_nll_per_token"] == pytest.approx(0.5)
     assert set(summary["groups"]) == {"hard=True", "hard=False"}
 
