@@ -70,7 +70,6 @@ def base_overrides(work: Path, args: argparse.Namespace) -> list[str]:
         f"rollout.n={args.n}",
         f"rollout.max_new_tokens={args.response_len}",
         "rollout.seeded=false",
-        f"rollout.batch_size={args.prompts}",
         f"train.prompts_per_step={args.prompts}",
         f"train.micro_batch_size={args.micro}",
         f"train.total_steps={args.steps + 1}",
@@ -84,6 +83,8 @@ def base_overrides(work: Path, args: argparse.Namespace) -> list[str]:
         "checkpoint.save_final=false",
         f"model.dtype={args.dtype}",
         f"rollout.engine={args.engine}",
+        # prompts per generate call: an option of the hf engine only
+        *([f"rollout.engine_options.batch_size={args.prompts}"] if args.engine == "hf" else []),
     ]
 
 

@@ -1,9 +1,12 @@
 """Rollout engines behind one interface: prompt token ids in; responses, log-probs, texts out.
 
-``hf`` (transformers ``generate``) is the CPU default; ``vllm`` is optional and imported
-only when built.
+Engines are registered by name (:mod:`divrl.rollout.registry`) and built with
+:func:`build_engine` by every command. ``hf`` (transformers ``generate``) is the CPU
+default; ``vllm`` is optional and imports vLLM only when built. A built-in engine is one
+module that registers itself and one import line below.
 """
 
+from divrl.rollout import vllm as _vllm  # noqa: F401 - registers "vllm"
 from divrl.rollout.base import (
     RolloutEngine,
     RolloutOutput,
@@ -12,12 +15,30 @@ from divrl.rollout.base import (
     pad_token_id,
 )
 from divrl.rollout.hf import HFEngine
+from divrl.rollout.registry import (
+    EngineContext,
+    EngineError,
+    build_engine,
+    engine_names,
+    engine_options,
+    get_engine,
+    register_engine,
+    unregister_engine,
+)
 
 __all__ = [
+    "EngineContext",
+    "EngineError",
     "HFEngine",
     "RolloutEngine",
     "RolloutOutput",
     "SamplingParams",
+    "build_engine",
     "collate",
+    "engine_names",
+    "engine_options",
+    "get_engine",
     "pad_token_id",
+    "register_engine",
+    "unregister_engine",
 ]

@@ -6,12 +6,14 @@ import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 
 import torch
 
 from divrl.rollout.base import RolloutEngine, RolloutOutput, SamplingParams, pad_token_id
+from divrl.rollout.registry import EngineContext, register_engine
 
-__all__ = ["HFEngine", "response_length"]
+__all__ = ["HFEngine", "HFOptions", "response_length"]
 
 logger = logging.getLogger(__name__)
 
@@ -272,3 +274,38 @@ class HFEngine(RolloutEngine):
 
     def _decode(self, tokens: Sequence[int]) -> str:
         return self.tokenizer.decode(list(tokens), skip_special_tokens=True)
+
+
+@dataclass(frozen=True)
+class HFOptions:
+    """Options of the ``hf`` engine.
+
+    ``batch_size``: prompts per ``generate`` call when no seeds are given (the
+    training rollouts with ``rollout.seeded=false``; presampling and evaluation batch
+    themselves and pass at most this many).
+    """
+
+    batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size={self.batch_size} must be >= 1")
+
+
+@register_engine(
+    "hf",
+    options=HFOptions,
+    summary="transformers generate on the policy itself (no weight copy); CPU or GPU",
+)
+def build_hf(context: EngineContext, options: HFOptions) -> HFEngine:
+    if context.model is None or context.tokenizer is None:
+        raise ValueError(
+            "the hf engine generates with the policy loaded in this process: build it with "
+            "EngineContext(model=..., tokenizer=...)"
+        )
+    return HFEngine(
+        context.model,
+        context.tokenizer,
+        batch_size=options.batch_size,
+        full_weights=context.full_weights,
+    )

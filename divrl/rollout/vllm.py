@@ -3,20 +3,78 @@
 vLLM is an optional extra (``pip install divrl[vllm]``, a CUDA machine): this module
 imports it only when an engine is built, so ``import divrl`` never needs it. Each
 training process runs its own vLLM engine on its own GPU (``external_launcher``
-executor, one engine per rank, sharing GPU memory with training); after every optimiser
-step the trainer calls :meth:`VLLMEngine.sync_weights`, which streams the policy's
-parameters into vLLM's model through its ``load_weights`` and resets the prefix cache.
+executor, one engine per rank, sharing GPU memory with training).
+
+Only vLLM's public interface is used: ``LLM`` (with ``worker_extension_cls`` and
+``logprobs_mode``), ``SamplingParams``, ``TokensPrompt``, ``LLM.generate``,
+``LLM.collective_rpc`` and ``LLM.reset_prefix_cache``. The weight sync after each
+optimiser step calls :meth:`WeightSyncExtension.divrl_load_weights` on every vLLM worker
+through ``collective_rpc`` (the worker-extension route of vLLM's RLHF examples), never
+vLLM's internal executor attributes. The installed version is checked when an engine is
+built (:data:`SUPPORTED_VERSIONS`).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import torch
 
 from divrl.rollout.base import RolloutEngine, RolloutOutput, SamplingParams
+from divrl.rollout.registry import EngineContext, register_engine
 
-__all__ = ["VLLMEngine"]
+__all__ = [
+    "SUPPORTED_VERSIONS",
+    "VLLMEngine",
+    "VLLMOptions",
+    "WeightSyncExtension",
+    "check_vllm_version",
+]
+
+# [lowest, first unsupported): logprobs_mode (the log-probs at the sampling temperature)
+# arrived in 0.10.2; TRL 1.16, which divrl's TRL adapter pins, is tested up to 0.31.
+SUPPORTED_VERSIONS = ((0, 10, 2), (0, 32, 0))
+
+
+def _version_tuple(version: str) -> tuple[int, int, int]:
+    parts = [int(p) for p in re.findall(r"\d+", version.split("+")[0])[:3]]
+    return (*parts, 0, 0, 0)[:3]  # type: ignore[return-value]
+
+
+def check_vllm_version(version: str, *, allow_untested: bool = False) -> None:
+    """Raise ImportError unless vLLM ``version`` is one divrl supports.
+
+    ``allow_untested=True`` (engine option ``allow_untested_version``) lets any version
+    through, for trying a newer vLLM on purpose.
+    """
+    low, high = SUPPORTED_VERSIONS
+    if allow_untested or low <= _version_tuple(version) < high:
+        return
+    shown = ".".join(map(str, low)), ".".join(map(str, high[:2]))
+    raise ImportError(
+        f"vLLM {version} is installed; divrl's vllm engine supports vLLM >= {shown[0]}, "
+        f"< {shown[1]}: pip install 'vllm>={shown[0]},<{shown[1]}', or set the engine option "
+        "allow_untested_version=true (rollout.engine_options.allow_untested_version=true) "
+        "to try this one"
+    )
+
+
+class WeightSyncExtension:
+    """Mixed into every vLLM worker (``worker_extension_cls``): loads the trainer's weights.
+
+    vLLM calls it in the worker, where ``self.model_runner`` is the worker's own model
+    runner; ``load_weights`` takes Hugging Face names and copies each tensor into vLLM's
+    (fused, possibly sharded) parameters as it reads it.
+    """
+
+    def divrl_load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> int:
+        loaded = self.model_runner.model.load_weights(weights=weights)  # type: ignore[attr-defined]
+        return len(loaded) if loaded is not None else 0
+
+
+WORKER_EXTENSION = f"{__name__}.WeightSyncExtension"
 
 
 class VLLMEngine(RolloutEngine):
@@ -28,6 +86,13 @@ class VLLMEngine(RolloutEngine):
         dtype: vLLM's dtype string (``"bfloat16"``...).
         seed: base seed (the rank is added, so ranks sample differently).
         max_model_len: prompt + response tokens.
+        enforce_eager: no CUDA graphs (faster start, slower decoding).
+        max_num_seqs: sequences decoded at once (None: vLLM's default).
+        allow_untested_version: build on a vLLM outside :data:`SUPPORTED_VERSIONS`.
+
+    ``log_probs`` are vLLM's ``processed_logprobs``: at the sampling temperature (as the
+    ``hf`` engine's); with ``top_p < 1`` or ``top_k > 0`` vLLM renormalises them over the
+    kept tokens, where ``hf`` reports them before truncation.
     """
 
     def __init__(
@@ -39,24 +104,34 @@ class VLLMEngine(RolloutEngine):
         seed: int = 0,
         max_model_len: int | None = None,
         trust_remote_code: bool = False,
+        enforce_eager: bool = False,
+        max_num_seqs: int | None = None,
+        allow_untested_version: bool = False,
     ) -> None:
         try:
-            from vllm import LLM
+            import vllm
         except ImportError as exc:  # pragma: no cover - depends on the optional extra
             raise ImportError(
                 "rollout.engine=vllm needs vLLM: pip install 'divrl[vllm]' (CUDA only), "
                 "or use rollout.engine=hf"
             ) from exc
+        check_vllm_version(getattr(vllm, "__version__", "0"), allow_untested=allow_untested_version)
         rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
-        self.llm = LLM(
+        extra = {} if max_num_seqs is None else {"max_num_seqs": max_num_seqs}
+        self.llm = vllm.LLM(
             model=model_path,
             gpu_memory_utilization=gpu_memory_utilization,
             dtype=dtype,
             seed=seed + rank,
             max_model_len=max_model_len,
             trust_remote_code=trust_remote_code,
+            enforce_eager=enforce_eager,
             # one engine per training process, launched by torchrun/accelerate
             distributed_executor_backend="external_launcher",
+            worker_extension_cls=WORKER_EXTENSION,
+            # log-probs after temperature (vLLM's default reports them before it)
+            logprobs_mode="processed_logprobs",
+            **extra,
         )
 
     def generate(
@@ -64,9 +139,12 @@ class VLLMEngine(RolloutEngine):
         prompt_ids: Sequence[Sequence[int]],
         params: SamplingParams,
         seeds: Sequence[int] | None = None,
-    ) -> RolloutOutput:  # pragma: no cover - needs a GPU
+    ) -> RolloutOutput:
         from vllm import SamplingParams as VSamplingParams
         from vllm.inputs import TokensPrompt
+
+        if seeds is not None and len(seeds) != len(prompt_ids):
+            raise ValueError("generate: need one seed per prompt")
 
         def sampling(seed: int | None) -> VSamplingParams:
             return VSamplingParams(
@@ -103,13 +181,51 @@ class VLLMEngine(RolloutEngine):
 
     @torch.no_grad()
     def sync_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Stream ``(name, full tensor)`` pairs into vLLM's ``load_weights``.
+        """Stream ``(name, full tensor)`` pairs into every vLLM worker's ``load_weights``.
 
-        vLLM copies each tensor into its own weights as it reads it, so a lazy iterator
-        (the trainer's ``iter_full_parameters``, which gathers one parameter at a time
-        from the FSDP shards) never holds a second full model.
+        The colocated engine's worker lives in this process (``external_launcher``), so
+        ``collective_rpc`` hands it the iterator itself: vLLM copies each tensor as it
+        reads it, and a lazy iterator (the trainer's ``iter_full_parameters``, which
+        gathers one parameter at a time from the FSDP shards) never holds a second full
+        model. The prefix cache is reset: its entries were computed by the old weights.
         """
-        # The colocated engine's model lives in this process (TRL's colocate path).
-        engine_model = self.llm.llm_engine.model_executor.driver_worker.model_runner.model
-        engine_model.load_weights(weights)
+        self.llm.collective_rpc("divrl_load_weights", args=(weights,))
         self.llm.reset_prefix_cache()
+
+
+@dataclass(frozen=True)
+class VLLMOptions:
+    """Options of the ``vllm`` engine (see :class:`VLLMEngine`)."""
+
+    gpu_memory_utilization: float = 0.3
+    enforce_eager: bool = False
+    max_num_seqs: int | None = None
+    allow_untested_version: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.gpu_memory_utilization < 1.0:
+            raise ValueError(
+                f"gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1)"
+            )
+        if self.max_num_seqs is not None and self.max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs={self.max_num_seqs} must be >= 1")
+
+
+@register_engine(
+    "vllm",
+    options=VLLMOptions,
+    summary="vLLM colocated on this process's GPU (one engine per rank); CUDA only",
+    uses_model=False,
+)
+def build_vllm(context: EngineContext, options: VLLMOptions) -> VLLMEngine:
+    return VLLMEngine(
+        context.model_path,
+        gpu_memory_utilization=options.gpu_memory_utilization,
+        dtype=context.dtype,
+        seed=context.seed,
+        max_model_len=context.max_model_len,
+        trust_remote_code=context.trust_remote_code,
+        enforce_eager=options.enforce_eager,
+        max_num_seqs=options.max_num_seqs,
+        allow_untested_version=options.allow_untested_version,
+    )

@@ -193,27 +193,33 @@ def warn_if_prompts_repeat(config: Config, n_prompts: int, what: str = "training
 
 
 def make_engine(
-    config: Config, model: torch.nn.Module, tokenizer: Any, model_path: str
+    config: Config, model: torch.nn.Module | None, tokenizer: Any, model_path: str
 ) -> RolloutEngine:
-    """The rollout engine named by ``rollout.engine``."""
-    if config.rollout.engine == "vllm":
-        from divrl.rollout.vllm import VLLMEngine
+    """The rollout engine named by ``rollout.engine``, with ``rollout.engine_options``.
 
-        return VLLMEngine(
-            model_path,
-            gpu_memory_utilization=config.rollout.gpu_memory_utilization,
-            dtype=config.train.param_dtype or config.model.dtype,  # fsdp: bf16 compute dtype
-            seed=config.train.seed,
-            max_model_len=config.data.max_prompt_length + config.rollout.max_new_tokens,
-            trust_remote_code=config.model.trust_remote_code,
-        )
-    from divrl.rollout import HFEngine
-    from divrl.training.fsdp import full_parameters, is_fsdp
+    ``model``: the policy in this process (None when the engine loads its own copy). A
+    sharded (FSDP) policy comes with the hook that makes its full parameters live while
+    an in-process engine generates with it.
+    """
+    from divrl.rollout import EngineContext, build_engine
 
-    full_weights = (lambda: full_parameters(model)) if is_fsdp(model) else None
-    return HFEngine(
-        model, tokenizer, batch_size=config.rollout.batch_size, full_weights=full_weights
+    full_weights = None
+    if model is not None:
+        from divrl.training.fsdp import full_parameters, is_fsdp
+
+        if is_fsdp(model):
+            full_weights = lambda: full_parameters(model)  # noqa: E731
+    context = EngineContext(
+        model_path=model_path,
+        model=model,
+        tokenizer=tokenizer,
+        dtype=config.train.param_dtype or config.model.dtype,  # fsdp: bf16 compute dtype
+        seed=config.train.seed,
+        max_model_len=config.data.max_prompt_length + config.rollout.max_new_tokens,
+        trust_remote_code=config.model.trust_remote_code,
+        full_weights=full_weights,
     )
+    return build_engine(config.rollout.engine, context, config.rollout.engine_options)
 
 
 def rollout_params(config: Config) -> SamplingParams:

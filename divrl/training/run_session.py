@@ -41,7 +41,12 @@ logger = logging.getLogger(__name__)
 
 #: Keys (or ``section.`` prefixes) that a resumed run may change freely: where and how it
 #: logs and checkpoints, and engine settings that do not change what is sampled.
-FREE_ON_RESUME = ("logging.", "checkpoint.", "rollout.batch_size", "rollout.gpu_memory_utilization")
+FREE_ON_RESUME = (
+    "logging.",
+    "checkpoint.",
+    "rollout.engine_options.batch_size",
+    "rollout.engine_options.gpu_memory_utilization",
+)
 
 
 class RunDirError(ValueError):

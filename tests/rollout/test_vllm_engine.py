@@ -27,12 +27,13 @@ def fake_vllm(monkeypatch):
         def __init__(self, **kwargs):
             calls["llm"] = kwargs
             self.loaded = []
-            inner = SimpleNamespace(load_weights=lambda weights: self.loaded.extend(weights))
-            runner = SimpleNamespace(model=inner)
-            self.llm_engine = SimpleNamespace(
-                model_executor=SimpleNamespace(driver_worker=SimpleNamespace(model_runner=runner))
-            )
             self.reset = 0
+
+        def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
+            calls["rpc"] = method
+            (weights,) = args
+            self.loaded.extend(weights)
+            return [len(self.loaded)]
 
         def generate(self, prompts, sampling, use_tqdm=True):
             calls["generate"] = (prompts, sampling)
@@ -55,6 +56,7 @@ def fake_vllm(monkeypatch):
 
     vllm = types.ModuleType("vllm")
     vllm.LLM, vllm.SamplingParams = FakeLLM, FakeSamplingParams
+    vllm.__version__ = "0.11.0"
     inputs = types.ModuleType("vllm.inputs")
     inputs.TokensPrompt = lambda prompt_token_ids: {"prompt_token_ids": prompt_token_ids}
     monkeypatch.setitem(sys.modules, "vllm", vllm)
@@ -69,6 +71,8 @@ def test_vllm_engine_maps_the_api(fake_vllm):
     assert fake_vllm["llm"]["model"] == "some/model"
     assert fake_vllm["llm"]["gpu_memory_utilization"] == 0.25
     assert fake_vllm["llm"]["distributed_executor_backend"] == "external_launcher"
+    assert fake_vllm["llm"]["logprobs_mode"] == "processed_logprobs"
+    assert fake_vllm["llm"]["worker_extension_cls"] == "divrl.rollout.vllm.WeightSyncExtension"
     params = SamplingParams(
         n=2, temperature=0.7, top_p=0.9, top_k=0, max_new_tokens=5, stop=("</a>",)
     )
@@ -88,5 +92,6 @@ def test_vllm_engine_maps_the_api(fake_vllm):
 
     model = torch.nn.Linear(2, 2)
     engine.sync_weights((name, p.detach()) for name, p in model.named_parameters())
+    assert fake_vllm["rpc"] == "divrl_load_weights"
     assert [name for name, _ in engine.llm.loaded] == ["weight", "bias"]
     assert engine.llm.reset == 1

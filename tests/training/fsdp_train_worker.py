@@ -24,7 +24,6 @@ import shutil
 import sys
 import types
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
@@ -53,18 +52,19 @@ def _stand_in_vllm(received: list) -> None:
 
     class FakeLLM:
         def __init__(self, **kwargs):
-            inner = SimpleNamespace(
-                load_weights=lambda ws: received.extend((n, t.clone()) for n, t in ws)
-            )
-            runner = SimpleNamespace(model=inner)
-            worker = SimpleNamespace(model_runner=runner)
-            self.llm_engine = SimpleNamespace(model_executor=SimpleNamespace(driver_worker=worker))
+            pass
+
+        def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
+            (weights,) = args  # vLLM's in-process worker reads the iterator itself
+            received.extend((n, t.clone()) for n, t in weights)
+            return [len(received)]
 
         def reset_prefix_cache(self):
             pass
 
     vllm = types.ModuleType("vllm")
     vllm.LLM, vllm.SamplingParams = FakeLLM, object
+    vllm.__version__ = "0.11.0"
     sys.modules["vllm"] = vllm
 
 
