@@ -1,10 +1,12 @@
 """SQL answers: execution match on SQLite, judged the way each benchmark's evaluator judges.
 
-The profile is chosen by ``data_source`` (``bird``/``bird_dev``: BIRD's set comparison;
-``spider``/``spider_dev``: Spider test-suite's ``result_eq``; every other SQL source: a
-multiset, ordered when the gold's outermost query has ORDER BY) and can be overridden per
-row with ``extra_info["sql_compare"]`` (``set``, ``multiset`` or ``spider``). See
-:mod:`divrl.rewards.sql.compare` and docs/rewards.md.
+The profile is chosen by ``data_source`` (``bird``/``bird_dev``: BIRD's ``evaluation.py``;
+``spider``/``spider_dev``: Spider test-suite's ``eval_exec_match``; every other SQL source:
+a multiset, ordered when the gold's outermost query has ORDER BY) and can be overridden per
+row with ``extra_info["sql_compare"]`` (``set``, ``multiset`` or ``spider``) and
+``extra_info["sql_order"]`` (``gold_text``: test-suite's text test; ``outer_parse``:
+divrl's parse of the outermost query). See :mod:`divrl.rewards.sql.compare` and
+docs/rewards.md.
 
 Safety (:mod:`divrl.rewards.sql.database`): only SELECT/WITH/VALUES statements run, on a
 connection opened with ``immutable=1`` (or a private copy for a WAL database with a
@@ -19,7 +21,16 @@ import os
 import time
 
 from divrl.rewards.registry import Verifier, register_verifier
-from divrl.rewards.sql.compare import COMPARE_ALIASES, PROFILES, rows_equal
+from divrl.rewards.sql.compare import (
+    COMPARE_ALIASES,
+    DEFAULT_ORDER_RULE,
+    ORDER_RULES,
+    PROFILES,
+    TEXT_ERRORS,
+    gold_text_orders,
+    normalise_like_test_suite,
+    rows_equal,
+)
 from divrl.rewards.sql.database import (
     QueryError,
     check_sqlite_file,
@@ -66,6 +77,8 @@ class SqlVerifier(Verifier):
         query_timeout: seconds per predicted query (default: the profile's); the gold gets
             twice this. The item's hard limit (``default_timeout``) covers both.
         max_result_bytes: a predicted result larger than this scores 0 (``too_many_rows``).
+        order_rule: ``gold_text`` or ``outer_parse``: how row order is decided for every
+            row (default: the comparison's own; ``extra_info["sql_order"]`` still wins).
     """
 
     def __init__(
@@ -76,9 +89,13 @@ class SqlVerifier(Verifier):
         cache_bytes: int | None = None,
         query_timeout: float | None = None,
         max_result_bytes: int = 256 * 1024 * 1024,
+        order_rule: str | None = None,
     ):
         if profile not in PROFILES:
             raise ValueError(f"unknown SQL profile {profile!r}; use one of {sorted(PROFILES)}")
+        if order_rule is not None and order_rule not in ORDER_RULES:
+            raise ValueError(f"unknown order_rule {order_rule!r}; use one of {list(ORDER_RULES)}")
+        self.order_rule = order_rule
         self.profile = PROFILES[profile]
         self.max_rows = max_rows
         self.max_sql_chars = max_sql_chars
@@ -112,6 +129,9 @@ class SqlVerifier(Verifier):
             raise ValueError(
                 f"extra_info['sql_compare'] = {mode!r}; use one of {sorted(COMPARE_ALIASES)}"
             )
+        order = extra_info.get("sql_order")
+        if order is not None and str(order).lower() not in ORDER_RULES:
+            raise ValueError(f"extra_info['sql_order'] = {order!r}; use one of {list(ORDER_RULES)}")
 
     def extract(self, solution_str, extra_info):
         return extract_sql(solution_str[-200_000:])
@@ -136,27 +156,44 @@ class SqlVerifier(Verifier):
             return early
         sql = split_statements(self.extract(solution_str, extra_info))[0]
         db_path = str(extra_info["db_path"])
-        gold_sql = str(ground_truth)
-        gold = self._gold_rows(db_path, gold_sql, deadline)
+        mode = COMPARE_ALIASES[str(extra_info.get("sql_compare", self.profile.compare)).lower()]
+        text_errors = TEXT_ERRORS[mode]
+        gold_sql, run_sql = str(ground_truth), sql
+        if mode == "spider":
+            gold_sql, run_sql = normalise_like_test_suite(gold_sql), normalise_like_test_suite(sql)
+        gold = self._gold_rows(db_path, gold_sql, deadline, text_errors)
         if isinstance(gold, QueryError):
             return ScoreResult(0.0, _printable(sql), "gold_error", f"gold query: {gold.detail}")
         try:
             pred_deadline = min(deadline, time.monotonic() + self.query_timeout)
-            pred = run_query(db_path, sql, pred_deadline, self.max_rows, self.max_result_bytes)
+            pred = run_query(
+                db_path,
+                run_sql,
+                pred_deadline,
+                self.max_rows,
+                self.max_result_bytes,
+                text_errors=text_errors,
+            )
         except QueryError as e:
             return ScoreResult(0.0, _printable(sql), e.reason, e.detail)
         except MemoryError:
             self.gold_cache.clear()  # free what we can; the pool decides about the item
             raise
-        mode = COMPARE_ALIASES[str(extra_info.get("sql_compare", self.profile.compare)).lower()]
-        ordered = mode != "set" and outer_order_by(gold_sql)
-        ok = rows_equal(pred, gold, mode, ordered)
+        ok = rows_equal(pred, gold, mode, self._ordered(mode, gold_sql, extra_info))
         return ScoreResult(float(ok), sql, "correct" if ok else "wrong")
 
-    def _gold_rows(self, db_path: str, gold_sql: str, deadline: float):
+    def _ordered(self, mode: str, gold_sql: str, extra_info) -> bool:
+        """Whether row order is compared: the row's ``sql_order``, the verifier's, the mode's."""
+        if DEFAULT_ORDER_RULE[mode] is None:
+            return False  # a set has no order
+        rule = self.order_rule or DEFAULT_ORDER_RULE[mode]
+        rule = str(extra_info.get("sql_order", rule)).lower()
+        return gold_text_orders(gold_sql) if rule == "gold_text" else outer_order_by(gold_sql)
+
+    def _gold_rows(self, db_path: str, gold_sql: str, deadline: float, text_errors: str):
         """Gold rows (or the gold's QueryError), computed once per database version."""
         st = os.stat(db_path)
-        key = (os.path.abspath(db_path), st.st_mtime_ns, st.st_size, gold_sql)
+        key = (os.path.abspath(db_path), st.st_mtime_ns, st.st_size, gold_sql, text_errors)
         cached = self.gold_cache.get(key)
         if cached is not None:
             return cached
@@ -166,7 +203,9 @@ class SqlVerifier(Verifier):
         start = time.monotonic()
         gold_deadline = min(deadline, start + 2 * self.query_timeout)
         try:
-            rows = run_query(db_path, statements[0], gold_deadline, 10 * self.max_rows)
+            rows = run_query(
+                db_path, statements[0], gold_deadline, 10 * self.max_rows, text_errors=text_errors
+            )
         except QueryError as e:
             if e.reason == "timeout":
                 if deadline < start + 2 * self.query_timeout:

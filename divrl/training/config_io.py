@@ -1,13 +1,15 @@
 """Reading ``divrl train`` configs: YAML files with ``extends``, ``key=value`` overrides,
-type checks against the dataclasses of :mod:`divrl.training.config`, and dumping.
+type checks of a mapping against a dataclass of sections, and dumping.
 
-Kept apart from the dataclasses so that each file reads on its own; everything here is
-re-exported by :mod:`divrl.training.config`.
+Below :mod:`divrl.training.config` (which imports this module, never the other way round,
+so either imports first on its own): the readers here take the config class as an
+argument; ``config.load_config`` and ``config.config_from_dict`` bind it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import types
 import typing
@@ -17,9 +19,35 @@ from typing import Any, Literal
 import yaml
 
 from divrl.training import loss_config
-from divrl.training.config import Config, ConfigError, _choice, _closest
 
-__all__ = ["config_from_dict", "dump_config", "load_config", "parse_override"]
+__all__ = [
+    "ConfigError",
+    "build_config",
+    "choice",
+    "closest",
+    "dump_config",
+    "parse_override",
+    "read_config_mapping",
+]
+
+
+class ConfigError(ValueError):
+    """An unknown key or an invalid value in a config file or override."""
+
+
+def closest(word: str, choices: typing.Iterable[str], prefix: str = "") -> str:
+    """`` (did you mean '<prefix><match>'?)`` for the nearest of ``choices``, or ``""``."""
+    match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.5)
+    return f" (did you mean '{prefix}{match[0]}'?)" if match else ""
+
+
+def choice(name: str, value: Any, choices: typing.Sequence[Any]) -> None:
+    """Raise :class:`ConfigError` naming ``name`` and the valid values unless ``value`` is one."""
+    if value not in choices:
+        raise ConfigError(
+            f"{name}={value!r} is not valid; choose one of {list(choices)}"
+            + closest(str(value), [str(c) for c in choices])
+        )
 
 
 def _type_name(tp: Any) -> str:
@@ -43,7 +71,7 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
                 errors.append(str(exc))
         raise ConfigError(errors[0] if len(errors) == 1 else f"{key}={value!r}: invalid value")
     if origin is Literal:
-        _choice(key, value, typing.get_args(tp))
+        choice(key, value, typing.get_args(tp))
         return value
     if origin is dict:
         if not isinstance(value, dict):
@@ -102,24 +130,25 @@ def _build_section(name: str, cls: type, raw: Any) -> Any:
     for key, value in raw.items():
         if key not in names:
             raise ConfigError(
-                f"unknown key '{name}.{key}'" + _closest(str(key), names, prefix=f"{name}.")
+                f"unknown key '{name}.{key}'" + closest(str(key), names, prefix=f"{name}.")
             )
         kwargs[key] = _coerce(f"{name}.{key}", value, hints[key])
     return cls(**kwargs)
 
 
-def _section_classes() -> dict[str, type]:
-    hints = typing.get_type_hints(Config)
-    return {f.name: hints[f.name] for f in dataclasses.fields(Config)}
+def _section_classes(config_cls: type) -> dict[str, type]:
+    hints = typing.get_type_hints(config_cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(config_cls)}
 
 
-def config_from_dict(raw: dict[str, Any]) -> Config:
-    """Build a validated :class:`Config` from a nested mapping."""
-    sections = _section_classes()
+def build_config(config_cls: type, raw: dict[str, Any]) -> Any:
+    """Build ``config_cls`` (a dataclass whose fields are section dataclasses) from a
+    nested mapping, every value checked against its field's annotation."""
+    sections = _section_classes(config_cls)
     for key in raw:
         if key not in sections:
-            raise ConfigError(f"unknown section {key!r}" + _closest(str(key), sections))
-    return Config(
+            raise ConfigError(f"unknown section {key!r}" + closest(str(key), sections))
+    return config_cls(
         **{name: _build_section(name, cls, raw.get(name)) for name, cls in sections.items()}
     )
 
@@ -161,8 +190,11 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return parts, yaml.safe_load(value) if value.strip() else None
 
 
-def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> Config:
-    """Load a YAML config (or the defaults when ``path`` is None) and apply overrides."""
+def read_config_mapping(
+    path: str | Path | None = None, overrides: typing.Sequence[str] = ()
+) -> dict[str, Any]:
+    """The nested mapping of a YAML config (``extends`` followed; empty when ``path`` is
+    None) with ``overrides`` merged over it, before any type check."""
     preset = _read_yaml(Path(path)) if path is not None else {}
     over: dict[str, Any] = {}
     for text in overrides:
@@ -173,7 +205,7 @@ def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] 
     raw = _merge(preset, over)
     if path is not None:
         _refuse_stale_loss_options(path, preset, over, raw)
-    return config_from_dict(raw)
+    return raw
 
 
 def _refuse_stale_loss_options(path, preset, over, raw) -> None:
@@ -196,5 +228,6 @@ def _refuse_stale_loss_options(path, preset, over, raw) -> None:
         )
 
 
-def dump_config(config: Config) -> str:
+def dump_config(config: Any) -> str:
+    """The YAML text of a config (``config.to_dict()``), in field order."""
     return yaml.safe_dump(config.to_dict(), sort_keys=False)

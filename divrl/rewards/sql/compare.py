@@ -3,13 +3,20 @@
 =========  ==================================================================
 profile    rule
 =========  ==================================================================
-``bird``   BIRD execution accuracy: ``set(pred) == set(gold)``; order and
-           duplicates ignored; column order matters.
-``spider`` Spider test-suite ``result_eq``: same row count, multiset of rows
-           (ordered list when the gold's outermost query has ORDER BY); the
-           prediction's columns may be any permutation of the gold's.
-``sql``    multiset of rows, ordered when the gold's outermost query has
-           ORDER BY; column order matters.
+``bird``   BIRD ``evaluation.py``: ``set(pred) == set(gold)``; order and
+           duplicates ignored; column order matters; TEXT that is not UTF-8
+           fails the comparison (BIRD reads results with sqlite3's default
+           ``str`` decoding, which raises on it).
+``spider`` Spider test-suite ``exec_eval.eval_exec_match``: spaced ``> =``,
+           ``< =``, ``! =`` and ``YEAR(CURDATE())`` rewritten in both queries;
+           row order compared when the gold's text (lower-cased) contains
+           ``order by``; then ``result_eq``: same row count, the rows'
+           unordered contents (sorted by ``str(value) + str(type)``) match,
+           and some permutation of the prediction's columns gives the gold
+           rows (as a list when order matters, else as a multiset); TEXT that
+           is not UTF-8 is decoded with the bad bytes dropped.
+``sql``    multiset of rows, ordered when the gold's OUTERMOST query has
+           ORDER BY (parsed); column order matters; bad UTF-8 replaced.
 =========  ==================================================================
 
 Values compare with Python's ``==`` as in both official evaluators (``1 == 1.0``,
@@ -18,27 +25,30 @@ Values compare with Python's ``==`` as in both official evaluators (``1 == 1.0``
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
 
 COMPARE_MODES = ("set", "multiset", "spider")
-_MAX_ASSIGNMENTS = 5040  # column mappings tried at most (7!), as test-suite bounds its search
+ORDER_RULES = ("gold_text", "outer_parse")
+# column mappings tried at most; identical predicted columns count once, so only results
+# with many distinct columns of equal contents reach it (test-suite has no bound)
+_MAX_ASSIGNMENTS = 40320
 
 
 @dataclass(frozen=True)
 class SqlProfile:
-    """How one benchmark scores SQL: comparison, order rule and time limits."""
+    """How one benchmark scores SQL: comparison and time limits."""
 
     name: str
     compare: str  # one of COMPARE_MODES
-    order_from_gold: bool  # compare order when the gold's outermost query has ORDER BY
     query_timeout: float  # seconds per predicted query; the gold gets twice this
 
 
 PROFILES = {
-    "bird": SqlProfile("bird", "set", order_from_gold=False, query_timeout=30.0),
-    "spider": SqlProfile("spider", "spider", order_from_gold=True, query_timeout=30.0),
-    "sql": SqlProfile("sql", "multiset", order_from_gold=True, query_timeout=5.0),
+    "bird": SqlProfile("bird", "set", query_timeout=30.0),
+    "spider": SqlProfile("spider", "spider", query_timeout=30.0),
+    "sql": SqlProfile("sql", "multiset", query_timeout=5.0),
 }
 # per-row overrides accepted in extra_info["sql_compare"]
 COMPARE_ALIASES = {
@@ -49,6 +59,33 @@ COMPARE_ALIASES = {
     "spider": "spider",
     "test_suite": "spider",
 }
+# how each comparison decides whether row order matters, unless extra_info["sql_order"]
+# names a rule: test-suite's text test for spider, divrl's parse for the plain profile
+DEFAULT_ORDER_RULE = {"set": None, "spider": "gold_text", "multiset": "outer_parse"}
+# how TEXT that is not UTF-8 is read: as each evaluator's sqlite3 connection reads it
+TEXT_ERRORS = {"set": "strict", "spider": "ignore", "multiset": "replace"}
+
+_CUR_YEAR = re.compile(r"YEAR\s*\(\s*CURDATE\s*\(\s*\)\s*\)\s*", re.IGNORECASE)
+
+
+def normalise_like_test_suite(sql: str) -> str:
+    """The rewrites test-suite applies to both queries before running them.
+
+    ``> =``, ``< =`` and ``! =`` lose their space (a plain text replacement, string
+    literals included, as test-suite's ``postprocess``) and ``YEAR(CURDATE())`` becomes
+    ``2020`` (its ``replace_cur_year``).
+    """
+    sql = sql.replace("> =", ">=").replace("< =", "<=").replace("! =", "!=")
+    return _CUR_YEAR.sub("2020", sql)
+
+
+def gold_text_orders(gold_sql: str) -> bool:
+    """test-suite's rule: order matters when ``order by`` occurs anywhere in the gold's text.
+
+    Subqueries, window clauses and string literals count; ``ORDER  BY`` with two spaces
+    or a line break between the words does not.
+    """
+    return "order by" in gold_sql.lower()
 
 
 def rows_equal(pred: list[tuple], gold: list[tuple], mode: str, ordered: bool) -> bool:
@@ -62,33 +99,53 @@ def rows_equal(pred: list[tuple], gold: list[tuple], mode: str, ordered: bool) -
     raise ValueError(f"unknown SQL comparison {mode!r}; use one of {COMPARE_MODES}")
 
 
+def _unordered_row(row: tuple) -> tuple:
+    # the sort key of test-suite's quick rejection: 1 and 1.0 sort differently, so a row
+    # holding both an int and a float can be rejected although the values are equal
+    return tuple(sorted(row, key=lambda v: str(v) + str(type(v))))
+
+
+def _same_unordered_rows(pred: list[tuple], gold: list[tuple], ordered: bool) -> bool:
+    p = [_unordered_row(r) for r in pred]
+    g = [_unordered_row(r) for r in gold]
+    return p == g if ordered else set(p) == set(g)
+
+
 def _spider_equal(pred: list[tuple], gold: list[tuple], ordered: bool) -> bool:
     if not pred and not gold:
         return True
     if len(pred) != len(gold):
         return False
     width = len(gold[0])
-    if any(len(r) != width for r in pred) or any(len(r) != width for r in gold):
+    if len(pred[0]) != width:
+        return False
+    if not _same_unordered_rows(pred, gold, ordered):
         return False
     gold_cells = [Counter(r[i] for r in gold) for i in range(width)]
-    # a column of pred may stand for gold column j only if it holds the same values
+    # a necessary condition for gold column j to come from pred column i: equal values
+    pred_columns = [tuple(r[i] for r in pred) for i in range(width)]
     options = []
     for i in range(width):
-        col = Counter(r[i] for r in pred)
+        col = Counter(pred_columns[i])
         options.append([j for j in range(width) if gold_cells[j] == col])
         if not options[-1]:
             return False
     gold_key = gold if ordered else Counter(gold)
-    for perm in _assignments(options, _MAX_ASSIGNMENTS):
+    for perm in _assignments(options, pred_columns, _MAX_ASSIGNMENTS):
         moved = [_place(r, perm) for r in pred]
         if (moved if ordered else Counter(moved)) == gold_key:
             return True
     return False
 
 
-def _assignments(options: list[list[int]], limit: int):
-    """Column mappings (pred column i -> gold column perm[i]) allowed by ``options``."""
+def _assignments(options: list[list[int]], columns: list[tuple], limit: int):
+    """Column mappings (pred column i -> gold column perm[i]) allowed by ``options``.
+
+    Two predicted columns with the same contents give the same rows whichever gold
+    column each takes, so a mapping is only tried with such twins in increasing order.
+    """
     width, used, perm = len(options), set(), []
+    twin_of = [next(k for k in range(i + 1) if columns[k] == columns[i]) for i in range(width)]
     count = 0
 
     def walk(i: int):
@@ -99,8 +156,11 @@ def _assignments(options: list[list[int]], limit: int):
             count += 1
             yield tuple(perm)
             return
+        floor = -1
+        if twin_of[i] != i:
+            floor = max(perm[k] for k in range(i) if twin_of[k] == twin_of[i])
         for j in options[i]:
-            if j not in used:
+            if j not in used and j > floor:
                 used.add(j)
                 perm.append(j)
                 yield from walk(i + 1)

@@ -103,19 +103,35 @@ def _authorizer(action: int, arg1: Any, arg2: Any, db_name: Any, trigger: Any) -
     return sqlite3.SQLITE_OK
 
 
-def _decode_text(raw: bytes) -> str:
-    # invalid UTF-8 (Spider's wta_1 has some) is replaced, the same way for gold and model
+def _decode_replace(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
 
 
-def connect_readonly(db_path: str) -> sqlite3.Connection:
-    """A read-only, locked-down connection that never writes beside the database."""
+def _decode_ignore(raw: bytes) -> str:
+    return raw.decode("utf-8", "ignore")
+
+
+# How TEXT that is not valid UTF-8 (Spider's wta_1 has some) reads: "replace" puts U+FFFD
+# in place of the bad bytes, "ignore" drops them (test-suite's connection), "strict" makes
+# the query fail (sqlite3's default ``str``, BIRD's connection).
+_TEXT_FACTORIES = {"replace": _decode_replace, "ignore": _decode_ignore, "strict": str}
+_UNDECODABLE = "could not decode to utf-8"
+
+
+def connect_readonly(db_path: str, text_errors: str = "replace") -> sqlite3.Connection:
+    """A read-only, locked-down connection that never writes beside the database.
+
+    ``text_errors`` (``replace``, ``ignore`` or ``strict``) says how TEXT that is not
+    valid UTF-8 is read.
+    """
+    if text_errors not in _TEXT_FACTORIES:
+        raise ValueError(f"text_errors={text_errors!r}; use one of {sorted(_TEXT_FACTORIES)}")
     path = os.path.abspath(db_path)
     if _pending_wal(path):
         path = _private_copy(path)
     uri = f"file:{quote(path)}?mode=ro&immutable=1"
     conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
-    conn.text_factory = _decode_text
+    conn.text_factory = _TEXT_FACTORIES[text_errors]
     conn.execute("PRAGMA query_only = ON")
     if hasattr(conn, "setlimit"):
         conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _MAX_VALUE_BYTES)
@@ -130,9 +146,18 @@ def row_bytes(row: tuple) -> int:
 
 
 def run_query(
-    db_path: str, sql: str, deadline: float, max_rows: int, max_bytes: int | None = None
+    db_path: str,
+    sql: str,
+    deadline: float,
+    max_rows: int,
+    max_bytes: int | None = None,
+    *,
+    text_errors: str = "replace",
 ) -> list[tuple]:
     """Execute one read-only statement with a wall-clock deadline, a row and a byte limit.
+
+    ``text_errors`` is :func:`connect_readonly`'s; with ``strict`` a result holding TEXT
+    that is not UTF-8 raises ``sql_error``.
 
     Raises :class:`QueryError` with reason ``timeout``, ``too_many_rows``, ``forbidden``
     or ``sql_error``. ``MemoryError`` is not caught: the caller decides (it is not the
@@ -147,7 +172,7 @@ def run_query(
         sql.encode("utf-8")
     except UnicodeEncodeError:
         raise QueryError("sql_error", "the query holds invalid text (a lone surrogate)") from None
-    conn = connect_readonly(db_path)
+    conn = connect_readonly(db_path, text_errors)
     conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 1000)
     try:
         cur = conn.execute(sql)
@@ -167,6 +192,10 @@ def run_query(
     except sqlite3.Error as e:
         if time.monotonic() > deadline and "interrupt" in str(e).lower():
             raise QueryError("timeout", "query interrupted at the time limit") from None
+        if _UNDECODABLE in str(e).lower():
+            raise QueryError(
+                "sql_error", "the result holds TEXT that is not valid UTF-8 (read strictly)"
+            ) from None
         if "not authorized" in str(e).lower():
             raise QueryError("forbidden", f"{e} (only reading queries are allowed)") from None
         raise QueryError("sql_error", f"{type(e).__name__}: {e}") from None
