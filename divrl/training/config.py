@@ -11,7 +11,6 @@ naming the key and the closest valid one.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import typing
 from dataclasses import dataclass, field
@@ -20,6 +19,14 @@ from typing import Any, Literal
 
 from divrl.algorithms import DIVERGENCES, POLICY_LOSSES, LossOptions
 from divrl.training import loss_config
+from divrl.training.config_io import (
+    ConfigError,
+    build_config,
+    choice,
+    dump_config,
+    parse_override,
+    read_config_mapping,
+)
 from divrl.training.sharding_config import FSDPConfig
 
 __all__ = [
@@ -40,23 +47,6 @@ __all__ = [
     "load_config",
     "parse_override",
 ]
-
-
-class ConfigError(ValueError):
-    """An unknown key or an invalid value in a config file or override."""
-
-
-def _closest(word: str, choices: typing.Iterable[str], prefix: str = "") -> str:
-    match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.5)
-    return f" (did you mean '{prefix}{match[0]}'?)" if match else ""
-
-
-def _choice(name: str, value: Any, choices: typing.Sequence[Any]) -> None:
-    if value not in choices:
-        raise ConfigError(
-            f"{name}={value!r} is not valid; choose one of {list(choices)}"
-            + _closest(str(value), [str(c) for c in choices])
-        )
 
 
 def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
@@ -293,10 +283,10 @@ class AlgorithmConfig:
     overlong_penalty: float = _help("DAPO overlong shaping: penalty at max_new_tokens", 1.0)
 
     def __post_init__(self) -> None:
-        _choice("algorithm.policy_loss", self.policy_loss, POLICY_LOSS_NAMES)
+        choice("algorithm.policy_loss", self.policy_loss, POLICY_LOSS_NAMES)
         self._resolve_loss_options()
         if self.divergence is not None:
-            _choice("algorithm.divergence", self.divergence, DIVERGENCE_NAMES)
+            choice("algorithm.divergence", self.divergence, DIVERGENCE_NAMES)
             if self.divergence == "alpha" and not (
                 self.divergence_alpha is not None and 0.0 < self.divergence_alpha < 1.0
             ):
@@ -564,10 +554,12 @@ def check_divisibility(config: Config, world: int) -> None:
         )
 
 
-# the YAML/override reader lives in config_io (imported last: it uses the classes above)
-from divrl.training.config_io import (  # noqa: E402
-    config_from_dict,
-    dump_config,
-    load_config,
-    parse_override,
-)
+def config_from_dict(raw: dict[str, Any]) -> Config:
+    """Build a validated :class:`Config` from a nested mapping."""
+    return build_config(Config, raw)
+
+
+def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> Config:
+    """Load a YAML config (or the defaults when ``path`` is None) and apply overrides
+    (``section.key=value``; reading: :mod:`divrl.training.config_io`)."""
+    return config_from_dict(read_config_mapping(path, overrides))
