@@ -25,7 +25,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     convert.add_argument("name", choices=sorted(CONVERTERS), help="which benchmark layout")
     convert.add_argument("--src", required=True, help="the benchmark's folder, as shipped")
     convert.add_argument("--split", required=True, help="split to convert, e.g. train, dev, test")
-    convert.add_argument("--out", required=True, help="output file: .jsonl or .parquet")
+    convert.add_argument(
+        "--out",
+        required=True,
+        help="output file: .jsonl or .parquet, outside --src (an existing file is refused "
+        "unless --overwrite)",
+    )
+    convert.add_argument(
+        "--overwrite", action="store_true", help="replace --out when that file exists"
+    )
     convert.add_argument(
         "--template",
         default=None,
@@ -46,13 +54,23 @@ def run(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 0:
         print(f"error: --limit must be >= 0, got {args.limit}", file=sys.stderr)
         return 2
-    template = args.template
-    if template is not None and template.startswith("@"):
-        template = Path(template[1:]).read_text(encoding="utf-8")
     src = Path(args.src)
     if not src.is_dir():
         print(f"error: --src {src} is not a folder", file=sys.stderr)
         return 2
+    refused = _refuse_out(out, src, args.overwrite)
+    if refused:
+        print(f"error: {refused}", file=sys.stderr)
+        return 2
+    template = args.template
+    if template is not None and template.startswith("@"):
+        try:
+            template = Path(template[1:]).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            print(
+                f"error: --template {template}: cannot read it as UTF-8 text ({e})", file=sys.stderr
+            )
+            return 2
     try:
         examples = get_converter(args.name).convert(
             src, args.split, template=template, limit=args.limit, seed=args.seed
@@ -63,20 +81,56 @@ def run(args: argparse.Namespace) -> int:
     if not examples:
         print(f"error: {src} has no rows for split {args.split!r}", file=sys.stderr)
         return 2
-    _write_atomically(examples, out)
+    try:
+        _write_atomically(examples, out, args.overwrite)
+    except FileExistsError:
+        print(
+            f"error: {out} appeared while converting; pass --overwrite to replace it",
+            file=sys.stderr,
+        )
+        return 2
     sources = sorted({ex.data_source for ex in examples})
     print(f"wrote {len(examples)} examples ({', '.join(sources)}) to {out}")
     return 0
 
 
-def _write_atomically(examples, out: Path) -> None:
-    """Write beside ``out`` and rename: an interrupted run never leaves half a file."""
+def _refuse_out(out: Path, src: Path, overwrite: bool) -> str | None:
+    """Why ``out`` may not be written (None: it may): it is (or links to) a file of the
+    benchmark's folder ``src``, or it exists and ``overwrite`` is not set."""
+    target, root = out.resolve(), src.resolve()
+    inside = target == root or root in target.parents
+    if inside and (target.exists() or out.is_symlink()):
+        return (
+            f"--out {out} is (or links to) a file of the benchmark's folder --src {src}; "
+            "write the converted rows outside it"
+        )
+    if target.is_dir():
+        return f"--out {out} is a folder; name a .jsonl or .parquet file"
+    if (out.exists() or out.is_symlink()) and not overwrite:
+        return f"--out {out} exists; pass --overwrite to replace it, or choose another file"
+    return None
+
+
+def _write_atomically(examples, out: Path, overwrite: bool) -> None:
+    """Write beside ``out`` and rename: an interrupted run never leaves half a file, and
+    without ``overwrite`` a file created at ``out`` meanwhile is kept (a hard link, which
+    fails on an existing name, instead of the rename)."""
     from divrl.data import write_examples
 
     tmp = out.with_name(f".{out.stem}.tmp{os.getpid()}{out.suffix}")
     try:
         write_examples(examples, tmp)
-        os.replace(tmp, out)
+        if overwrite:
+            os.replace(tmp, out)
+        else:
+            try:
+                os.link(tmp, out)
+            except FileExistsError:
+                raise
+            except OSError:  # a filesystem without hard links
+                if out.exists() or out.is_symlink():
+                    raise FileExistsError(out) from None
+                os.replace(tmp, out)
     finally:
         if tmp.exists():
             tmp.unlink()

@@ -114,8 +114,6 @@ def run(args: argparse.Namespace) -> int:
     requests, spans = [], []
     for line_no, rid, comps in rows:
         ex = by_id.get(rid)
-        if rid in getattr(examples, "duplicate_ids", ()):
-            raise SystemExit(f"{comp_path}: line {line_no}: id {rid!r} is ambiguous in {args.data}")
         if ex is None:
             raise SystemExit(
                 f"{comp_path}: line {line_no}: id {rid!r} is not in {args.data} "

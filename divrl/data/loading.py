@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,7 +61,7 @@ class LoadedExamples(list):
     """The list of examples returned by :func:`load_examples`, with load statistics.
 
     ``n_rows``: rows read; ``n_skipped``: invalid rows skipped (``skip_invalid=True``);
-    ``errors``: their messages (first 100); ``duplicate_ids``: ids used by several rows.
+    ``errors``: their messages (first 100). Rows sharing an id are refused.
     """
 
     def __init__(self, examples: Iterable[Example] = ()):
@@ -69,7 +69,6 @@ class LoadedExamples(list):
         self.n_rows = 0
         self.n_skipped = 0
         self.errors: list[str] = []
-        self.duplicate_ids: list[str] = []
 
 
 def load_examples(
@@ -92,29 +91,23 @@ def load_examples(
         raise FileNotFoundError(f"data file not found: {path}")
     from divrl.rewards import get_verifier  # the registry validates data_source
 
-    out = LoadedExamples()
+    out, rows_of = LoadedExamples(), defaultdict(list)
     for row_no, row in _iter_rows(path):
         if limit is not None and len(out) >= limit:
             break
         out.n_rows += 1
         try:
             out.append(_to_example(row, path, row_no, db_dir, get_verifier))
+            rows_of[out[-1].id].append(row_no)
         except DataValidationError as e:
             if not skip_invalid:
                 raise
             out.n_skipped += 1
             if len(out.errors) < 100:
                 out.errors.append(str(e))
-    counts = Counter(ex.id for ex in out)
-    out.duplicate_ids = sorted(i for i, n in counts.items() if n > 1)
-    if out.duplicate_ids:
-        logger.warning(
-            "%s: %d id(s) are used by several rows (e.g. %r); completions cannot be matched "
-            "to them by id",
-            path,
-            len(out.duplicate_ids),
-            out.duplicate_ids[0],
-        )
+    duplicates = sorted(i for i, rows in rows_of.items() if len(rows) > 1)
+    if duplicates:
+        _refuse_duplicates(path, duplicates, rows_of)
     if out.n_skipped:
         logger.warning(
             "%s: skipped %d invalid row(s) of %d; first: %s",
@@ -406,6 +399,24 @@ def _resolve_db(extra: dict, path: Path, db_dir, fail) -> str:
             "<db_id>.sqlite, .db, .sqlite3)",
         )
     raise fail("extra_info.db_path", "SQL examples need extra_info.db_path or extra_info.db_id")
+
+
+def _refuse_duplicates(path: Path, duplicates: list[str], rows_of: dict[str, list]) -> None:
+    """An id names one prompt: training splits prompts by id (DPH-RL's near-perfect set,
+    the reference samples) and evaluation and scoring match completions by id."""
+    first = min(duplicates, key=lambda i: rows_of[i][1])
+    shown = "; ".join(
+        f"{i!r} (rows {', '.join(map(str, rows_of[i][:4]))}{', ...' if len(rows_of[i]) > 4 else ''})"
+        for i in duplicates[:5]
+    )
+    more = f" and {len(duplicates) - 5} more" if len(duplicates) > 5 else ""
+    raise DataValidationError(
+        path,
+        rows_of[first][1],
+        "id",
+        f"{len(duplicates)} id(s) are used by several rows: {shown}{more}. Give every row a "
+        "unique top-level 'id' (or extra_info.index); `divrl data convert` writes unique ids",
+    )
 
 
 def _row_id(row: dict, extra: dict, path: Path, row_no: int) -> str:

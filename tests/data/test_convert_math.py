@@ -163,7 +163,9 @@ def test_cli_converts_to_loadable_files(tmp_path, capsys, suffix):
     loaded = load_examples(out)
     assert len(loaded) == 2 and all(e.data_source == "gsm8k" for e in loaded)
     # a layout error is exit code 2 with the file named, and the old output is kept
-    assert main([*argv[:4], str(tmp_path), *argv[5:]]) == 2
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main([*argv[:4], str(empty), *argv[5:], "--overwrite"]) == 2
     assert "no GSM8K split 'train'" in capsys.readouterr().err
     assert len(load_examples(out)) == 2
 

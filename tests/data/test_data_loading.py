@@ -94,7 +94,7 @@ def test_validation_errors_name_file_row_and_field(tmp_path, row, field, message
 
 
 def test_skip_invalid_counts_and_logs(tmp_path, caplog):
-    rows = [MATH_ROW, {"foo": 1}, {**MATH_ROW, "data_source": "nope"}, MATH_ROW]
+    rows = [MATH_ROW, {"foo": 1}, {**MATH_ROW, "data_source": "nope"}, {**MATH_ROW, "id": 8}]
     path = write_jsonl(tmp_path / "mixed.jsonl", rows)
     with caplog.at_level(logging.WARNING):
         examples = load_examples(path, skip_invalid=True)
@@ -104,17 +104,22 @@ def test_skip_invalid_counts_and_logs(tmp_path, caplog):
     assert "skipped 2 invalid row(s) of 4" in caplog.text
 
 
-def test_duplicate_ids_are_reported(tmp_path, caplog):
-    path = write_jsonl(tmp_path / "dup.jsonl", [MATH_ROW, MATH_ROW, {"question": "q", "answer": 1}])
-    with caplog.at_level(logging.WARNING):
-        examples = load_examples(path)
-    assert [e.id for e in examples] == ["7", "7", "dup-3"]
-    assert examples.duplicate_ids == ["7"]
-    assert "used by several rows" in caplog.text
+def test_duplicate_ids_are_refused_with_the_duplicates_named(tmp_path):
+    """Training splits prompts by id: two rows with one id made presample judge each row
+    and training the id (near-perfect prompts were rolled out anyway)."""
+    other = {"question": "q", "answer": 1}
+    path = write_jsonl(tmp_path / "dup.jsonl", [MATH_ROW, other, MATH_ROW, {**other, "id": "x"}])
+    path.write_text(path.read_text() + json.dumps({**other, "id": "x"}) + "\n")
+    with pytest.raises(DataValidationError) as err:
+        load_examples(path, skip_invalid=True)
+    message = str(err.value)
+    assert message.startswith(f"{path}: row 3: field 'id': 2 id(s) are used by several rows")
+    assert "'7' (rows 1, 3); 'x' (rows 4, 5)" in message and "unique" in message
+    assert [e.id for e in load_examples(path, limit=2)] == ["7", "dup-2"]
 
 
 def test_limit(tmp_path):
-    path = write_jsonl(tmp_path / "many.jsonl", [MATH_ROW] * 10)
+    path = write_jsonl(tmp_path / "many.jsonl", [{**MATH_ROW, "id": i} for i in range(10)])
     assert len(load_examples(path, limit=3)) == 3
 
 

@@ -22,11 +22,11 @@ def convert(
     """
     src = Path(src)
     rows = read_json_list(src / f"{split}.json", ("question", "SQL", "db_id"))
-    databases = src / f"{split}_databases"
     return build_examples(
         rows,
+        src=src,
         src_file=src / f"{split}.json",
-        db_for=lambda db_id: databases / db_id / f"{db_id}.sqlite",
+        db_for=lambda db_id: Path(f"{split}_databases") / db_id / f"{db_id}.sqlite",
         data_source="bird",
         gold_field="SQL",
         evidence_field="evidence",

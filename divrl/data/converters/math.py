@@ -5,7 +5,8 @@ Layouts (``src`` is the folder as shipped):
 - MATH: ``<src>/<split>/<subject>/<n>.json``, one problem per file with ``problem`` and
   ``solution``; the gold answer is the last ``\\boxed{}`` of the solution.
 - MATH-500 (and other MATH-style JSONL): ``<src>/<split>.jsonl`` with ``problem`` and
-  ``answer`` (used when present) or ``solution``.
+  ``answer`` (used when present) or ``solution``. The id is ``unique_id``; a ``unique_id``
+  that repeats keeps it on its first row, later rows get ``<unique_id>#<line>``.
 
 Template fields: ``{problem}``.
 """
@@ -79,24 +80,52 @@ def _read_rows(src: Path, split: str) -> list[tuple[Path | str, str, dict]]:
             rows.append((f, f"math-{split}-{f.parent.name}-{f.stem}", row))
         return rows
     if jsonl.is_file():
-        rows = []
-        with jsonl.open(encoding="utf-8") as fh:
-            for line_no, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                where = f"{jsonl}: line {line_no}"
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise LayoutError(where, f"invalid JSON ({e.msg})") from None
-                uid = row.get("unique_id") if isinstance(row, dict) else None
-                rows.append((where, str(uid or f"math-{split}-{line_no}"), row))
-        return rows
+        return _unique_ids(_read_jsonl(jsonl, split))
     raise LayoutError(
         src,
         f"no MATH split {split!r}: expected {folder}/<subject>/<n>.json (MATH) or {jsonl} "
         "(MATH-500)",
     )
+
+
+def _read_jsonl(jsonl: Path, split: str) -> list[tuple[str, str, dict]]:
+    rows = []
+    with jsonl.open("rb") as fh:
+        for line_no, raw in enumerate(fh, start=1):
+            where = f"{jsonl}: line {line_no}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise LayoutError(where, f"invalid UTF-8 at byte column {e.start + 1}") from None
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise LayoutError(where, f"invalid JSON ({e.msg})") from None
+            uid = row.get("unique_id") if isinstance(row, dict) else None
+            rows.append((where, str(uid or f"math-{split}-{line_no}"), row))
+    return rows
+
+
+def _unique_ids(rows: list[tuple[str, str, dict]]) -> list[tuple[str, str, dict]]:
+    """The rows with unique ids: a ``unique_id`` that repeats keeps its first row's id;
+    a later row gets ``<unique_id>#<line>`` (its line in the file), so that a prompt id
+    names one prompt (training splits and samples by id)."""
+    taken = {row_id for _, row_id, _ in rows}
+    seen: set[str] = set()
+    out = []
+    for where, row_id, row in rows:
+        if row_id in seen:
+            line = where.rsplit("line ", 1)[-1]
+            new_id = f"{row_id}#{line}"
+            while new_id in taken:
+                new_id += "'"
+            taken.add(new_id)
+            row_id = new_id
+        seen.add(row_id)
+        out.append((where, row_id, row))
+    return out
 
 
 def _file_order(path: Path) -> tuple[str, int, str]:

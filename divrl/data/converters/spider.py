@@ -33,8 +33,9 @@ def convert(
     rows = read_json_list(path, ("question", "query", "db_id"))
     return build_examples(
         rows,
+        src=src,
         src_file=path,
-        db_for=lambda db_id: src / "database" / db_id / f"{db_id}.sqlite",
+        db_for=lambda db_id: Path("database") / db_id / f"{db_id}.sqlite",
         data_source="spider",
         gold_field="query",
         evidence_field=None,

@@ -83,9 +83,71 @@ def schema_prompt(db_path: Path) -> str:
         conn.close()
 
 
+def database_path(src: Path, relative: Path, src_file: Path, row: int) -> Path:
+    """``src / relative`` resolved (symlinks followed), refused unless it stays inside
+    ``src``: a ``db_id`` read from the benchmark's JSON names a database of the
+    benchmark, never another file on the machine."""
+    db_id = relative.parts[-1] if relative.parts else ""
+    if relative.is_absolute() or ".." in relative.parts:
+        raise DataValidationError(
+            src_file, row, "db_id", f"{str(relative)!r} must be a database name, not a path"
+        )
+    root, resolved = src.resolve(), (src / relative).resolve()
+    if root not in resolved.parents:
+        raise DataValidationError(
+            src_file,
+            row,
+            "db_id",
+            f"{src / relative} resolves to {resolved}, outside --src {src} (a symbolic "
+            f"link?); copy the database of {db_id!r} into --src",
+        )
+    return resolved
+
+
+def _db_id(row: dict[str, Any], src_file: Path, i: int) -> str:
+    db_id = row.get("db_id")
+    if not isinstance(db_id, str) or not db_id.strip() or "/" in db_id or "\\" in db_id:
+        raise DataValidationError(
+            src_file, i, "db_id", f"{db_id!r} must be a database name, not a path"
+        )
+    if db_id in (".", ".."):
+        raise DataValidationError(src_file, i, "db_id", f"{db_id!r} is not a database name")
+    return db_id
+
+
+def _schema(db_path: Path, src_file: Path, i: int, schemas: dict[Path, str]) -> str:
+    """The schema prompt of ``db_path`` (cached); a file that is no readable SQLite
+    database is an error naming the row that points to it."""
+    import sqlite3
+
+    from divrl.rewards.sql.database import check_sqlite_file
+
+    if db_path not in schemas:
+        try:
+            check_sqlite_file(db_path)
+            schemas[db_path] = schema_prompt(db_path)
+        except (ValueError, sqlite3.Error) as e:
+            raise DataValidationError(
+                src_file, i, "db_id", f"{db_path}: damaged or not an SQLite 3 database ({e})"
+            ) from None
+    return schemas[db_path]
+
+
+def _evidence(row: dict[str, Any], field: str | None, src_file: Path, i: int) -> str:
+    value = row.get(field) if field else None
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise DataValidationError(
+            src_file, i, field, f"must be a string (or absent), got {type(value).__name__}"
+        )
+    return value.strip()
+
+
 def build_examples(
     rows: list[dict[str, Any]],
     *,
+    src: Path,
     src_file: Path,
     db_for: Any,
     data_source: str,
@@ -96,8 +158,9 @@ def build_examples(
     limit: int | None,
     seed: int,
 ) -> list[Example]:
-    """Examples in file order (shuffled by ``seed`` before ``limit`` when one is given)."""
-    from divrl.rewards.sql.database import check_sqlite_file
+    """Examples in file order (shuffled by ``seed`` before ``limit`` when one is given).
+    ``db_for(db_id)`` is a database's path relative to ``src``."""
+    from divrl.data.converters import format_prompt
 
     order = list(range(len(rows)))
     if limit is not None:
@@ -107,29 +170,24 @@ def build_examples(
     examples = []
     for i in order:
         row = rows[i]
-        db_path = db_for(row["db_id"])
+        db_id = _db_id(row, src_file, i + 1)
+        db_path = database_path(src, db_for(db_id), src_file, i + 1)
         if not db_path.is_file():
             raise DataValidationError(src_file, i + 1, "db_id", f"no database at {db_path}")
-        try:
-            check_sqlite_file(db_path)
-        except ValueError as e:
-            raise DataValidationError(src_file, i + 1, "db_id", str(e)) from None
-        if db_path not in schemas:
-            schemas[db_path] = schema_prompt(db_path)
-        evidence = (row.get(evidence_field) or "").strip() if evidence_field else ""
+        evidence = _evidence(row, evidence_field, src_file, i + 1)
         fields = {
-            "schema": schemas[db_path],
+            "schema": _schema(db_path, src_file, i + 1, schemas),
             "evidence": f"External knowledge:\n{evidence}\n\n" if evidence else "",
             "question": row["question"].strip(),
         }
-        prompt = (template or SQL_PROMPT).format(**fields)
+        prompt = format_prompt(template or SQL_PROMPT, src_file, **fields)
         examples.append(
             Example(
                 id=f"{data_source}-{split}-{i}",
                 prompt=[{"role": "user", "content": prompt}],
                 data_source=data_source,
                 ground_truth=row[gold_field].strip(),
-                extra_info={"index": i, "db_id": row["db_id"], "db_path": str(db_path.resolve())},
+                extra_info={"index": i, "db_id": db_id, "db_path": str(db_path)},
             )
         )
     return examples
