@@ -19,18 +19,17 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import shlex
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from divrl.evaluation import plots
-from divrl.evaluation.diversity import checkpoint_models, retention, spark_word_curve
+from divrl.evaluation.diversity import retention
+from divrl.evaluation.report_doc import Doc, ModelEval, fmt, fmt_ci, slug
 from divrl.evaluation.report_html import render_html
-from divrl.evaluation.runner import CONFIG_FILE, RESULTS_FILE, SUMMARY_FILE, read_jsonl
+from divrl.evaluation.report_sections import diversity_section, spark_section
+from divrl.evaluation.runner import SUMMARY_FILE, read_jsonl
 from divrl.evaluation.stats import paired_ratio_ci
 from divrl.evaluation.summary import per_prompt_arrays
 from divrl.fileio import atomic_write_text
@@ -44,6 +43,8 @@ __all__ = [
     "missing_evals",
 ]
 
+TRACES = "trace clusters"  # summary["diversity"]["styles_measure"] without a style classifier
+
 TRAINING_PANELS = (
     ("Training reward", ("reward/pass@1", "reward/score"), "Pass@1 of the rollouts"),
     ("Token entropy", ("actor/entropy", "entropy/mean"), "entropy (nats per token)"),
@@ -54,32 +55,6 @@ TRAINING_PANELS = (
     ),
     ("Response length", ("response/length",), "mean length (tokens)"),
 )
-
-
-@dataclass
-class ModelEval:
-    """One model's evaluation: per eval set its summary and (lazily) its per-prompt results."""
-
-    name: str
-    eval_dir: Path
-    run_dir: Path | None = None
-    summaries: dict[str, dict[str, Any]] = field(default_factory=dict)
-    metrics: list[dict[str, float]] = field(default_factory=list)
-    _results: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
-
-    def results(self, split: str) -> list[dict[str, Any]] | None:
-        if split not in self._results:
-            path = self.eval_dir / split / RESULTS_FILE
-            self._results[split] = read_jsonl(path) if path.is_file() else None
-        return self._results[split]
-
-    @property
-    def model_path(self) -> str | None:
-        for split in self.summaries:
-            cfg = self.eval_dir / split / CONFIG_FILE
-            if cfg.is_file():
-                return json.loads(cfg.read_text()).get("resolved_model")
-        return None
 
 
 def load_model_eval(path: str | Path, name: str | None = None) -> ModelEval:
@@ -108,20 +83,6 @@ def load_model_eval(path: str | Path, name: str | None = None) -> ModelEval:
 
 
 # --------------------------------------------------------------------------- numbers
-
-
-def _fmt(x: float | None, digits: int = 3) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "-"
-    return f"{x:.{digits}f}"
-
-
-def _fmt_ci(value: float | None, ci: Sequence[float] | None) -> str:
-    if value is None:
-        return "-"
-    if not ci or any(c is None or math.isnan(c) for c in ci):
-        return _fmt(value)
-    return f"{value:.3f} [{ci[0]:.2f}, {ci[1]:.2f}]"
 
 
 def _paired(base: ModelEval, model: ModelEval, split: str) -> tuple[dict, dict] | None:
@@ -174,17 +135,19 @@ def headline_table(models: Sequence[ModelEval], splits: Sequence[str]) -> list[l
                 rows.append([shown, m.name, *["-"] * 5])
                 continue
             n = str(s["ks"][-1])
-            label = _fmt_ci(s["pass@k"].get(n), s["pass@k_ci"].get(n))
+            label = fmt_ci(s["pass@k"].get(n), s["pass@k_ci"].get(n))
             d = s.get("diversity", {})
+            # a set without a style classifier counts trace clusters in the styles' place
+            mark = " (traces)" if d.get("styles_measure") == TRACES else ""
             rows.append(
                 [
                     shown,
                     m.name,
-                    _fmt(s.get("greedy_accuracy")),
-                    _fmt(s["pass@k"]["1"]),
+                    fmt(s.get("greedy_accuracy")),
+                    fmt(s["pass@k"]["1"]),
                     label if n == str(n_max) else f"{label} (n = {n})",
-                    _fmt(d.get("mean_distinct_styles"), 2),
-                    _fmt(d.get("share_one_style"), 2),
+                    fmt(d.get("mean_distinct_styles"), 2) + mark,
+                    fmt(d.get("share_one_style"), 2) + mark,
                 ]
             )
     return rows
@@ -206,48 +169,7 @@ def missing_evals(models: Sequence[ModelEval]) -> list[str]:
     return out
 
 
-def _slug(name: str) -> str:
-    """A file-name part for ``name`` (eval-set names may come from any folder name)."""
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", name).strip(".") or "set"
-
-
 # --------------------------------------------------------------------------- document
-
-
-class _Doc:
-    """Markdown built block by block (HTML is rendered from it)."""
-
-    def __init__(self) -> None:
-        self.parts: list[str] = []
-
-    def h(self, level: int, text: str) -> None:
-        self.parts.append(f"{'#' * level} {text}\n")
-
-    def p(self, text: str) -> None:
-        self.parts.append(text.strip() + "\n")
-
-    def table(self, rows: Sequence[Sequence[str]], align_left: int = 1) -> None:
-        header = rows[0]
-        esc = [[str(c).replace("|", "\\|") for c in r] for r in rows]
-        lines = ["| " + " | ".join(esc[0]) + " |"]
-        lines.append(
-            "|" + "|".join(":--" if i < align_left else "--:" for i in range(len(header))) + "|"
-        )
-        lines += ["| " + " | ".join(r) + " |" for r in esc[1:]]
-        self.parts.append("\n".join(lines) + "\n")
-
-    def image(self, path: Path, root: Path, alt: str) -> None:
-        self.images([path], root, [alt])
-
-    def images(self, paths: Sequence[Path], root: Path, alts: Sequence[str]) -> None:
-        """Images in one paragraph: side by side in the HTML when they fit."""
-        links = [
-            f"![{a}]({p.relative_to(root).as_posix()})" for p, a in zip(paths, alts, strict=True)
-        ]
-        self.parts.append(" ".join(links) + "\n")
-
-    def markdown(self) -> str:
-        return "\n".join(self.parts)
 
 
 def build_report(
@@ -272,7 +194,7 @@ def build_report(
     models = ([base] if base is not None else []) + list(runs)
     splits = sorted({s for m in models for s in m.summaries}, key=_split_order)
     colors = plots.model_colors([m.name for m in models])
-    doc = _Doc()
+    doc = Doc()
     doc.h(1, title)
     if command is None:
         command = "divrl report " + shlex.join(sys.argv[2:])
@@ -291,7 +213,10 @@ def build_report(
             "samples per prompt, averaged over prompts, with its 95% bootstrap interval over "
             "prompts at the largest k. Styles / prompt: distinct solution styles among a "
             "prompt's n samples (higher = more diverse); 1 style: share of prompts whose "
-            "samples all use one style (lower = more diverse)."
+            "samples all use one style (lower = more diverse). `(traces)`: the eval set's data "
+            "source has no style classifier, so its samples are grouped by the similarity of "
+            "their text instead (trace clusters, docs/evaluation.md), a coarser count that "
+            "compares models on one eval set, not across sets."
         )
     for split in splits:
         _split_section(doc, out, models, base, split, colors)
@@ -317,7 +242,7 @@ def build_report(
 
     if spark_words and base is not None and splits:
         split = spark_split or splits[0]
-        _spark_section(doc, out, runs, base, spark_words, split, spark_max_texts, colors)
+        spark_section(doc, out, runs, base, spark_words, split, spark_max_texts, colors)
 
     markdown = doc.markdown()
     md_path = out / "report.md"
@@ -340,7 +265,7 @@ def _show(path: Path) -> str:
         return str(path)
 
 
-def _describe_inputs(doc: _Doc, models: Sequence[ModelEval], base: ModelEval | None) -> None:
+def _describe_inputs(doc: Doc, models: Sequence[ModelEval], base: ModelEval | None) -> None:
     rows = [["model", "evaluation", "training run", "eval sets"]]
     for m in models:
         role = " (base)" if m is base else ""
@@ -366,7 +291,7 @@ def _describe_inputs(doc: _Doc, models: Sequence[ModelEval], base: ModelEval | N
 
 
 def _split_section(
-    doc: _Doc,
+    doc: Doc,
     out: Path,
     models: Sequence[ModelEval],
     base: ModelEval | None,
@@ -388,22 +313,22 @@ def _split_section(
         s = m.summaries[split]
         row = [
             m.name,
-            _fmt_ci(s.get("greedy_accuracy"), s.get("greedy_accuracy_ci")),
-            _fmt_ci(s["pass@k"]["1"], s["pass@k_ci"]["1"]),
-            *[_fmt(s["pass@k"].get(str(k))) for k in ks[1:-1]],
-            _fmt_ci(s["pass@k"].get(str(n)), s["pass@k_ci"].get(str(n))),
-            _fmt_ci(s["maj@k"].get(str(n)), s["maj@k_ci"].get(str(n))),
+            fmt_ci(s.get("greedy_accuracy"), s.get("greedy_accuracy_ci")),
+            fmt_ci(s["pass@k"]["1"], s["pass@k_ci"]["1"]),
+            *[fmt(s["pass@k"].get(str(k))) for k in ks[1:-1]],
+            fmt_ci(s["pass@k"].get(str(n)), s["pass@k_ci"].get(str(n))),
+            fmt_ci(s["maj@k"].get(str(n)), s["maj@k_ci"].get(str(n))),
         ]
         if base is not None:
             for k in (1, n):
                 rel = None if m is base else _relative(base, m, split, k)
-                row.append("1" if m is base else ("-" if rel is None else _fmt_ci(*rel)))
+                row.append("1" if m is base else ("-" if rel is None else fmt_ci(*rel)))
             b_res, m_res = base.results(split), m.results(split)
             if m is base or not b_res or not m_res:
                 row.append("-")
             else:
                 r = retention(b_res, m_res)
-                row.append(f"{_fmt(r['retention'], 2)} ({r['retained']}/{r['base_solved']})")
+                row.append(f"{fmt(r['retention'], 2)} ({r['retained']}/{r['base_solved']})")
         rows.append(row)
     doc.table(rows)
     if base is not None:
@@ -414,74 +339,11 @@ def _split_section(
         )
 
     _pass_at_k_plots(doc, out, present, base, split, colors)
-    _diversity_section(doc, out, present, split, colors)
-
-
-def _diversity_section(
-    doc: _Doc, out: Path, present: Sequence[ModelEval], split: str, colors: dict[str, str]
-) -> None:
-    """The diversity table (styles, answers, NLL, length) and the style histogram."""
-    doc.h(3, "Diversity")
-    rows = [
-        [
-            "model",
-            "styles / prompt",
-            "1 style",
-            ">= 3 styles",
-            "correct styles / solved prompt",
-            "distinct correct answers",
-            "NLL / token",
-            "length (tokens)",
-        ]
-    ]
-    for m in present:
-        d, t = m.summaries[split]["diversity"], m.summaries[split]["tokens"]
-        rows.append(
-            [
-                m.name,
-                _fmt(d.get("mean_distinct_styles"), 2),
-                _fmt(d.get("share_one_style"), 2),
-                _fmt(d.get("share_3plus_styles"), 2),
-                _fmt(d.get("mean_distinct_correct_styles"), 2),
-                _fmt(d.get("mean_distinct_correct_answers"), 2),
-                _fmt(t.get("mean_nll_per_token"), 3),
-                _fmt(t.get("mean_response_tokens"), 1),
-            ]
-        )
-    doc.table(rows)
-    doc.p(
-        "Styles: the solution style of each sample (SQL: the query's syntactic shape from its "
-        "sqlglot AST; toy math: the solution method; see docs/evaluation.md), counted per "
-        "prompt over its n samples; `1 style` / `>= 3 styles`: share of prompts. NLL / token: "
-        "mean negative log-probability of the sampled tokens under the model (an estimate of "
-        "its per-token entropy at temperature 1 without top-p/top-k)."
-    )
-    at_context = {
-        m.name: m.summaries[split]["tokens"].get("at_context_share") or 0.0 for m in present
-    }
-    if any(at_context.values()):
-        shares = ", ".join(f"{name} {share:.1%}" for name, share in at_context.items())
-        doc.p(
-            "Responses cut where prompt + response reached the model's context (before "
-            f"max_new_tokens; counted as truncated): {shares}."
-        )
-    counts = {
-        m.name: m.summaries[split]["diversity"]["style_counts"]
-        for m in present
-        if m.summaries[split]["diversity"]["style_counts"]
-    }
-    if counts:
-        path = plots.plot_style_histogram(
-            counts,
-            out / f"styles_{_slug(split)}.png",
-            colors=colors,
-            title=f"Solution styles on {split} (all samples)",
-        )
-        doc.image(path, out, f"styles on {split}")
+    diversity_section(doc, out, present, split, colors)
 
 
 def _pass_at_k_plots(
-    doc: _Doc,
+    doc: Doc,
     out: Path,
     present: Sequence[ModelEval],
     base: ModelEval | None,
@@ -502,7 +364,7 @@ def _pass_at_k_plots(
     }
     path = plots.plot_pass_at_k(
         curves,
-        out / f"pass_at_k_{_slug(split)}.png",
+        out / f"pass_at_k_{slug(split)}.png",
         intervals=bands,
         colors=colors,
         title=f"Pass@k on {split}",
@@ -525,59 +387,10 @@ def _pass_at_k_plots(
         return
     rel_path = plots.plot_pass_at_k(
         {split: ratios},
-        out / f"relative_pass_at_k_{_slug(split)}.png",
+        out / f"relative_pass_at_k_{slug(split)}.png",
         relative_to=base.name,
         intervals={split: ratio_bands},
         colors=colors,
         title=f"Pass@k relative to {base.name} on {split}",
     )
     doc.images([path, rel_path], out, [f"Pass@k on {split}", f"relative Pass@k on {split}"])
-
-
-def _spark_section(
-    doc: _Doc,
-    out: Path,
-    runs: Sequence[ModelEval],
-    base: ModelEval,
-    words: Sequence[str],
-    split: str,
-    max_texts: int,
-    colors: dict[str, str],
-) -> None:
-    results = base.results(split) or []
-    texts = [(r["prompt"], r["greedy"]["text"]) for r in results if r.get("greedy")][:max_texts]
-    base_model = base.model_path
-    if not texts or base_model is None:
-        doc.p("Spark words: skipped (the base evaluation has no greedy responses or model path).")
-        return
-    prompts, responses = [t[0] for t in texts], [t[1] for t in texts]
-    base_point = spark_word_curve([(0, base_model)], prompts, responses, words)
-    curves: dict[str, list[dict[str, Any]]] = {}
-    for m in runs:
-        ckpts = checkpoint_models(m.run_dir) if m.run_dir else []
-        if ckpts:
-            curves[m.name] = base_point + spark_word_curve(ckpts, prompts, responses, words)
-    doc.h(2, "Spark words")
-    if not curves:
-        doc.p("Spark words: skipped (no run has checkpoints).")
-        return
-    path = plots.plot_spark_words(
-        curves,
-        words,
-        out / "spark_words.png",
-        colors=colors,
-        title="Probability of starting a word",
-    )
-    doc.image(path, out, "spark words")
-    last = [["run", *[f"{w!r}" for w in words]]]
-    for name, points in curves.items():
-        last.append(
-            [f"{name} (step {points[-1]['step']})", *[f"{points[-1][w]:.2e}" for w in words]]
-        )
-    last.append([f"{base.name} (step 0)", *[f"{base_point[0][w]:.2e}" for w in words]])
-    doc.table(last)
-    doc.p(
-        f"Mean probability that the word's token sequence starts at a response position, over "
-        f"every position of the base model's greedy responses to {len(texts)} `{split}` "
-        "prompts, for every saved checkpoint (step 0 = the base model)."
-    )
