@@ -15,7 +15,9 @@ from divrl.algorithms.divergences import (
 )
 from divrl.algorithms.dph_weighting import (
     DIVERGENCE_WEIGHTINGS,
+    AuthorsLayout,
     StreamWeights,
+    authors_effective_eta,
     micro_batch_weights,
     stream_weights,
 )
@@ -67,6 +69,7 @@ __all__ = [
     "KL_ESTIMATORS",
     "POLICY_LOSSES",
     "POLICY_LOSS_OPTIONS",
+    "AuthorsLayout",
     "ClipCovOptions",
     "GSPOOptions",
     "HighEntropyOptions",
@@ -79,6 +82,7 @@ __all__ = [
     "StreamWeights",
     "VanillaOptions",
     "aggregate",
+    "authors_effective_eta",
     "clip_cov_loss",
     "divergence_generator",
     "entropy_bonus",

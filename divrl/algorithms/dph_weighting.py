@@ -6,15 +6,21 @@ of the initial policy, divergence loss). Each micro-batch's loss is aggregated o
 tokens (``l_i``, e.g. a token-mean); the step loss is ``sum_i w_i * l_i``.
 :func:`micro_batch_weights` returns the ``w_i`` of three weightings:
 
-- ``authors`` (the DPH-RL authors' actor): every micro-batch holds one kind and is
-  token-meaned on its own; the step loss is the mean over ALL micro-batches of both kinds,
-  reference ones times eta: ``w_i = 1/M`` (rollout), ``eta/M`` (reference), ``M`` = number
-  of micro-batches. The reference stream's weight is thus eta times its share of
-  micro-batches (about 1/9 at one reference sample per 8 rollouts), and the eta values in the
-  paper and the authors' scripts were tuned under it.
 - ``paper``: ``L_pg + eta * L_f`` with each term aggregated over its own whole stream:
   ``w_i = n_i / N_rollout`` (rollout), ``eta * n_i / N_reference`` (reference) for
-  token-mean (``n_i`` = tokens of micro-batch i); ``1 / M_kind`` (times eta) otherwise.
+  token-mean (``n_i`` = tokens, or sequences for ``micro-batch-token-mean``, of micro-batch
+  i); ``1 / M_kind`` (times eta) otherwise.
+- ``authors``: the balance the DPH-RL authors' actor ends up with, as ``paper`` with eta
+  replaced by :func:`authors_effective_eta` of the run's :class:`AuthorsLayout`:
+  ``eta * (R - R_policy) / N`` (N rollouts and R reference samples per step; R_policy of
+  the reference samples land in micro-batches the authors' actor types as rollouts and
+  train with the policy loss instead). Every authors' sample weighs the same (1 / mini-batch
+  rows: each micro-batch's token-mean is divided by the accumulation count, or multiplied
+  by its share of the mini-batch's samples under dynamic batch sizes), so the divergence
+  stream's weight against the rollout stream is the ratio of the counts. The scripts' runs
+  (2,048 rollouts + 256 reference samples on 8 GPUs): eta / 8 = 0.125 eta with fixed
+  micro-batches of 2 (forward KL), 160 / 2,048 = 0.078 eta with dynamic batch sizes (JS,
+  alpha; 96 reference samples go through the policy loss).
 - ``concat``: one token-mean over the tokens of both streams, reference tokens times eta:
   ``w_i = n_i / (N_rollout + N_reference)`` (times eta on reference). Token-mean only.
 
@@ -47,6 +53,96 @@ class StreamWeights:
     effective_eta: float
 
 
+@dataclass(frozen=True)
+class AuthorsLayout:
+    """How the DPH-RL authors' trainer lays out one step's rows: the settings the
+    ``authors`` weighting is computed from (the authors' values, not divrl's).
+
+    Their trainer appends the step's ``references`` rows after its ``rollouts`` rows, cuts
+    the whole into ``gpus`` contiguous equal chunks, each chunk into mini-batches of
+    ``rollouts / (mini_batches * gpus)`` rows, and each mini-batch into micro-batches
+    (``micro_batch_size`` rows, or token-balanced partitions when ``dynamic``); a
+    micro-batch is typed by its first row.
+
+    Attributes:
+        rollouts: rollout rows per step (prompts x samples per prompt).
+        references: reference rows appended per step.
+        mini_batches: optimiser steps the rollouts alone would take per step.
+        gpus: the authors' GPU count (their scripts: 8).
+        micro_batch_size: rows per fixed micro-batch on each GPU (their scripts: 2).
+        dynamic: verl's dynamic batch sizes (on in the JS and alpha scripts).
+    """
+
+    rollouts: int
+    references: int
+    mini_batches: int
+    gpus: int = 8
+    micro_batch_size: int = 2
+    dynamic: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("rollouts", "mini_batches", "gpus", "micro_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.references < 0:
+            raise ValueError(f"references must be >= 0, got {self.references}")
+        if (self.rollouts + self.references) % self.gpus:
+            raise ValueError(
+                f"rollouts + references = {self.rollouts + self.references} must be divisible "
+                f"by the authors' GPU count {self.gpus} (their trainer splits the rows evenly)"
+            )
+        if self.rollouts % (self.mini_batches * self.gpus):
+            raise ValueError(
+                f"rollouts = {self.rollouts} must be divisible by mini-batches x GPUs "
+                f"({self.mini_batches} x {self.gpus})"
+            )
+
+    @property
+    def rows_per_gpu(self) -> int:
+        return (self.rollouts + self.references) // self.gpus
+
+    @property
+    def mini_batch_rows(self) -> int:
+        """Rows per mini-batch on each GPU."""
+        return self.rollouts // (self.mini_batches * self.gpus)
+
+
+def references_under_policy_loss(layout: AuthorsLayout) -> int:
+    """Reference rows the authors' actor trains with the clipped policy loss (advantage
+    about +1) instead of the divergence: those in a micro-batch whose first row is a rollout.
+
+    Only the one mini-batch that holds the last rollouts and the first reference rows mixes
+    the kinds. Fixed micro-batches mix at most one micro-batch there. Under dynamic batch
+    sizes each of that mini-batch's token-balanced micro-batches lists its rows in index
+    order and starts with a rollout as long as it holds one, which the Karmarkar-Karp
+    partition gives when the rollouts there outnumber the micro-batches (32 rollouts
+    against a handful of micro-batches at the scripts' scale): every reference row of that
+    mini-batch is counted (an upper bound when some micro-batch holds no rollout).
+    """
+    per_gpu, m = layout.rows_per_gpu, layout.mini_batch_rows
+    offset = layout.rollouts % per_gpu  # the first reference row's place in its GPU's chunk
+    rollouts_here = offset % m  # rollouts in the mixed mini-batch
+    if layout.references == 0 or rollouts_here == 0:
+        return 0
+    start = offset - rollouts_here
+    references_here = min(m, per_gpu - start) - rollouts_here
+    if layout.dynamic:
+        return references_here
+    tail = rollouts_here % layout.micro_batch_size
+    return 0 if tail == 0 else min(references_here, layout.micro_batch_size - tail)
+
+
+def authors_effective_eta(eta: float, layout: AuthorsLayout) -> float:
+    """The divergence stream's weight against the rollout stream in the authors' runs:
+    ``eta * (references - references_under_policy_loss) / rollouts`` (counting samples,
+    which weigh the same in their actor when lengths are equal). The scripts' layouts:
+    ``eta / 8`` (forward_kl.sh: fixed micro-batches of 2), ``eta * 160 / 2048 = 0.078 eta``
+    (js_kl.sh, alpha.sh: dynamic batch sizes); against everything that goes through the
+    policy loss (the 96 reference samples included) the latter is 160 / 2,144 = 0.075."""
+    kept = layout.references - references_under_policy_loss(layout)
+    return float(eta) * kept / layout.rollouts
+
+
 def _check(kinds: Sequence[str], token_counts: Sequence[int], eta: float, mode: str) -> None:
     if mode not in DIVERGENCE_WEIGHTINGS:
         raise ValueError(
@@ -69,6 +165,7 @@ def micro_batch_weights(
     eta: float,
     mode: str = "authors",
     token_mean: bool = True,
+    layout: AuthorsLayout | None = None,
 ) -> list[float]:
     """Per-micro-batch loss weights ``w_i`` of one step (see the module docstring).
 
@@ -78,9 +175,11 @@ def micro_batch_weights(
         token_counts: valid (response) tokens per micro-batch.
         eta: the divergence coefficient.
         mode: ``authors``, ``paper`` or ``concat``.
-        token_mean: whether each micro-batch loss is a token-mean (the ``paper`` weighting
-            splits a stream by tokens then, by micro-batches otherwise; ``concat`` requires
-            it; ``authors`` does not depend on it).
+        token_mean: whether ``token_counts`` split a stream (``paper``, ``authors``: the
+            counts are tokens for token-mean, sequences for micro-batch-token-mean; False:
+            every micro-batch of a stream weighs the same); ``concat`` requires it.
+        layout: the authors' layout, required by ``authors`` (the eta it gives is
+            :func:`authors_effective_eta`).
 
     Returns:
         ``w_i`` per micro-batch, in order; multiply micro-batch i's aggregated loss by it.
@@ -88,13 +187,14 @@ def micro_batch_weights(
 
     Raises:
         ValueError: unknown mode or kind, mismatched lengths, negative counts or eta, or
-            ``concat`` without token-mean.
+            ``concat`` without token-mean, ``authors`` without a layout.
     """
     _check(kinds, token_counts, eta, mode)
-    scale = {ROLLOUT: 1.0, REFERENCE: float(eta)}
     if mode == "authors":
-        total = len(kinds)
-        return [scale[k] / total for k in kinds]
+        if layout is None:
+            raise ValueError("the authors weighting is computed from their layout: pass layout")
+        eta = authors_effective_eta(eta, layout)
+    scale = {ROLLOUT: 1.0, REFERENCE: float(eta)}
     if mode == "concat":
         if not token_mean:
             raise ValueError("the concat weighting is one token-mean over both streams")
@@ -124,14 +224,16 @@ def stream_weights(
     eta: float,
     mode: str = "authors",
     token_mean: bool = True,
+    layout: AuthorsLayout | None = None,
 ) -> StreamWeights:
     """The total weight of each stream under ``mode`` and the ``effective_eta`` it implies.
 
     Worked example (one reference micro-batch per 8 rollout ones, eta = 0.2, equal token
-    counts): ``authors`` gives rollout 8/9, reference 0.2/9, effective eta 0.2/8 = 0.025;
-    ``paper`` gives 1, 0.2, 0.2; ``concat`` gives 8/9, 0.2/9, 0.025 (the token share).
+    counts): ``paper`` gives rollout 1, reference 0.2, effective eta 0.2; ``concat`` gives
+    8/9, 0.2/9, 0.025 (the token share); ``authors`` with the forward-KL script's layout
+    gives 1, 0.025, 0.025.
     """
-    weights = micro_batch_weights(kinds, token_counts, eta, mode, token_mean)
+    weights = micro_batch_weights(kinds, token_counts, eta, mode, token_mean, layout)
     rollout = sum(w for k, w in zip(kinds, weights, strict=True) if k == ROLLOUT)
     reference = sum(w for k, w in zip(kinds, weights, strict=True) if k == REFERENCE)
     has_both = ROLLOUT in kinds and REFERENCE in kinds and rollout > 0

@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         print(dump_config(config), end="")
         return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    from divrl.training.collective import release_process_group
+    from divrl.distributed import release_process_group
 
     code = _train(args, config)
     # the trainer (and its DDP wrapper) is gone now: release the process group before the

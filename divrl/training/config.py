@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from divrl.algorithms import DIVERGENCES, POLICY_LOSSES, LossOptions
+from divrl.algorithms import DIVERGENCES, POLICY_LOSSES, AuthorsLayout, LossOptions
 from divrl.training import loss_config
 from divrl.training.config_io import (
     ConfigError,
@@ -257,11 +257,29 @@ class AlgorithmConfig:
     divergence_alpha: float | None = _help("alpha of the alpha-divergence, in (0, 1)", None)
     divergence_coef: float = _help("eta: weight of the divergence term", 0.0)
     divergence_weighting: Literal["authors", "paper", "concat"] = _help(
-        "DPH-RL weight of the reference stream (docs/algorithms.md): 'authors' (their actor): "
-        "each micro-batch token-meaned on its own, the step loss the mean over all "
-        "micro-batches of both kinds, reference ones times eta; 'paper': L_pg + eta * L_f, "
-        "each stream token-meaned over itself; 'concat': one token-mean over both streams",
+        "DPH-RL weight of the reference stream (docs/algorithms.md): 'authors': the balance "
+        "of the authors' runs, L_pg + eta_a * L_f with eta_a = eta x (reference samples the "
+        "authors' actor trains with the divergence) / rollouts, from the authors_* layout "
+        "below (eta/8 for forward_kl.sh, 0.078 eta for js_kl.sh and alpha.sh); 'paper': "
+        "L_pg + eta * L_f, each stream token-meaned over itself; 'concat': one token-mean "
+        "over both streams",
         "authors",
+    )
+    authors_gpus: int = _help(
+        "the DPH-RL authors' GPU count, for divergence_weighting=authors and "
+        "train.batch_assembly=authors (their scripts: 8)",
+        8,
+    )
+    authors_dynamic_batch: bool = _help(
+        "the authors' run used verl's dynamic batch sizes (js_kl.sh, alpha.sh: true; "
+        "forward_kl.sh: false), for divergence_weighting=authors and "
+        "train.batch_assembly=authors",
+        False,
+    )
+    authors_micro_batch_size: int = _help(
+        "the authors' fixed micro-batch rows per GPU (their scripts: 2), used when "
+        "authors_dynamic_batch is false",
+        2,
     )
     entropy_coef: float = _help("entropy bonus: loss -= coef * aggregate(H)", 0.0)
     lp_reg_rho: float | None = _help(f"{_ALIAS}rho (lp_reg)", None)
@@ -301,6 +319,8 @@ class AlgorithmConfig:
                 f"algorithm.policy_loss={self.policy_loss!r} (not lp_reg): remove it"
             )
         _positive("algorithm.max_refill_rounds", self.max_refill_rounds, allow_zero=True)
+        _positive("algorithm.authors_gpus", self.authors_gpus)
+        _positive("algorithm.authors_micro_batch_size", self.authors_micro_batch_size)
         _positive("algorithm.overlong_buffer", self.overlong_buffer, allow_zero=True)
 
     def _resolve_loss_options(self) -> None:
@@ -502,6 +522,15 @@ class Config:
                 "algorithm.divergence_weighting=concat is one token-mean over both streams: "
                 "it needs algorithm.loss_agg=token-mean"
             )
+        if self.uses_reference_samples and algo.divergence_weighting == "authors":
+            try:
+                self.authors_layout  # noqa: B018 (validates the layout)
+            except ValueError as exc:
+                raise ConfigError(
+                    f"algorithm.divergence_weighting=authors: {exc} (train.prompts_per_step x "
+                    "rollout.n rollouts, reference.per_step, algorithm.authors_gpus); set "
+                    "sizes that fit or use divergence_weighting=paper"
+                ) from exc
         if algo.dynamic_sampling and self.rollout.n < 2:
             raise ConfigError("algorithm.dynamic_sampling needs rollout.n >= 2")
         if algo.overlong_buffer >= self.rollout.max_new_tokens:
@@ -514,6 +543,20 @@ class Config:
     def uses_reference_samples(self) -> bool:
         """DPH-RL: a divergence term on presampled reference responses."""
         return self.algorithm.divergence is not None and self.algorithm.divergence_coef > 0
+
+    @property
+    def authors_layout(self) -> AuthorsLayout:
+        """The DPH-RL authors' layout of a step of this run (divergence_weighting=authors,
+        train.batch_assembly=authors)."""
+        algo, t = self.algorithm, self.train
+        return AuthorsLayout(
+            rollouts=t.prompts_per_step * self.rollout.n,
+            references=self.reference.per_step,
+            mini_batches=t.num_mini_batches,
+            gpus=algo.authors_gpus,
+            micro_batch_size=algo.authors_micro_batch_size,
+            dynamic=algo.authors_dynamic_batch,
+        )
 
     @property
     def reference_store(self) -> Path:

@@ -36,8 +36,8 @@ from divrl.algorithms import (
 )
 from divrl.algorithms.dph_weighting import REFERENCE, ROLLOUT
 from divrl.data.reference_store import ReferenceStore
+from divrl.distributed import Collective
 from divrl.training.batch import Experience, PaddedPairs, ReferenceSamples
-from divrl.training.collective import Collective
 from divrl.training.config import Config
 from divrl.training.forward import response_logits, to_device
 from divrl.training.metrics import MetricMeter
@@ -124,6 +124,8 @@ class PolicyUpdate:
         self.loss_options = config.algorithm.options  # typed, validated once by the config
         self.agg = self.loss_options.agg  # also aggregates the KL, entropy and DPH terms
         self.kappa = getattr(self.loss_options, "kappa", None)  # Lp-Reg's proxy only
+        authors = config.algorithm.divergence_weighting == "authors"
+        self.layout = config.authors_layout if config.uses_reference_samples and authors else None
 
     def _inputs(self, pairs: PaddedPairs, idx: Sequence[int]) -> dict[str, torch.Tensor]:
         return to_device(pairs.model_inputs(idx), self.accelerator.device)
@@ -325,11 +327,11 @@ class PolicyUpdate:
         # without reference samples every weighting is the rollouts' token share ('paper')
         mode = algo.divergence_weighting if REFERENCE in kinds else "paper"
         args = (kinds, tokens, algo.divergence_coef, mode)
-        token_mean = self.agg == "token-mean"
-        weights = micro_batch_weights(*args, token_mean=token_mean)
+        kw = {"token_mean": self.agg == "token-mean", "layout": self.layout}
+        weights = micro_batch_weights(*args, **kw)
         world = self.collective.world
         local = [w * world for w in weights[offset : offset + len(jobs)]]
-        return local, stream_weights(*args, token_mean=token_mean).effective_eta
+        return local, stream_weights(*args, **kw).effective_eta
 
     def step(
         self, exp: Experience, seqs: list[int], refs: list[int], meter: MetricMeter, step: int

@@ -6,16 +6,27 @@ import torch
 from hypothesis import given, settings
 
 from divrl.algorithms import divergence_generator, policy_loss, reference_divergence_loss
-from divrl.algorithms.dph_weighting import micro_batch_weights, stream_weights
+from divrl.algorithms.dph_weighting import (
+    AuthorsLayout,
+    authors_effective_eta,
+    micro_batch_weights,
+    references_under_policy_loss,
+    stream_weights,
+)
 from divrl.algorithms.policy_loss import clipped_surrogate
 
 R, F = "rollout", "reference"
+# the scripts' step: 128 prompts x 16 rollouts + 256 reference samples, 2 mini-batches, 8 GPUs
+FORWARD_KL = AuthorsLayout(2048, 256, 2, gpus=8, micro_batch_size=2, dynamic=False)
+JS = AuthorsLayout(2048, 256, 2, gpus=8, dynamic=True)
 
 
 def test_weights_by_hand():
     kinds, tokens, eta = [R, R, F], [3, 5, 4], 0.5
-    assert micro_batch_weights(kinds, tokens, eta, "authors") == pytest.approx(
-        [1 / 3, 1 / 3, 0.5 / 3]
+    # 4 rollouts and 2 reference samples on one GPU, no mixing: eta_a = eta * 2 / 4
+    layout = AuthorsLayout(4, 2, 1, gpus=1, micro_batch_size=2)
+    assert micro_batch_weights(kinds, tokens, eta, "authors", layout=layout) == pytest.approx(
+        [3 / 8, 5 / 8, 0.25]
     )
     assert micro_batch_weights(kinds, tokens, eta, "paper") == pytest.approx([3 / 8, 5 / 8, 0.5])
     assert micro_batch_weights(kinds, tokens, eta, "concat") == pytest.approx(
@@ -24,26 +35,62 @@ def test_weights_by_hand():
     assert micro_batch_weights(kinds, tokens, eta, "paper", token_mean=False) == pytest.approx(
         [0.5, 0.5, 0.5]
     )
-    assert stream_weights(kinds, tokens, eta, "authors").effective_eta == pytest.approx(0.25)
+    authors = stream_weights(kinds, tokens, eta, "authors", layout=layout)
+    assert authors.effective_eta == pytest.approx(0.25)
     assert stream_weights(kinds, tokens, eta, "paper").effective_eta == pytest.approx(0.5)
     assert stream_weights(kinds, tokens, eta, "concat").effective_eta == pytest.approx(0.25)
 
 
-def test_one_reference_micro_batch_per_eight_gives_eta_over_eight():
-    # the authors' forward-KL runs: 1 reference micro-batch per 8 rollout ones
-    kinds = [R] * 8 + [F]
-    weights = stream_weights(kinds, [100] * 9, 0.2, "authors")
-    assert weights.rollout == pytest.approx(8 / 9) and weights.reference == pytest.approx(0.2 / 9)
-    assert weights.effective_eta == pytest.approx(0.2 * 0.125)
-    # the weights do not depend on token counts under `authors`
-    assert micro_batch_weights(kinds, [1, 2, 3, 4, 5, 6, 7, 8, 900], 0.2) == pytest.approx(
-        [1 / 9] * 8 + [0.2 / 9]
-    )
+def test_the_scripts_layouts():
+    # forward_kl.sh: GPU 7 holds rollouts 2016-2047 and all 256 reference samples; its first
+    # mini-batch is 32 rollouts + 96 reference samples, cut into pairs: no pair mixes kinds
+    assert (FORWARD_KL.rows_per_gpu, FORWARD_KL.mini_batch_rows) == (288, 128)
+    assert references_under_policy_loss(FORWARD_KL) == 0
+    assert authors_effective_eta(0.01, FORWARD_KL) == pytest.approx(0.01 / 8)
+    # js_kl.sh / alpha.sh: token-balanced micro-batches of that mini-batch each start with a
+    # rollout, so its 96 reference samples get the policy loss: 160 / 2048
+    assert references_under_policy_loss(JS) == 96
+    assert authors_effective_eta(0.2, JS) == pytest.approx(0.2 * 0.078125)
+    # the toy scale keeps the ratios (256 rollouts, 32 reference samples)
+    toy = AuthorsLayout(256, 32, 2, gpus=8, dynamic=True)
+    assert references_under_policy_loss(toy) == 12
+    assert authors_effective_eta(1.0, toy) == pytest.approx(0.078125)
+
+
+def test_misrouted_reference_samples_by_hand():
+    # 10 rollouts + 2 reference rows on 2 GPUs (6 rows each), mini-batches of 5 rows: GPU 1
+    # holds rollouts 6-9 and both reference rows: mini-batch [r r r r f], [f]
+    assert references_under_policy_loss(AuthorsLayout(10, 2, 1, gpus=2, dynamic=True)) == 1
+    # micro-batches of 3: [r r r] [r f] -> one reference row under the policy loss
+    fixed3 = AuthorsLayout(10, 2, 1, gpus=2, micro_batch_size=3)
+    assert references_under_policy_loss(fixed3) == 1
+    # micro-batches of 2: [r r] [r r] [f]: none
+    assert references_under_policy_loss(AuthorsLayout(10, 2, 1, gpus=2)) == 0
+    # reference rows starting a GPU's chunk mix with nothing
+    assert references_under_policy_loss(AuthorsLayout(8, 8, 1, gpus=2, dynamic=True)) == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((2048, 250, 2), "divisible by the authors' GPU count 8"),
+        ((2040, 8, 2), "divisible by mini-batches x GPUs"),
+        ((0, 8, 1), "rollouts must be >= 1"),
+    ],
+)
+def test_invalid_layouts(args, message):
+    with pytest.raises(ValueError, match=message):
+        AuthorsLayout(*args)
+
+
+def test_authors_needs_a_layout():
+    with pytest.raises(ValueError, match="pass layout"):
+        micro_batch_weights([R, F], [1, 1], 0.1, "authors")
 
 
 def test_effective_eta_is_zero_without_one_of_the_streams():
-    assert stream_weights([R, R], [3, 4], 0.2).effective_eta == 0.0
-    assert stream_weights([F], [3], 0.2).effective_eta == 0.0
+    assert stream_weights([R, R], [3, 4], 0.2, layout=JS).effective_eta == 0.0
+    assert stream_weights([F], [3], 0.2, layout=JS).effective_eta == 0.0
 
 
 @pytest.mark.parametrize(
@@ -98,13 +145,21 @@ def _grads(model, loss):
     return torch.cat([p.grad.flatten().clone() for p in model.parameters()])
 
 
-def _divrl_step(model, rollouts, references, advantages, mode, micro=2):
-    """divrl's way: pure micro-batches, each aggregated on its own, weighted."""
+# the tiny step's layout in the authors' trainer: 6 rollouts + 2 reference rows, one GPU
+TINY = AuthorsLayout(6, 2, 1, gpus=1, micro_batch_size=2)
+
+
+def _divrl_step(model, rollouts, references, advantages, mode, micro=2, by_sequences=False):
+    """divrl's way: pure micro-batches, each aggregated on its own, weighted (by token or,
+    for the per-micro-batch token-mean, by sequence counts)."""
     (rt, rm, rs), (ft, fm, fs) = rollouts, references
     jobs = [(R, slice(i, i + micro)) for i in range(0, len(rt), micro)]
     jobs += [(F, slice(i, i + micro)) for i in range(0, len(ft), micro)]
-    counts = [int((rm if k == R else fm)[s].sum()) for k, s in jobs]
-    weights = micro_batch_weights([k for k, _ in jobs], counts, ETA, mode)
+    if by_sequences:
+        counts = [len(range(len(rt if k == R else ft))[s]) for k, s in jobs]
+    else:
+        counts = [int((rm if k == R else fm)[s].sum()) for k, s in jobs]
+    weights = micro_batch_weights([k for k, _ in jobs], counts, ETA, mode, layout=TINY)
     model.zero_grad()
     for (kind, s), w in zip(jobs, weights, strict=True):
         if kind == R:
@@ -120,16 +175,20 @@ def _divrl_step(model, rollouts, references, advantages, mode, micro=2):
 
 def test_authors_weighting_equals_the_authors_actor_loop():
     model, rollouts, references, advantages = _tiny_step()
-    ours = _divrl_step(model, rollouts, references, advantages, "authors")
-    # The authors' actor: rollouts and reference samples in one batch with a type tag, split
-    # into micro-batches of 2; a micro-batch typed reference (by its first sample) gets
-    # eta * token-mean divergence, otherwise the token-mean clipped loss; every micro-batch
-    # is divided by the gradient-accumulation count (mini-batch 8 / micro-batch 2 = 4).
+    # divrl's `authors` with the per-micro-batch token-mean (micro-batches weighed by their
+    # share of the stream's sequences)
+    ours = _divrl_step(model, rollouts, references, advantages, "authors", by_sequences=True)
+    # The authors' actor on one GPU: rollouts, then the reference samples, with a type tag;
+    # mini-batches of 6 rows (all the rollouts), split into micro-batches of 2;
+    # a micro-batch typed reference (by its first sample) gets eta * token-mean divergence,
+    # otherwise the token-mean clipped loss; every micro-batch is divided by the
+    # accumulation count 6 / 2 = 3. The second mini-batch (the 2 reference rows) is a step
+    # of its own; its gradient, at the same parameters, is added here.
     (rt, rm, rs), (ft, fm, fs) = rollouts, references
     tokens, mask, shift = torch.cat([rt, ft]), torch.cat([rm, fm]), torch.cat([rs, fs])
     kind = torch.tensor([1] * len(rt) + [2] * len(ft))
     adv = torch.cat([advantages, torch.zeros(len(ft))])
-    accumulation = len(tokens) // 2
+    accumulation = 6 // 2
     model.zero_grad()
     for i in range(0, len(tokens), 2):
         s = slice(i, i + 2)
@@ -147,6 +206,16 @@ def test_authors_weighting_equals_the_authors_actor_loop():
     theirs = torch.cat([p.grad.flatten().clone() for p in model.parameters()])
     assert torch.allclose(ours, theirs, atol=1e-6, rtol=0)
     assert ours.abs().max() > 1e-3  # a real gradient, not two zeros
+
+
+def test_authors_weighting_is_paper_with_the_authors_eta():
+    model, rollouts, references, advantages = _tiny_step(4)
+    ours = _divrl_step(model, rollouts, references, advantages, "authors")
+    pg, rm, div, fm = _per_token_losses(model, rollouts, references, advantages)
+    eta = authors_effective_eta(ETA, TINY)
+    assert eta == pytest.approx(ETA * 2 / 6)
+    loss = (pg * rm).sum() / rm.sum() + eta * (div * fm).sum() / fm.sum()
+    assert torch.allclose(ours, _grads(model, loss), atol=1e-6, rtol=0)
 
 
 def _per_token_losses(model, rollouts, references, advantages):
@@ -200,9 +269,9 @@ def test_stream_totals(jobs, eta):
     concat = stream_weights(kinds, counts, eta, "concat")
     tok_r = sum(n for k, n in jobs if k == R)
     assert concat.rollout == pytest.approx(tok_r / sum(counts))
-    # authors: micro-batch shares, whatever the token counts
-    authors = stream_weights(kinds, counts, eta, "authors")
-    assert authors.rollout == pytest.approx(n_r / len(kinds))
-    assert authors.reference == pytest.approx(eta * n_f / len(kinds))
+    # authors: paper with the layout's eta
+    authors = stream_weights(kinds, counts, eta, "authors", layout=FORWARD_KL)
+    assert authors.rollout == pytest.approx(1.0 if n_r else 0.0)
+    assert authors.reference == pytest.approx(eta / 8 if n_f else 0.0)
     if n_r and n_f:
-        assert authors.effective_eta == pytest.approx(eta * n_f / n_r)
+        assert authors.effective_eta == pytest.approx(eta / 8)

@@ -50,8 +50,9 @@ def _step_gradient(trainer: Trainer, exp, seqs, refs) -> tuple[list[torch.Tensor
 
 def _formula_gradient(trainer: Trainer, exp, seqs, refs, mode: str) -> list[torch.Tensor]:
     """The DPH weightings written out: per-kind micro-batch token-means ``l_i`` with
-    ``n_i`` tokens; authors: mean over all micro-batches, eta on reference ones; paper:
-    each stream token-meaned over itself; concat: one token-mean over both."""
+    ``n_i`` tokens; paper: each stream token-meaned over itself; authors: paper with the
+    authors' eta (eta x 4 reference / 16 rollouts here: no reference row shares a
+    micro-batch with a rollout in their layout); concat: one token-mean over both."""
     update, model = trainer.update, trainer.model
     temp = trainer.config.rollout.temperature
     model.zero_grad(set_to_none=True)
@@ -68,16 +69,23 @@ def _formula_gradient(trainer: Trainer, exp, seqs, refs, mode: str) -> list[torc
         ref = samples.ref_log_probs[idx, : lp.shape[1]]
         loss, _ = reference_divergence_loss(lp, ref, data["response_mask"], "js")
         terms.append(("reference", loss, float(data["response_mask"].sum())))
-    eta = {"rollout": 1.0, "reference": ETA}
+    eta = {"rollout": 1.0, "reference": ETA * 4 / 16 if mode == "authors" else ETA}
     n_kind = {k: sum(n for kk, _, n in terms if kk == k) for k in eta}
-    if mode == "authors":
-        total = sum(eta[k] * loss for k, loss, _ in terms) / len(terms)
-    elif mode == "paper":
+    if mode in ("authors", "paper"):
         total = sum(eta[k] * loss * n / n_kind[k] for k, loss, n in terms)
     else:
         total = sum(eta[k] * loss * n for k, loss, n in terms) / sum(n_kind.values())
     total.backward()
     return [p.grad.clone() for p in model.parameters()]
+
+
+def _move_off_the_initial_policy(trainer: Trainer) -> None:
+    """Perturb the policy: at the initial policy (u = 1) every divergence has zero gradient,
+    so the reference stream's weight would not show in the gradient."""
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in trainer.model.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=g))
 
 
 def _close(a: list[torch.Tensor], b: list[torch.Tensor], atol: float) -> None:
@@ -98,6 +106,8 @@ def _dph(world, out, store, mode: str, **extra) -> Trainer:
             # the fixture store was sampled with k=4 and 6 tokens: the weighting does not care
             "reference.allow_store_mismatch": True,
             "train.micro_batch_size": 3,
+            # 16 rollouts + 4 reference rows split over 2 GPUs in the authors' layout
+            "algorithm.authors_gpus": 2,
             **extra,
         },
     )
@@ -107,6 +117,7 @@ def _dph(world, out, store, mode: str, **extra) -> Trainer:
 def test_dph_weighting_through_the_update_stage(mode, tiny_world, reference_store, tmp_path):
     trainer = _dph(tiny_world, tmp_path, reference_store, mode)
     exp, _, _ = trainer.experience.make(0)
+    _move_off_the_initial_policy(trainer)
     (refs,) = trainer._reference_parts(1)
     seqs = list(range(len(exp)))
     assert len(refs) == 4 and len(exp) >= 4
@@ -114,11 +125,9 @@ def test_dph_weighting_through_the_update_stage(mode, tiny_world, reference_stor
     want = _formula_gradient(trainer, exp, seqs, refs, mode)
     _close(got, want, atol=1e-6)
     # the logged effective eta: the reference stream's weight over the rollouts'
-    n_pg = len(trainer.update.micro_batches(exp, seqs))
-    n_ref = len(trainer.update.micro_batches(trainer.update.reference_samples, refs))
     logged = meter.means()["dph/effective_eta"]
     if mode == "authors":
-        assert logged == pytest.approx(ETA * n_ref / n_pg)
+        assert logged == pytest.approx(ETA * 4 / 16)
     elif mode == "paper":
         assert logged == pytest.approx(ETA)
 
@@ -128,6 +137,7 @@ def test_the_weightings_differ_on_the_same_step(tiny_world, reference_store, tmp
     for mode in ("authors", "paper"):
         trainer = _dph(tiny_world, tmp_path / mode, reference_store, mode)
         exp, _, _ = trainer.experience.make(0)
+        _move_off_the_initial_policy(trainer)
         grads[mode], _ = _step_gradient(trainer, exp, list(range(len(exp))), [0, 1, 2, 3])
     assert any(not torch.allclose(a, b) for a, b in zip(*grads.values(), strict=True))
 
