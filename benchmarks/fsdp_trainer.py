@@ -36,7 +36,7 @@ def rank_worker(spec_path: str) -> None:
     """One rank of one launch: train, time, write ``rank<r>.json`` next to the spec."""
     import torch
 
-    from divrl.training.collective import release_process_group
+    from divrl.distributed import release_process_group
 
     out = _timed_steps(json.loads(Path(spec_path).read_text()))
     (Path(spec_path).parent / f"rank{out['rank']}.json").write_text(json.dumps(out))

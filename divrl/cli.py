@@ -45,8 +45,8 @@ USER_ERRORS = (
     ("divrl.rollout.model_source", "ModelSourceError"),
     ("divrl.data.reference_store", "StoreMismatchError"),
     ("divrl.data.store_files", "ReferenceStoreError"),
-    ("divrl.training.loading", "NoUsablePromptsError"),
-    ("divrl.training.loading", "PromptLengthError"),
+    ("divrl.data.prompts", "NoUsablePromptsError"),
+    ("divrl.data.prompts", "PromptLengthError"),
 )
 # Built-in errors that, raised inside divrl, name a missing or unreadable input.
 USER_OS_ERRORS = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)

@@ -1,5 +1,8 @@
 """Reductions across the processes of a data-parallel run (no-ops on one process), and
-the end of its process group."""
+the end of its process group.
+
+At the package root, importing nothing from divrl: the trainer, presampling and the TRL
+adapter (a layer above training, which it must not import) share it."""
 
 from __future__ import annotations
 

@@ -36,6 +36,7 @@ LAYERS: dict[str, int] = {
     "divrl.rewards": 0,
     "divrl.rollout": 0,
     "divrl.fileio": 0,  # writing files whole; imports nothing from divrl, any layer may use it
+    "divrl.distributed": 0,  # reductions over processes, the process group's end
     "divrl.data": 1,
     "divrl.runs": 1,  # the run-directory layout, below training and evaluation
     "divrl.training": 2,

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     if config is None:
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    from divrl.training.collective import release_process_group
+    from divrl.distributed import release_process_group
     from divrl.training.presample import presample
 
     if args.failed_to_exploration:

@@ -35,6 +35,7 @@ from divrl.algorithms import (
     policy_loss,
     reference_divergence_loss,
 )
+from divrl.distributed import warn_if_ddp_wrappers_live
 from divrl.integrations.trl_config import LP_REG_LOSS_TYPES, DivRLGRPOConfig
 from divrl.integrations.trl_data import exploration_dataset, trl_dataset, verifier_reward
 from divrl.integrations.trl_dph import _ReferenceStream
@@ -61,7 +62,6 @@ from divrl.integrations.trl_lp_reg import (
     refuse_sharded_training,
 )
 from divrl.rollout import pad_token_id
-from divrl.training.collective import warn_if_ddp_wrappers_live
 
 __all__ = [
     "ALLOW_UNTESTED_ENV",
@@ -145,7 +145,7 @@ class DivRLGRPOTrainer(GRPOTrainer):
     def end(self) -> None:
         """transformers' ``Trainer.end`` (finish the trackers, destroy the process group),
         with the DDP wrapper dropped first: when the wrapper is the group's last holder a
-        rank can hang at exit (:func:`divrl.training.collective.release_process_group`
+        rank can hang at exit (:func:`divrl.distributed.release_process_group`
         says why). Call it once, after the last ``train()`` / ``save_model()``."""
         if torch.distributed.is_initialized():
             self.model_wrapped = self.model

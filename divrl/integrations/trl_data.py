@@ -16,6 +16,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from divrl.data.prompts import PromptSettings, load_prompts
 from divrl.data.reference_store import ReferenceStore
 
 __all__ = ["exploration_dataset", "trl_dataset", "verifier_reward"]
@@ -36,7 +37,7 @@ def trl_dataset(
     """A ``datasets.Dataset`` of the prompts divrl trains on, for TRL's ``GRPOTrainer``.
 
     Pass the ``data.*`` settings of the config you presampled with: the prompts are loaded
-    and filtered by the same code as ``divrl train`` (``divrl.training.loading``; a prompt
+    and filtered by the same code as ``divrl train`` (``divrl.data.prompts``; a prompt
     over ``max_prompt_length`` is an error, dropped or left-truncated per ``truncation``, as
     ``data.truncation``), so their ids are the store's.
 
@@ -46,17 +47,13 @@ def trl_dataset(
     """
     from datasets import Dataset
 
-    from divrl.training.config import load_config
-    from divrl.training.loading import load_prompts
-
-    settings = {
-        "data.template": template,
-        "data.limit": "null" if limit is None else limit,
-        "data.max_prompt_length": max_prompt_length,
-        "data.truncation": truncation,
-    }
-    config = load_config(None, [f"{k}={v}" for k, v in settings.items()])
-    prompts, _ = load_prompts(config, str(train_path), db_dir, tokenizer)
+    settings = PromptSettings(
+        template=template,
+        limit=limit,
+        max_prompt_length=max_prompt_length,
+        truncation=truncation,
+    )
+    prompts, _ = load_prompts(str(train_path), tokenizer, settings, db_dir=db_dir)
     return Dataset.from_dict(
         {
             "prompt": [tokenizer.decode(p.prompt_ids) for p in prompts],

@@ -17,13 +17,13 @@ from collections.abc import Callable, Sequence
 import torch
 
 from divrl.algorithms import group_advantages
+from divrl.data.prompts import PromptItem
 from divrl.data.sampling import EpochSampler, derive_seed
+from divrl.distributed import Collective
 from divrl.rewards.types import BatchScores, ScoreRequest, is_correct
 from divrl.rollout import RolloutEngine, RolloutOutput, SamplingParams
 from divrl.training.batch import Experience
-from divrl.training.collective import Collective
 from divrl.training.config import Config
-from divrl.training.loading import PromptItem
 
 __all__ = [
     "Experience",

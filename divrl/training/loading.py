@@ -13,46 +13,25 @@ from typing import Any
 
 import torch
 
+from divrl.data.prompts import PromptItem, load_prompts
 from divrl.rollout import RolloutEngine, SamplingParams, pad_token_id
 from divrl.training.config import Config
 
 __all__ = [
-    "NoUsablePromptsError",
     "PolicyModels",
-    "PromptItem",
-    "PromptLengthError",
     "build_optimizer",
     "load_models",
     "load_policy",
-    "load_prompts",
     "make_engine",
     "pad_token_id",
     "require_paths",
     "rollout_params",
+    "run_prompts",
     "shard_model",
     "warn_if_prompts_repeat",
 ]
 
 logger = logging.getLogger(__name__)
-
-
-class NoUsablePromptsError(ValueError):
-    """Every training row was dropped (the message says how many and by which setting)."""
-
-
-class PromptLengthError(ValueError):
-    """Prompts over ``data.max_prompt_length`` with ``data.truncation=error``."""
-
-
-@dataclass
-class PromptItem:
-    """A tokenised training prompt with what its verifier needs."""
-
-    id: str
-    prompt_ids: list[int]
-    data_source: str
-    ground_truth: Any
-    extra_info: dict[str, Any] | None = None
 
 
 def require_paths(config: Config) -> tuple[str, str, str | None]:
@@ -114,68 +93,16 @@ def shard_model(config: Config, model: torch.nn.Module, device: torch.device) ->
     return apply_fsdp(model.to(device), fsdp)
 
 
-def load_prompts(
+def run_prompts(
     config: Config, train_path: str, db_dir: str | None, tokenizer: Any
 ) -> tuple[list[PromptItem], int]:
-    """Tokenised training prompts and the number longer than ``data.max_prompt_length``
-    (dropped or left-truncated per ``data.truncation``; ``error`` raises when any is).
-
-    Raises:
-        PromptLengthError: ``data.truncation=error`` and some prompts are too long (the
-            message gives their count, the longest and the settings that change it).
-        NoUsablePromptsError: no prompt is left; the message says how many rows were read
-            and which setting dropped them.
-    """
-    from divrl.data import load_examples, render_prompt
-
-    data = config.data
-    examples = load_examples(
-        train_path, db_dir=db_dir, limit=data.limit, skip_invalid=data.skip_invalid
-    )
-    items, too_long = [], []
-    for ex in examples:
-        text = render_prompt(ex, template=data.template, tokenizer=tokenizer)
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-        if len(ids) > data.max_prompt_length:
-            too_long.append(len(ids))
-            if data.truncation == "drop":
-                continue
-            ids = ids[-data.max_prompt_length :]  # 'left' (verl's truncation='left')
-        items.append(PromptItem(str(ex.id), ids, ex.data_source, ex.ground_truth, ex.extra_info))
-    if too_long and data.truncation == "error":
-        raise PromptLengthError(
-            f"{len(too_long)} of {len(examples)} prompts in {train_path} are longer than "
-            f"data.max_prompt_length={data.max_prompt_length} tokens (the longest has "
-            f"{max(too_long)}): raise data.max_prompt_length, or set data.truncation=drop "
-            "(leave them out) or data.truncation=left (keep their last max_prompt_length tokens)"
-        )
-    if not items:
-        raise NoUsablePromptsError(_no_prompts_message(config, train_path, len(examples), too_long))
-    action = {"error": "refused", "drop": "dropped", "left": "left-truncated"}[data.truncation]
-    # always reported, also when 0: a silent drop once hid most of a dataset
-    (logger.warning if too_long else logger.info)(
-        "%d of %d prompts longer than data.max_prompt_length=%d tokens (%s, data.truncation=%s)",
-        len(too_long),
-        len(examples),
-        data.max_prompt_length,
-        action,
-        data.truncation,
-    )
-    return items, len(too_long)
-
-
-def _no_prompts_message(config: Config, train_path: str, rows: int, too_long: list[int]) -> str:
-    where = f"no usable training prompts in {train_path}"
-    if rows == 0:
-        limit = f" with data.limit={config.data.limit}" if config.data.limit is not None else ""
-        return f"{where}: it has no rows{limit}"
-    return (
-        f"{where}: all {rows} rows were dropped by data.max_prompt_length="
-        f"{config.data.max_prompt_length} with data.truncation=drop (their prompts, rendered "
-        f"with the {config.data.template!r} template, have {min(too_long)} to "
-        f"{max(too_long)} tokens): set data.max_prompt_length={max(too_long)} or more (the "
-        f"model's context must hold it plus rollout.max_new_tokens="
-        f"{config.rollout.max_new_tokens}), data.truncation=left, or shorten the prompts"
+    """:func:`divrl.data.prompts.load_prompts` with the run's ``data.*`` settings."""
+    return load_prompts(
+        train_path,
+        tokenizer,
+        config.data,
+        db_dir=db_dir,
+        max_new_tokens=config.rollout.max_new_tokens,
     )
 
 

@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from divrl.distributed import Collective
 from divrl.fileio import append_record, atomic_write_text, fsync_path
 from divrl.runs import RunDir
-from divrl.training.collective import Collective
 from divrl.training.config import Config
 
 __all__ = [

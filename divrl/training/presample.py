@@ -43,10 +43,10 @@ from divrl.training.forward import batch_log_probs
 from divrl.training.fsdp import full_parameters
 from divrl.training.loading import (
     load_policy,
-    load_prompts,
     make_engine,
     pad_token_id,
     require_paths,
+    run_prompts,
     shard_model,
 )
 
@@ -351,7 +351,7 @@ def presample(
     model.to(device).eval()
     if config.train.strategy == "fsdp" and torch.distributed.is_initialized():
         model = shard_model(config, model, device)
-    prompts, dropped = load_prompts(config, train_path, db_dir, tokenizer)
+    prompts, dropped = run_prompts(config, train_path, db_dir, tokenizer)
     expect = store_expectation(config, model_path, prompts)
     hint = "" if config.data.limit else " (data.limit=N: the first N only; train with it too)"
     logger.info("presample: %d prompts x %d responses%s", len(prompts), ref.k, hint)

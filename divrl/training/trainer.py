@@ -31,20 +31,20 @@ import torch
 
 from divrl.data.reference_store import ReferenceStore
 from divrl.data.sampling import EpochSampler
+from divrl.distributed import Collective
 from divrl.runs import RunDir
 from divrl.training import checkpointing
 from divrl.training.checkpointing import CheckpointStage
-from divrl.training.collective import Collective
 from divrl.training.config import Config, check_divisibility
 from divrl.training.experience import ExperienceMaker, RewardFn, default_reward_fn, overlong_penalty
 from divrl.training.fsdp import iter_full_parameters
 from divrl.training.loading import (
     load_models,
-    load_prompts,
     make_engine,
     pad_token_id,
     require_paths,
     rollout_params,
+    run_prompts,
     warn_if_prompts_repeat,
 )
 from divrl.training.metrics import (
@@ -110,7 +110,7 @@ class Trainer:
             self.run, acc, m, cfg.train.strategy, cfg.checkpoint.keep_last
         )
         self.pad_id = pad_token_id(self.tokenizer)
-        self.prompts, self.dropped_prompts = load_prompts(cfg, train_path, db_dir, self.tokenizer)
+        self.prompts, self.dropped_prompts = run_prompts(cfg, train_path, db_dir, self.tokenizer)
 
         # DPH-RL: roll out only exploration prompts; reference samples come from the store.
         self.reference_store: ReferenceStore | None = None

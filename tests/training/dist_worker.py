@@ -12,7 +12,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from train_helpers import sevens_reward
 
-from divrl.training.collective import live_ddp_wrappers, release_process_group
+from divrl.distributed import live_ddp_wrappers, release_process_group
 from divrl.training.config import load_config
 from divrl.training.trainer import Trainer
 

@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from train_helpers import parity_reward, sevens_reward
 
 import divrl.training.update as update_mod
+from divrl.distributed import release_process_group
 from divrl.integrations.trl_lp_reg import full_lm_head
 from divrl.rollout import SamplingParams
-from divrl.training.collective import release_process_group
 from divrl.training.config import load_config
 from divrl.training.fsdp import is_fsdp, iter_full_parameters
 from divrl.training.presample import presample

@@ -10,12 +10,12 @@ SCRIPT = r"""
 import gc, json, logging, os, sys
 import torch
 from torch.nn.parallel import DistributedDataParallel
-from divrl.training.collective import live_ddp_wrappers, release_process_group
+from divrl.distributed import live_ddp_wrappers, release_process_group
 
 records = []
 handler = logging.Handler()
 handler.emit = lambda record: records.append(record.getMessage())
-logging.getLogger("divrl.training.collective").addHandler(handler)
+logging.getLogger("divrl.distributed").addHandler(handler)
 
 def group():
     store = torch.distributed.HashStore()

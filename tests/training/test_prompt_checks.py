@@ -13,7 +13,7 @@ from divrl.training.trainer import Trainer
 
 
 def test_too_long_prompts_are_an_error_naming_count_longest_and_settings(tiny_world, tmp_path):
-    from divrl.training.loading import PromptLengthError
+    from divrl.data.prompts import PromptLengthError
 
     config = load_config(
         None, tiny_overrides(tiny_world, tmp_path, **{"data.max_prompt_length": 7})

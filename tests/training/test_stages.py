@@ -10,12 +10,12 @@ import torch
 from train_helpers import tiny_overrides
 
 from divrl.data.reference_store import ReferenceSample
+from divrl.distributed import Collective
 from divrl.rewards.types import BatchScores, ScoreRequest, ScoreResult
 from divrl.rollout import collate
 from divrl.runs import Checkpoint, RunDir
 from divrl.training.batch import Experience, ReferenceSamples
 from divrl.training.checkpointing import prune_checkpoints
-from divrl.training.collective import Collective
 from divrl.training.config import load_config
 from divrl.training.experience import informative_groups, score_requests, shard_positions
 from divrl.training.loading import pad_token_id
@@ -209,7 +209,7 @@ def test_the_trainer_needs_paths_and_the_command_fills_them(tmp_path):
 def test_prompts_over_max_prompt_length_follow_data_truncation(mode, tiny_world, tmp_path, caplog):
     from transformers import AutoTokenizer
 
-    from divrl.training.loading import load_prompts
+    from divrl.training.loading import run_prompts
 
     rows = [
         {
@@ -227,10 +227,10 @@ def test_prompts_over_max_prompt_length_follow_data_truncation(mode, tiny_world,
     tokenizer = AutoTokenizer.from_pretrained(tiny_world["model"])
     if mode == "error":
         with pytest.raises(ValueError, match=r"2 of 4 prompts .* data.max_prompt_length=8"):
-            load_prompts(cfg, str(data), None, tokenizer)
+            run_prompts(cfg, str(data), None, tokenizer)
         return
     with caplog.at_level("INFO", logger="divrl.training.loading"):
-        items, count = load_prompts(cfg, str(data), None, tokenizer)
+        items, count = run_prompts(cfg, str(data), None, tokenizer)
     assert count == 2 and "2 of 4 prompts longer than" in caplog.text
     if mode == "drop":
         assert [p.id for p in items] == ["p0", "p2"]
