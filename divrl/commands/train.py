@@ -147,6 +147,15 @@ def _train(args: argparse.Namespace, config: Config) -> int:
         step = trainer.step if trainer is not None else 0
         print(f"interrupted at step {step}; resume with --resume", file=sys.stderr)
         return 130
+    if history and _every_step_skipped(trainer.config, history):
+        if trainer.accelerator.is_main_process:
+            print(
+                f"divrl train: every one of the {len(history)} steps skipped its optimiser "
+                "update (a non-finite loss or gradient norm; see the warnings above): the "
+                f"model did not change. Metrics in {trainer.metrics_path}",
+                file=sys.stderr,
+            )
+        return 1
     if trainer.accelerator.is_main_process and history:
         last = history[-1]
         model = trainer.run.final_model()
@@ -161,6 +170,12 @@ def _train(args: argparse.Namespace, config: Config) -> int:
             f"metrics in {trainer.metrics_path}; {saved}"
         )
     return 0
+
+
+def _every_step_skipped(config: Config, history: list[dict]) -> bool:
+    """Whether no step of this session updated the model (each skipped all its updates)."""
+    updates = config.train.num_mini_batches * config.train.ppo_epochs
+    return all(m.get("actor/skipped_steps", 0) >= updates for m in history)
 
 
 def _already_finished(trainer) -> bool:
