@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.divrl-installed
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup test lint format clean bench demo
+.PHONY: setup test test-verl lint format clean bench demo
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,25 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# divrl inside upstream verl (docs/verl.md): a venv of its own, since verl pins
+# transformers and tensordict below what the core install takes; its tests live in
+# tests_verl/, which `make test` does not collect.
+VERL_VENV := .venv-verl
+VERL_BIN := $(VERL_VENV)/bin
+VERL_STAMP := $(VERL_VENV)/.divrl-verl-installed
+
+$(VERL_BIN)/python:
+	$(PYTHON) -m venv $(VERL_VENV)
+	$(VERL_BIN)/pip install --quiet --upgrade pip
+
+$(VERL_STAMP): pyproject.toml | $(VERL_BIN)/python
+	$(VERL_BIN)/pip install --quiet "$(TORCH_SPEC)"
+	$(VERL_BIN)/pip install --quiet -e ".[verl,test]"
+	touch $(VERL_STAMP)
+
+test-verl: $(VERL_STAMP)
+	OMP_WAIT_POLICY=PASSIVE $(VERL_BIN)/python -m pytest -q -p no:cacheprovider tests_verl
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
@@ -42,4 +61,4 @@ demo: $(STAMP)
 	$(BIN)/divrl demo
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VERL_VENV) build *.egg-info .pytest_cache .ruff_cache

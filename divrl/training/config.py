@@ -17,7 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from divrl.algorithms import DIVERGENCES, POLICY_LOSSES, AuthorsLayout, LossOptions
+from divrl.algorithms import (
+    DIVERGENCES,
+    POLICY_LOSSES,
+    AuthorsLayout,
+    LossOptions,
+    divergence_generator,
+    divergence_summaries,
+)
 from divrl.training import loss_config
 from divrl.training.config_io import (
     ConfigError,
@@ -201,8 +208,6 @@ class RolloutConfig:
             raise ConfigError(str(exc)) from exc
 
 
-POLICY_LOSS_NAMES = tuple(sorted(POLICY_LOSSES))
-DIVERGENCE_NAMES = tuple(sorted(DIVERGENCES))
 _UNSET = "null = the policy loss's own default (divrl.algorithms.loss_options)"
 _ALIAS = "deprecated alias of algorithm.loss_options."
 
@@ -251,7 +256,8 @@ class AlgorithmConfig:
     )
     kl_estimator: Literal["k1", "k2", "k3"] = _help("estimator of the reverse KL", "k3")
     divergence: str | None = _help(
-        "DPH-RL divergence on reference samples: forward_kl, reverse_kl, js, alpha (null = off)",
+        f"DPH-RL divergence on reference samples (null = off), a name in "
+        f"divrl.algorithms.DIVERGENCES: {divergence_summaries()}",
         None,
     )
     divergence_alpha: float | None = _help("alpha of the alpha-divergence, in (0, 1)", None)
@@ -301,16 +307,17 @@ class AlgorithmConfig:
     overlong_penalty: float = _help("DAPO overlong shaping: penalty at max_new_tokens", 1.0)
 
     def __post_init__(self) -> None:
-        choice("algorithm.policy_loss", self.policy_loss, POLICY_LOSS_NAMES)
+        choice("algorithm.policy_loss", self.policy_loss, sorted(POLICY_LOSSES))
         self._resolve_loss_options()
         if self.divergence is not None:
-            choice("algorithm.divergence", self.divergence, DIVERGENCE_NAMES)
-            if self.divergence == "alpha" and not (
-                self.divergence_alpha is not None and 0.0 < self.divergence_alpha < 1.0
-            ):
+            choice("algorithm.divergence", self.divergence, sorted(DIVERGENCES))
+            try:  # the divergence checks its own options
+                divergence_generator(self.divergence, self.divergence_alpha)
+            except ValueError as exc:
                 raise ConfigError(
-                    "algorithm.divergence=alpha needs algorithm.divergence_alpha in (0, 1)"
-                )
+                    f"algorithm.divergence={self.divergence} with algorithm.divergence_alpha="
+                    f"{self.divergence_alpha}: {exc}"
+                ) from exc
         for name in ("kl_coef", "divergence_coef", "entropy_coef"):
             _positive(f"algorithm.{name}", getattr(self, name), allow_zero=True)
         if self.lp_reg_scope != "micro_batch" and self.policy_loss != "lp_reg":

@@ -1,0 +1,375 @@
+"""divrl's losses inside verl's actor: a registered policy loss and a whole-loss function.
+
+Two ways in, both verl's own extension points:
+
+- ``divrl_vanilla``, registered in verl's policy-loss registry
+  (``actor_rollout_ref.actor.policy_loss.loss_mode=divrl_vanilla``): the clipped surrogate
+  of :func:`divrl.algorithms.policy_loss` with verl's clip range, dual clip and
+  aggregation. A registered loss sees only the log-probs, advantages and mask, which is all
+  GRPO, DAPO and Dr.GRPO need.
+- :class:`DivRLLoss`, installed with the actor worker's ``set_loss_fn`` in place of verl's
+  ``ppo_loss``: it also sees the micro-batch's other keys (the rehearsal rows of DPH-RL and
+  their stored log-probs) and, called by the engine as its logits processor, the logits
+  (Lp-Reg's min-p proxy, computed under no-grad from the forward verl already runs).
+
+verl normalises every micro-batch's loss by the mini-batch's global token (or sequence)
+count and multiplies it by the data-parallel size, so that the accumulated gradient is the
+mini-batch mean whatever the micro-batching. divrl's losses aggregate over the tensors they
+are given; each is multiplied here by its share of the global count (and by the DPH stream
+weight from :func:`divrl.algorithms.micro_batch_weights`), which is how ``divrl train``
+weighs its micro-batches.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from verl.trainer.ppo.core_algos import kl_penalty, register_policy_loss
+from verl.utils import tensordict_utils as tu
+from verl.utils.metric import AggregationType, Metric
+from verl.workers.utils.padding import no_padding_2_padding
+
+from divrl.algorithms import (
+    aggregate,
+    lp_reg_loss,
+    micro_batch_weights,
+    policy_loss,
+    proxy_log_prob,
+    reference_divergence_loss,
+    stream_weights,
+)
+from divrl.algorithms.dph_weighting import REFERENCE, ROLLOUT, AuthorsLayout
+from divrl.algorithms.loss_options import VanillaOptions
+from divrl.algorithms.lp_reg import minp_log_normalizer
+from divrl.integrations.verl.keys import (
+    IS_REFERENCE,
+    LOG_NORMALIZER,
+    PROXY_LOG_PROB,
+    REF_LOG_PROB,
+    STREAM,
+)
+from divrl.integrations.verl.settings import DivRLVerlSettings
+
+SEQ_MODES = ("seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+
+
+def _clip_range(config: Any) -> tuple[float, float]:
+    base = config.clip_ratio
+    low = config.clip_ratio_low if config.clip_ratio_low is not None else base
+    high = config.clip_ratio_high if config.clip_ratio_high is not None else base
+    return float(low), float(high)
+
+
+def vanilla_options(config: Any, agg: str) -> VanillaOptions:
+    """divrl's options of the clipped surrogate from verl's actor keys."""
+    low, high = _clip_range(config)
+    return VanillaOptions(
+        clip_low=low, clip_high=high, dual_clip=float(config.get("clip_ratio_c", 3.0)), agg=agg
+    )
+
+
+def global_share(mask: torch.Tensor, agg: str, info: dict) -> float:
+    """This micro-batch's share of the mini-batch's count (all ranks), times the DP size.
+
+    ``info`` is verl's ``global_batch_info`` (``dp_size``, ``batch_num_tokens``,
+    ``global_batch_size``); without a global count (a lone call outside verl's engine) the
+    micro-batch is the whole batch: 1.
+    """
+    dp = int(info.get("dp_size") or 1)
+    if agg == "token-mean":
+        total, local = info.get("batch_num_tokens"), float(mask.sum())
+    elif agg in SEQ_MODES:
+        total, local = info.get("global_batch_size"), float((mask.sum(-1) > 0).sum())
+    else:
+        raise ValueError(f"loss_agg_mode={agg!r}: divrl's losses take {('token-mean', *SEQ_MODES)}")
+    if total is None:
+        if dp > 1:
+            raise ValueError("verl gave no global batch count with dp_size > 1")
+        return 1.0
+    return local / float(total) * dp
+
+
+def _verl_pg_metrics(metrics: dict[str, float]) -> dict[str, float]:
+    """divrl's surrogate metrics under the names verl's vanilla loss logs."""
+    return {
+        "actor/pg_clipfrac": metrics["pg/clip_frac"],
+        "actor/ppo_kl": metrics["pg/approx_kl"],
+        "actor/pg_clipfrac_lower": metrics["pg/dual_clip_frac"],
+    }
+
+
+@register_policy_loss("divrl_vanilla")  # type: ignore[arg-type]
+def divrl_vanilla_policy_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """verl's policy-loss signature over :func:`divrl.algorithms.policy_loss`.
+
+    Equals ``policy_loss(...) * global_share(...)``: divrl's clipped surrogate aggregated
+    over this micro-batch, weighted by its share of verl's global count.
+    """
+    if config is None:
+        raise ValueError("divrl_vanilla needs verl's actor config (clip_ratio_*, clip_ratio_c)")
+    if rollout_is_weights is not None:
+        raise ValueError(
+            "divrl_vanilla does not apply rollout-correction importance weights: switch "
+            "algorithm.rollout_correction off or use loss_mode=vanilla"
+        )
+    options = vanilla_options(config, loss_agg_mode)
+    info = _batch_info(config)
+    loss, metrics = policy_loss(
+        log_prob, old_log_prob, advantages, response_mask, **options.loss_kwargs()
+    )
+    return loss * global_share(response_mask, loss_agg_mode, info), _verl_pg_metrics(metrics)
+
+
+def _batch_info(config: Any) -> dict:
+    info = dict(config.global_batch_info)
+    if info.get("loss_scale_factor") is not None:
+        raise ValueError(
+            "actor.loss_scale_factor is set: divrl's seq-mean-token-sum-norm divides by the "
+            "micro-batch's padded response length (verl's default); unset loss_scale_factor"
+        )
+    return info
+
+
+def _stream_weights(
+    stream: torch.Tensor,
+    n_roll: int,
+    n_ref: int,
+    eta: float,
+    mode: str,
+    layout: AuthorsLayout | None,
+) -> tuple[float, float, float]:
+    """(rollout weight, reference weight, effective eta) of this micro-batch's two parts.
+
+    ``stream`` holds the mini-batch's ``(N_rollout, N_reference)`` tokens (all ranks). The
+    weights come from :func:`micro_batch_weights` over a list with the mini-batch's
+    per-kind token sums, so they are the very numbers ``divrl train`` computes for a
+    micro-batch of each kind with these token counts.
+    """
+    total_roll, total_ref = (int(v) for v in stream.tolist())
+    kinds = [ROLLOUT, REFERENCE, ROLLOUT, REFERENCE]
+    tokens = [n_roll, n_ref, total_roll - n_roll, total_ref - n_ref]
+    if min(tokens) < 0:
+        raise ValueError(
+            f"a micro-batch holds more tokens ({n_roll} rollout, {n_ref} reference) than its "
+            f"mini-batch's stream statistics ({total_roll}, {total_ref}): the rows were "
+            "regrouped after divrl's rehearsal join (set actor_rollout_ref.actor.shuffle="
+            "False and trainer.balance_batch=False)"
+        )
+    weights = micro_batch_weights(kinds, tokens, eta, mode, layout=layout)
+    effective = stream_weights(kinds, tokens, eta, mode, layout=layout).effective_eta
+    return weights[0], weights[1], effective
+
+
+class DivRLLoss:
+    """verl's actor loss with divrl's policy loss, DPH-RL rehearsal and Lp-Reg.
+
+    Install it on the actor workers with ``set_loss_fn`` (the trainer of
+    :mod:`divrl.integrations.verl.trainer` does). Called as verl calls a loss,
+    ``(model_output=, data=, dp_group=)``, it returns ``(loss, metrics)``; called as the
+    engine's logits processor, ``(student_logits=, data=)``, it returns Lp-Reg's proxy
+    log-prob and log Z per token (under no-grad).
+
+    Per micro-batch: the rollout rows get divrl's policy loss (plus verl's KL and entropy
+    terms when its keys switch them on), the rehearsal rows (``divrl_is_reference``) eta
+    times :func:`divrl.algorithms.reference_divergence_loss` on their stored log-probs
+    (``divrl_ref_log_prob``), each part weighted as ``divrl train`` weighs a micro-batch of
+    its kind, times verl's data-parallel size.
+    """
+
+    def __init__(
+        self, config: Any, settings: DivRLVerlSettings, authors_layout: AuthorsLayout | None = None
+    ) -> None:
+        self.config, self.settings, self.layout = config, settings, authors_layout
+        if settings.dph and settings.divergence_weighting == "authors" and authors_layout is None:
+            raise ValueError(
+                "divrl.divergence_weighting=authors needs the authors' layout "
+                "(DivRLVerlSettings.authors_layout(rollouts, mini_batches))"
+            )
+        self.agg = config.loss_agg_mode
+        if settings.dph and self.agg != "token-mean":
+            raise ValueError(
+                "DPH-RL in verl takes actor.loss_agg_mode=token-mean (the weightings count "
+                f"tokens), got {self.agg!r}"
+            )
+        low, high = _clip_range(config)
+        if settings.policy_loss == "lp_reg":
+            self.options = settings.lp_reg_options(low, high, self.agg)
+        else:
+            self.options = vanilla_options(config, self.agg)
+
+    # ------------------------------------------------------------------ logits processor
+
+    @torch.no_grad()
+    def logits_outputs(self, student_logits: torch.Tensor, data: Any) -> dict[str, torch.Tensor]:
+        """Lp-Reg's proxy log-prob of each next token and log Z, ``[1, positions]`` each.
+
+        verl passes the packed logits already divided by the temperature; the min-p filter
+        is on the untempered probabilities (divrl's and the authors' convention), so the
+        logits are multiplied back (exact at temperature 1).
+        """
+        if self.settings.policy_loss != "lp_reg":
+            return {}
+        if int(tu.get_non_tensor_data(data=data, key="sp_size", default=1)) > 1:
+            raise ValueError("Lp-Reg in verl does not support Ulysses sequence parallelism yet")
+        logits = student_logits.squeeze(0)
+        ids = data["input_ids"]
+        labels = torch.roll(ids.values() if ids.is_nested else ids.reshape(-1), -1)
+        pad = logits.shape[0] - labels.shape[0]
+        labels = torch.nn.functional.pad(labels, (0, pad)) if pad > 0 else labels
+        temperature = tu.get(data, key="temperature", default=1.0)
+        if isinstance(temperature, torch.Tensor):
+            first = temperature.flatten()[0]
+            if not bool((temperature == first).all()):
+                raise ValueError("Lp-Reg in verl takes one sampling temperature for the batch")
+            temperature = first
+        t = float(temperature)
+        raw = logits if t == 1.0 else logits.float() * t
+        kappa = self.options.kappa
+        proxy = proxy_log_prob(raw, labels.to(raw.device), kappa, t)
+        log_z = minp_log_normalizer(raw, kappa, t)
+        return {PROXY_LOG_PROB: proxy.unsqueeze(0), LOG_NORMALIZER: log_z.unsqueeze(0)}
+
+    # ------------------------------------------------------------------ the loss
+
+    def __call__(self, model_output=None, data=None, dp_group=None, student_logits=None):
+        if student_logits is not None:
+            return self.logits_outputs(student_logits, data)
+        return self.loss(model_output, data)
+
+    def loss(self, model_output: dict, data: Any) -> tuple[torch.Tensor, dict[str, Any]]:
+        """(loss, metrics) of one micro-batch (verl's ``ppo_loss`` contract)."""
+        info = {
+            "dp_size": data["dp_size"],
+            "batch_num_tokens": data["batch_num_tokens"],
+            "global_batch_size": data["global_batch_size"],
+        }
+        tensors = self._padded(model_output, data)
+        mask = tensors["response_mask"]
+        is_ref = tensors.get(IS_REFERENCE, torch.zeros(mask.shape[0], dtype=torch.bool)).bool()
+        is_ref = is_ref.to(mask.device)
+        roll = ~is_ref
+        metrics: dict[str, Any] = {}
+        total = tensors["log_prob"].sum() * 0.0  # keeps the graph when a part is empty
+        if not self.settings.dph:
+            if bool(is_ref.any()):
+                raise ValueError("the batch holds rehearsal rows but divrl.divergence is unset")
+            part, part_metrics = self._rollout_part(tensors, roll)
+            share = global_share(mask[roll].float(), self.agg, info)
+            return total + part * share, _as_metrics(part_metrics)
+        if "divrl_stream" not in tensors:
+            raise ValueError(
+                f"DPH-RL needs the rehearsal join's {STREAM!r} key in the batch "
+                "(divrl.integrations.verl.rehearsal.join_rehearsal)"
+            )
+        n_roll, n_ref = int(mask[roll].sum()), int(mask[is_ref].sum())
+        self._check_counts(tensors[STREAM][0], info)
+        w_roll, w_ref, effective = _stream_weights(
+            tensors[STREAM][0],
+            n_roll,
+            n_ref,
+            self.settings.divergence_coef,
+            self.settings.divergence_weighting,
+            self.layout,
+        )
+        dp = int(info["dp_size"] or 1)
+        if bool(roll.any()):
+            part, part_metrics = self._rollout_part(tensors, roll)
+            total = total + part * (w_roll * dp)
+            metrics.update(part_metrics)
+        if bool(is_ref.any()):
+            part, part_metrics = self._reference_part(tensors, is_ref)
+            total = total + part * (w_ref * dp)
+            metrics.update(part_metrics)
+        metrics["dph/effective_eta"] = effective
+        return total, _as_metrics(metrics)
+
+    def _check_counts(self, stream: torch.Tensor, info: dict) -> None:
+        verl_total = info.get("batch_num_tokens")
+        ours = int(stream[0]) + int(stream[1])
+        if verl_total is not None and int(verl_total) != ours:
+            raise ValueError(
+                f"verl counts {int(verl_total)} loss tokens in this mini-batch but divrl's "
+                f"rehearsal join planned {ours}: the rows were regrouped after the join (set "
+                "actor_rollout_ref.actor.shuffle=False, trainer.balance_batch=False, and "
+                "join with the mini-batch and data-parallel sizes of the update)"
+            )
+
+    def _padded(self, model_output: dict, data: Any) -> dict[str, torch.Tensor]:
+        out = {"log_prob": no_padding_2_padding(model_output["log_probs"], data)}
+        if "entropy" in model_output and model_output["entropy"] is not None:
+            out["entropy"] = no_padding_2_padding(model_output["entropy"], data)
+        for key in (PROXY_LOG_PROB, LOG_NORMALIZER):
+            if key in model_output:
+                out[key] = no_padding_2_padding(model_output[key], data)
+        fields = ["response_mask", "old_log_probs", "advantages"]
+        fields += [k for k in (IS_REFERENCE, REF_LOG_PROB, STREAM, "ref_log_prob") if k in data]
+        fields += [k for k in (PROXY_LOG_PROB, LOG_NORMALIZER) if k in data and k not in out]
+        padded = data.select(*fields).to_padded_tensor()
+        out.update({k: padded[k] for k in fields})
+        out["response_mask"] = out["response_mask"].to(out["log_prob"].dtype)
+        return out
+
+    def _rollout_part(self, t: dict, rows: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        """divrl's policy loss (+ verl's KL and entropy terms) on the rollout rows."""
+        lp, mask = t["log_prob"][rows], t["response_mask"][rows]
+        old, adv = t["old_log_probs"][rows], t["advantages"][rows]
+        if self.settings.policy_loss == "lp_reg":
+            if PROXY_LOG_PROB not in t:
+                raise ValueError(
+                    "Lp-Reg needs the proxy log-probs: the engine computes them when the batch "
+                    "sets distillation_use_topk=True (divrl's trainer does; see docs/verl.md)"
+                )
+            loss, metrics = lp_reg_loss(
+                lp,
+                old,
+                t[PROXY_LOG_PROB][rows],
+                adv,
+                mask,
+                log_normalizer=t[LOG_NORMALIZER][rows] if LOG_NORMALIZER in t else None,
+                **self.options.loss_kwargs(),
+            )
+        else:
+            loss, metrics = policy_loss(lp, old, adv, mask, **self.options.loss_kwargs())
+        metrics = {**metrics, **_verl_pg_metrics(metrics)}
+        config = self.config
+        if config.use_kl_loss:
+            kld = kl_penalty(
+                logprob=lp, ref_logprob=t["ref_log_prob"][rows], kl_penalty=config.kl_loss_type
+            )
+            kl = aggregate(kld, mask, self.agg)
+            loss = loss + config.kl_loss_coef * kl
+            metrics["kl_loss"] = float(kl.detach())
+        if config.entropy_coeff and "entropy" in t:
+            ent = aggregate(t["entropy"][rows], mask, self.agg)
+            loss = loss - config.entropy_coeff * ent
+            metrics["entropy_loss"] = float(ent.detach())
+        return loss, metrics
+
+    def _reference_part(self, t: dict, rows: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        s = self.settings
+        loss, metrics = reference_divergence_loss(
+            t["log_prob"][rows],
+            t[REF_LOG_PROB][rows],
+            t["response_mask"][rows],
+            s.divergence,
+            s.divergence_alpha,
+            self.agg,
+        )
+        return loss, metrics
+
+
+def _as_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
+    """Per-micro-batch floats, averaged over micro-batches and ranks by verl."""
+    return {
+        k: v if isinstance(v, Metric) else Metric(value=float(v), aggregation=AggregationType.MEAN)
+        for k, v in metrics.items()
+    }

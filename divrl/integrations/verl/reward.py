@@ -1,0 +1,82 @@
+"""divrl's verifiers as verl's custom reward function.
+
+Point verl at this file (``reward.custom_reward_function.path=<this file>``;
+``python -c "import divrl.integrations.verl.reward as r; print(r.__file__)"`` prints it) with ``name=compute_score`` for verl's ``naive`` reward
+manager, or ``name=compute_score_batch`` with ``reward.reward_manager.name=batch``. Both
+score through :func:`divrl.rewards.score_batch`: cheap decisions in the caller, the rest in
+divrl's pool of verifier processes, each item under a hard time limit after which its
+worker is killed (verl's own per-call timer only interrupts the caller's thread).
+
+The signature is :func:`divrl.rewards.compute_score`'s, which is verl's: ``data_source``
+picks the verifier (``math``, ``sql``, ``bird``, ``spider``, ``countdown`` and their
+aliases); ``extra_info`` carries ``db_path`` for SQL. verl adds keys of its own to
+``extra_info`` (``num_turns``, ``rollout_reward_scores``); they are ignored. The result is
+a dict: ``score`` (the reward) and ``acc`` (1.0 for full credit), which verl logs per
+sample.
+
+This module imports neither torch nor verl, so verl can load it by path in any process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from divrl.rewards import ScoreRequest, is_correct, score_batch
+
+#: extra_info keys verl writes that divrl's verifiers do not take
+VERL_EXTRA_KEYS = ("num_turns", "rollout_reward_scores")
+
+
+def _extra(extra_info: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if extra_info is None:
+        return None
+    return {k: v for k, v in dict(extra_info).items() if k not in VERL_EXTRA_KEYS}
+
+
+def _result(score: float) -> dict[str, float]:
+    return {"score": float(score), "acc": float(is_correct(score))}
+
+
+def compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: str,
+    extra_info: Mapping[str, Any] | None = None,
+    timeout: float | None = None,
+    max_workers: int | None = 1,
+    **_: Any,
+) -> dict[str, float]:
+    """One completion's reward (verl's ``compute_score`` contract); ``timeout`` in seconds
+    (default: the verifier's own limit)."""
+    request = ScoreRequest(data_source, solution_str, str(ground_truth), _extra(extra_info))
+    (result,) = score_batch([request], max_workers=max_workers, timeout=timeout).results
+    return _result(result.score)
+
+
+def compute_score_batch(
+    data_sources: Sequence[str],
+    solution_strs: Sequence[str],
+    ground_truths: Sequence[str],
+    extra_infos: Sequence[Mapping[str, Any] | None] | None = None,
+    timeout: float | None = None,
+    max_workers: int | None = None,
+    **_: Any,
+) -> list[dict[str, float]]:
+    """Many completions at once (verl's ``batch`` reward manager contract), scored in
+    parallel by divrl's verifier pool."""
+    n = len(solution_strs)
+    extras = list(extra_infos) if extra_infos is not None else [None] * n
+    if not len(data_sources) == len(ground_truths) == len(extras) == n:
+        raise ValueError(
+            f"compute_score_batch: {len(data_sources)} data sources, {n} solutions, "
+            f"{len(ground_truths)} ground truths and {len(extras)} extra infos"
+        )
+    requests = [
+        ScoreRequest(src, sol, str(gold), _extra(extra))
+        for src, sol, gold, extra in zip(
+            data_sources, solution_strs, ground_truths, extras, strict=True
+        )
+    ]
+    batch = score_batch(requests, max_workers=max_workers, timeout=timeout)
+    return [_result(r.score) for r in batch.results]

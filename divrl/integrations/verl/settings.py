@@ -1,0 +1,162 @@
+"""What divrl adds to a verl run, read from the ``divrl`` section of verl's Hydra config.
+
+verl's own dataclasses (``ActorConfig``, ``PolicyLossConfig``) reject keys they do not
+declare, so divrl's settings live in a top-level section of their own, added on the command
+line with Hydra's ``+`` prefix (``+divrl.divergence=js``) or in a recipe's YAML. The names
+are those of ``divrl train``'s config (``algorithm.divergence`` -> ``divrl.divergence``;
+docs/verl.md has the whole table). The clip range and the aggregation are verl's own keys
+(``actor_rollout_ref.actor.clip_ratio_low`` ..., ``loss_agg_mode``), read by the loss.
+
+This module imports neither torch nor verl, so a config can be checked anywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from divrl.algorithms.dph_weighting import DIVERGENCE_WEIGHTINGS
+from divrl.algorithms.loss_options import LpRegOptions
+
+POLICY_LOSSES = ("vanilla", "lp_reg")
+DIVERGENCES = ("forward_kl", "reverse_kl", "js", "alpha")
+SECTION = "divrl"
+
+
+class VerlSettingsError(ValueError):
+    """A ``divrl.*`` key of a verl config is unknown or out of range."""
+
+
+@dataclass(frozen=True)
+class DivRLVerlSettings:
+    """divrl's keys in a verl config (all optional: the defaults are plain GRPO).
+
+    Attributes:
+        policy_loss: ``vanilla`` (the clipped surrogate; verl's clip range, dual clip
+            ``clip_ratio_c`` and ``loss_agg_mode``) or ``lp_reg``.
+        divergence: DPH-RL's f-divergence on rehearsal rows (null = no DPH).
+        divergence_alpha: alpha of the ``alpha`` divergence, in (0, 1).
+        divergence_coef: eta.
+        divergence_weighting: ``authors``, ``paper`` or ``concat`` (as in ``divrl train``).
+        reference_store: the store ``divrl presample`` wrote.
+        reference_per_step: rehearsal rows joined to each step's batch (all ranks together).
+        reference_seed: the seed of the rehearsal draw order.
+        allow_store_mismatch: train on a store presampled at another temperature.
+        lp_reg_rho, lp_reg_beta, lp_reg_kappa, lp_reg_min_k: Lp-Reg's options
+            (:class:`divrl.algorithms.LpRegOptions`).
+        authors_gpus, authors_dynamic_batch, authors_micro_batch_size: the DPH-RL authors'
+            layout that the ``authors`` weighting's eta is computed from
+            (:class:`divrl.algorithms.AuthorsLayout`; their scripts: 8 GPUs, micro-batches
+            of 2, dynamic batch sizes in the JS and alpha runs).
+    """
+
+    policy_loss: str = "vanilla"
+    divergence: str | None = None
+    divergence_alpha: float | None = None
+    divergence_coef: float = 0.0
+    divergence_weighting: str = "authors"
+    reference_store: str | None = None
+    reference_per_step: int = 0
+    reference_seed: int = 0
+    allow_store_mismatch: bool = False
+    lp_reg_rho: float = LpRegOptions.rho
+    lp_reg_beta: float = LpRegOptions.beta
+    lp_reg_kappa: float = LpRegOptions.kappa
+    lp_reg_min_k: int = LpRegOptions.min_k
+    authors_gpus: int = 8
+    authors_dynamic_batch: bool = False
+    authors_micro_batch_size: int = 2
+
+    def __post_init__(self) -> None:
+        _choice("policy_loss", self.policy_loss, POLICY_LOSSES)
+        _choice("divergence_weighting", self.divergence_weighting, DIVERGENCE_WEIGHTINGS)
+        if self.divergence is not None:
+            _choice("divergence", self.divergence, DIVERGENCES)
+            alpha = self.divergence_alpha
+            if self.divergence == "alpha" and not (alpha is not None and 0.0 < alpha < 1.0):
+                raise VerlSettingsError(
+                    f"{SECTION}.divergence=alpha needs {SECTION}.divergence_alpha in (0, 1), "
+                    f"got {alpha!r}"
+                )
+        if self.divergence_coef < 0:
+            raise VerlSettingsError(
+                f"{SECTION}.divergence_coef={self.divergence_coef} must be >= 0 (eta)"
+            )
+        if self.reference_per_step < 0:
+            raise VerlSettingsError(
+                f"{SECTION}.reference_per_step={self.reference_per_step} must be >= 0"
+            )
+        if self.dph and (self.reference_store is None or self.reference_per_step < 1):
+            raise VerlSettingsError(
+                f"{SECTION}.divergence is set: set {SECTION}.reference_store (the folder "
+                f"`divrl presample` wrote) and {SECTION}.reference_per_step >= 1"
+            )
+        try:
+            self.lp_reg_options()
+        except ValueError as e:
+            raise VerlSettingsError(f"{SECTION}.lp_reg_*: {e}") from e
+
+    @property
+    def dph(self) -> bool:
+        """Whether the run adds DPH-RL's divergence term."""
+        return self.divergence is not None and self.divergence_coef > 0
+
+    def lp_reg_options(
+        self, clip_low: float = 1.0, clip_high: float = 9.0, agg: str = "token-mean"
+    ):
+        """The validated :class:`LpRegOptions` (clip range and aggregation from verl's keys)."""
+        return LpRegOptions(
+            rho=self.lp_reg_rho,
+            beta=self.lp_reg_beta,
+            kappa=self.lp_reg_kappa,
+            min_k=self.lp_reg_min_k,
+            clip_low=clip_low,
+            clip_high=clip_high,
+            agg=agg,
+        )
+
+    def authors_layout(self, rollouts: int, mini_batches: int):
+        """The authors' layout of a step with ``rollouts`` rows and this run's rehearsal rows
+        (``divergence_weighting=authors``), or None for the other weightings."""
+        from divrl.algorithms.dph_weighting import AuthorsLayout
+
+        if not (self.dph and self.divergence_weighting == "authors"):
+            return None
+        try:
+            return AuthorsLayout(
+                rollouts=rollouts,
+                references=self.reference_per_step,
+                mini_batches=mini_batches,
+                gpus=self.authors_gpus,
+                micro_batch_size=self.authors_micro_batch_size,
+                dynamic=self.authors_dynamic_batch,
+            )
+        except ValueError as e:
+            raise VerlSettingsError(
+                f"{SECTION}.divergence_weighting=authors: {e}; set {SECTION}.authors_* to "
+                "sizes that fit or use divergence_weighting=paper"
+            ) from e
+
+    @classmethod
+    def from_mapping(cls, section: Mapping[str, Any] | None) -> DivRLVerlSettings:
+        """Settings from the ``divrl`` section of a verl config (a dict or DictConfig).
+
+        Raises:
+            VerlSettingsError: an unknown key (listing the valid ones) or a bad value.
+        """
+        values = dict(section or {})
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(values) - set(names))
+        if unknown:
+            raise VerlSettingsError(
+                f"unknown key(s) {', '.join(f'{SECTION}.{k}' for k in unknown)}; valid: "
+                + ", ".join(names)
+            )
+        return cls(**values)
+
+
+def _choice(name: str, value: Any, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        raise VerlSettingsError(f"{SECTION}.{name}={value!r}; valid: {', '.join(valid)}")

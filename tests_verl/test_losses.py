@@ -1,0 +1,226 @@
+"""The plugin's losses equal divrl.algorithms' on the same tensors, through verl's objects
+(nested TensorDict batches, verl's micro-batching and padding, verl's loss registry)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from verl.trainer.ppo.core_algos import get_policy_loss_fn
+from verl.utils import tensordict_utils as tu
+from verl.workers.config import ActorConfig
+from verl.workers.utils.padding import no_padding_2_padding
+
+from divrl.algorithms import (
+    AuthorsLayout,
+    micro_batch_weights,
+    policy_loss,
+    reference_divergence_loss,
+)
+from divrl.integrations.verl.keys import IS_REFERENCE, REF_LOG_PROB
+from divrl.integrations.verl.losses import DivRLLoss, divrl_vanilla_policy_loss
+from divrl.integrations.verl.rehearsal import join_rehearsal
+from divrl.integrations.verl.settings import DivRLVerlSettings
+from tests_verl.builders import (
+    micro_batches,
+    reference_samples,
+    rollout_rows,
+    sequence_log_probs,
+)
+
+
+def actor_config(**overrides) -> ActorConfig:
+    from verl.utils.config import omega_conf_to_dataclass
+
+    base = {
+        "_target_": "verl.workers.config.FSDPActorConfig",
+        "strategy": "fsdp2",
+        "ppo_mini_batch_size": 4,
+        "ppo_micro_batch_size_per_gpu": 2,
+        "clip_ratio": 0.2,
+        "clip_ratio_low": 0.2,
+        "clip_ratio_high": 0.28,
+        "clip_ratio_c": 3.0,
+        "loss_agg_mode": "token-mean",
+        "use_kl_loss": False,
+        "entropy_coeff": 0.0,
+        "rollout_n": 1,
+    }
+    base.update(overrides)
+    return omega_conf_to_dataclass(OmegaConf.create(base))
+
+
+def padded(micro, *keys):
+    return micro.select(*keys).to_padded_tensor()
+
+
+def test_the_entry_point_registers_divrl_vanilla():
+    # verl imported the plugin when it started: no divrl import here before the lookup
+    assert get_policy_loss_fn("divrl_vanilla") is divrl_vanilla_policy_loss
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean"])
+def test_divrl_vanilla_equals_divrl_policy_loss_and_verl_vanilla(agg):
+    config = actor_config(loss_agg_mode=agg)
+    batch = rollout_rows(8)
+    total_tokens = int(batch["response_mask"].values().sum())
+    for micro in micro_batches(batch, 2):
+        _, nested = sequence_log_probs(micro)
+        lp = no_padding_2_padding(nested, micro)
+        t = padded(micro, "old_log_probs", "advantages", "response_mask")
+        mask = t["response_mask"].bool()
+        config.global_batch_info.update(
+            dp_size=1, batch_num_tokens=total_tokens, global_batch_size=len(batch)
+        )
+        args = (t["old_log_probs"], lp, t["advantages"], mask)
+        ours, metrics = get_policy_loss_fn("divrl_vanilla")(*args, agg, config)
+        theirs, _ = get_policy_loss_fn("vanilla")(*args, agg, config)
+        expected, _ = policy_loss(
+            lp,
+            t["old_log_probs"],
+            t["advantages"],
+            mask,
+            clip_low=0.2,
+            clip_high=0.28,
+            dual_clip=3.0,
+            agg=agg,
+        )
+        count = float(mask.sum()) if agg == "token-mean" else float((mask.sum(-1) > 0).sum())
+        share = count / (total_tokens if agg == "token-mean" else len(batch))
+        assert torch.equal(ours, expected * share)
+        torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-7)
+        assert set(metrics) == {"actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"}
+
+
+def _expected_dph(micros, lps, settings, layout):
+    """divrl train's computation: every micro-batch's two parts as micro-batches of their
+    kind, weighted by micro_batch_weights over the whole mini-batch's list."""
+    parts, losses = [], []
+    for micro, lp in zip(micros, lps, strict=True):
+        t = padded(
+            micro, "old_log_probs", "advantages", "response_mask", IS_REFERENCE, REF_LOG_PROB
+        )
+        ref = t[IS_REFERENCE].bool()
+        mask = t["response_mask"].to(lp.dtype)
+        for kind, rows in (("rollout", ~ref), ("reference", ref)):
+            if not rows.any():
+                continue
+            if kind == "rollout":
+                loss, _ = policy_loss(
+                    lp[rows],
+                    t["old_log_probs"][rows],
+                    t["advantages"][rows],
+                    mask[rows],
+                    clip_low=0.2,
+                    clip_high=0.28,
+                    dual_clip=3.0,
+                )
+            else:
+                loss, _ = reference_divergence_loss(
+                    lp[rows],
+                    t[REF_LOG_PROB][rows],
+                    mask[rows],
+                    settings.divergence,
+                    settings.divergence_alpha,
+                )
+            parts.append((kind, int(mask[rows].sum())))
+            losses.append(loss)
+    weights = micro_batch_weights(
+        [k for k, _ in parts],
+        [n for _, n in parts],
+        settings.divergence_coef,
+        settings.divergence_weighting,
+        layout=layout,
+    )
+    out, i = [], 0
+    for micro in micros:
+        ref = padded(micro, IS_REFERENCE)[IS_REFERENCE].bool()
+        total = 0.0
+        for present in (bool((~ref).any()), bool(ref.any())):
+            if present:
+                total = total + losses[i] * weights[i]
+                i += 1
+        out.append(total)
+    return out
+
+
+@pytest.mark.parametrize("weighting", ["authors", "paper", "concat"])
+@pytest.mark.parametrize(
+    ("divergence", "alpha"), [("forward_kl", None), ("js", None), ("alpha", 0.5)]
+)
+def test_dph_loss_equals_divrl_on_the_same_tensors(weighting, divergence, alpha):
+    settings = DivRLVerlSettings(
+        divergence=divergence,
+        divergence_alpha=alpha,
+        divergence_coef=0.2,
+        divergence_weighting=weighting,
+        reference_store="unused",
+        reference_per_step=4,
+        authors_gpus=2,
+        authors_micro_batch_size=2,
+    )
+    layout = settings.authors_layout(rollouts=8, mini_batches=1)
+    joined, _ = join_rehearsal(rollout_rows(8), reference_samples(4), micro_batch_size=2)
+    loss_fn = DivRLLoss(actor_config(), settings, layout)
+    micros = micro_batches(joined, 3)  # 12 rows in 4 micro-batches, one of them mixed
+    lps, outputs = [], []
+    for seed, micro in enumerate(micros):
+        _, nested = sequence_log_probs(micro, seed)
+        lps.append(no_padding_2_padding(nested, micro))
+        outputs.append(loss_fn(model_output={"log_probs": nested}, data=micro, dp_group=None))
+    expected = _expected_dph(micros, lps, settings, layout)
+    for (loss, metrics), want in zip(outputs, expected, strict=True):
+        assert torch.equal(loss, want)
+        assert "dph/effective_eta" in metrics
+    assert any("dph/divergence" in m for _, m in outputs)
+    sum(loss for loss, _ in outputs).backward()  # the graph reaches the log-probs
+
+
+def test_grpo_through_the_whole_loss_equals_divrl_policy_loss():
+    loss_fn = DivRLLoss(actor_config(), DivRLVerlSettings())
+    batch = rollout_rows(6)
+    total = int(batch["response_mask"].values().sum())
+    for micro in micro_batches(batch, 2):
+        _, nested = sequence_log_probs(micro)
+        lp = no_padding_2_padding(nested, micro)
+        t = padded(micro, "old_log_probs", "advantages", "response_mask")
+        mask = t["response_mask"].to(lp.dtype)
+        loss, _ = loss_fn(model_output={"log_probs": nested}, data=micro)
+        want, _ = policy_loss(
+            lp,
+            t["old_log_probs"],
+            t["advantages"],
+            mask,
+            clip_low=0.2,
+            clip_high=0.28,
+            dual_clip=3.0,
+        )
+        assert torch.equal(loss, want * (float(mask.sum()) / total))
+
+
+def test_the_dph_loss_refuses_a_regrouped_batch():
+    settings = DivRLVerlSettings(
+        divergence="js",
+        divergence_coef=0.2,
+        divergence_weighting="paper",
+        reference_store="unused",
+        reference_per_step=2,
+    )
+    joined, _ = join_rehearsal(rollout_rows(4), reference_samples(2), micro_batch_size=2)
+    (micro,) = micro_batches(joined, 6)
+    # a mini-batch of other rows than the join planned: verl's token count differs
+    tu.assign_non_tensor(micro, batch_num_tokens=int(micro["batch_num_tokens"]) + 1)
+    _, nested = sequence_log_probs(micro)
+    with pytest.raises(ValueError, match="regrouped after the join"):
+        DivRLLoss(actor_config(), settings)(model_output={"log_probs": nested}, data=micro)
+
+
+def test_the_authors_weighting_needs_the_layout():
+    settings = DivRLVerlSettings(
+        divergence="js", divergence_coef=0.2, reference_store="unused", reference_per_step=8
+    )
+    with pytest.raises(ValueError, match="authors' layout"):
+        DivRLLoss(actor_config(), settings)
+    assert isinstance(settings.authors_layout(rollouts=16, mini_batches=1), AuthorsLayout)
+    with pytest.raises(ValueError, match="divrl.authors_"):
+        settings.authors_layout(rollouts=12, mini_batches=1)
