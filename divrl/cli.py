@@ -45,6 +45,7 @@ USER_ERRORS = (
     ("divrl.rollout.model_source", "ModelSourceError"),
     ("divrl.data.reference_store", "StoreMismatchError"),
     ("divrl.data.store_files", "ReferenceStoreError"),
+    ("divrl.evaluation.reuse", "IncompleteSamplesError"),
     ("divrl.data.prompts", "NoUsablePromptsError"),
     ("divrl.data.prompts", "PromptLengthError"),
 )

@@ -448,8 +448,10 @@ def evaluate(
             raise FileNotFoundError(
                 f"--reuse: no {SAMPLES_FILE} in {out}; run without --reuse first"
             )
-        records = read_jsonl(samples_path)
-        meta = json.loads((out / CONFIG_FILE).read_text()) if (out / CONFIG_FILE).is_file() else {}
+        from divrl.evaluation.reuse import read_eval_meta, read_samples_for_reuse
+
+        meta = read_eval_meta(out / CONFIG_FILE)
+        records = read_samples_for_reuse(samples_path, meta)  # every prompt, n samples each
         # the samples were drawn with the recorded settings, whatever this call says
         sampled = {
             k: v
@@ -483,6 +485,7 @@ def evaluate(
             "model": None if model_path is None else str(model_path),
             "resolved_model": None if model_path is None else resolve_model_path(model_path),
             "data": str(data_path),
+            "prompts": len(records),  # --reuse checks that they are all there
             "config": asdict(cfg),
             **timings,
         }
