@@ -6,6 +6,7 @@ default; ``vllm`` is optional and imports vLLM only when built. A built-in engin
 module that registers itself and one import line below.
 """
 
+from divrl.rollout import static as _static  # noqa: F401 - registers "static"
 from divrl.rollout import vllm as _vllm  # noqa: F401 - registers "vllm"
 from divrl.rollout.base import (
     RolloutEngine,

@@ -21,8 +21,9 @@ import torch
 
 from divrl.rollout.base import RolloutOutput, SamplingParams
 from divrl.rollout.hf import HFEngine, response_length
+from divrl.rollout.registry import EngineContext, register_engine
 
-__all__ = ["StaticCacheEngine", "unsupported_reason"]
+__all__ = ["StaticCacheEngine", "StaticOptions", "unsupported_reason"]
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2")
 # Finished rows stay in the batch (their extra tokens are cut afterwards) until they are at
@@ -178,6 +179,8 @@ class StaticCacheEngine(HFEngine):
         ValueError: the model is not a supported architecture (use ``hf``).
     """
 
+    batched_seeds = True  # seeded prompts share a batch: seeds cost nothing extra
+
     def __init__(self, model: torch.nn.Module, tokenizer, **kwargs) -> None:
         reason = unsupported_reason(model)
         if reason is not None:
@@ -319,3 +322,38 @@ class StaticCacheEngine(HFEngine):
         if capped:
             self._report_capped(capped, len(out), params.max_new_tokens)
         return out
+
+
+@dataclass(frozen=True)
+class StaticOptions:
+    """Options of the ``static`` engine.
+
+    ``batch_size``: prompts per decode loop, seeded or not (``n`` rows each); larger
+    batches use the matrix products better, finished rows leave the batch as they end.
+    """
+
+    batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size={self.batch_size} must be >= 1")
+
+
+@register_engine(
+    "static",
+    options=StaticOptions,
+    summary="divrl's decode loop on the policy itself (pre-allocated KV cache, batched "
+    "seeds); Llama and Qwen2 models, fastest on a CPU",
+)
+def build_static(context: EngineContext, options: StaticOptions) -> StaticCacheEngine:
+    if context.model is None or context.tokenizer is None:
+        raise ValueError(
+            "the static engine generates with the policy loaded in this process: build it "
+            "with EngineContext(model=..., tokenizer=...)"
+        )
+    return StaticCacheEngine(
+        context.model,
+        context.tokenizer,
+        batch_size=options.batch_size,
+        full_weights=context.full_weights,
+    )

@@ -211,3 +211,18 @@ def test_two_processes_under_fsdp_match_one(tmp_path, run_in_session):
             assert got["response_ids"] == [single.response_ids[j] for j in rows]
             for a, j in zip(got["log_probs"], rows, strict=True):
                 assert a == pytest.approx(single.log_probs[j], abs=1e-5)
+
+
+def test_registered_as_static_with_its_options():
+    from divrl.rollout import EngineContext, EngineError, build_engine, engine_names
+
+    assert {"hf", "static"} <= set(engine_names())
+    model = _random_model("llama")
+    context = EngineContext(model_path="", model=model, tokenizer=_Tok())
+    engine = build_engine("static", context, {"batch_size": 3})
+    assert isinstance(engine, StaticCacheEngine) and engine.batch_size == 3
+    assert engine.batched_seeds
+    with pytest.raises(EngineError, match="batch_size=0 must be >= 1"):
+        build_engine("static", context, {"batch_size": 0})
+    with pytest.raises(ValueError, match="policy loaded in this process"):
+        build_engine("static", EngineContext(model_path="x"))
