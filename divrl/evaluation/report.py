@@ -28,6 +28,7 @@ from divrl.evaluation import plots
 from divrl.evaluation.diversity import retention
 from divrl.evaluation.report_doc import Doc, ModelEval, fmt, fmt_ci, slug
 from divrl.evaluation.report_html import render_html
+from divrl.evaluation.report_reading import reading
 from divrl.evaluation.report_sections import diversity_section, spark_section
 from divrl.evaluation.runner import SUMMARY_FILE, read_jsonl
 from divrl.evaluation.stats import paired_ratio_ci
@@ -218,6 +219,7 @@ def build_report(
             "their text instead (trace clusters, docs/evaluation.md), a coarser count that "
             "compares models on one eval set, not across sets."
         )
+        _reading_section(doc, runs, base, splits)
     for split in splits:
         _split_section(doc, out, models, base, split, colors)
 
@@ -250,6 +252,31 @@ def build_report(
     atomic_write_text(md_path, markdown)
     atomic_write_text(out / "report.html", render_html(markdown, title, out))
     return md_path
+
+
+def _reading_section(
+    doc: Doc, runs: Sequence[ModelEval], base: ModelEval | None, splits: Sequence[str]
+) -> None:
+    """One sentence per eval set and the flags (:mod:`divrl.evaluation.report_reading`)."""
+    readings = [reading(runs, base, split) for split in splits]
+    sentences = [r[0] for r in readings if r[0]]
+    flags = [f for r in readings for f in r[1]]
+    if not sentences:
+        return
+    doc.h(2, "What the table shows")
+    doc.p(
+        "Each trained model against the base model on the same prompts: raises / keeps / "
+        "lowers by whether the paired 95% bootstrap interval of the ratio lies above 1, "
+        "contains it, or lies below it."
+    )
+    doc.p("\n".join(f"- {s}" for s in sentences))
+    if flags:
+        doc.p("\n".join(f"- **Flag:** {f}." for f in flags))
+    else:
+        doc.p(
+            "No flag: no model falls below the base, and no method below GRPO, on Pass@n or "
+            "diversity with an interval that excludes equality."
+        )
 
 
 def _split_order(split: str) -> tuple[int, str]:

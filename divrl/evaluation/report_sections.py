@@ -9,6 +9,7 @@ from typing import Any
 from divrl.evaluation import plots
 from divrl.evaluation.diversity import checkpoint_models, spark_word_curve
 from divrl.evaluation.report_doc import Doc, ModelEval, fmt, slug
+from divrl.evaluation.report_reading import spark_reading
 
 __all__ = ["diversity_section", "spark_section"]
 
@@ -167,4 +168,14 @@ def spark_section(
         f"Mean probability that the word's token sequence starts at a response position, over "
         f"every position of the base model's greedy responses to {len(texts)} `{split}` "
         "prompts, for every saved checkpoint (step 0 = the base model)."
+    )
+    doc.p(
+        "How to read it: the texts are fixed, so a curve moves only because the model "
+        "changes. A word whose probability falls with training is one the policy stops "
+        "proposing: the Lp-Reg paper's account of lost exploration is GRPO pushing such "
+        "low-probability 'spark' words down, and Lp-Reg keeping them near the base. Compare "
+        "each run's last point with step 0 and with GRPO's last point; the values are small "
+        "absolute probabilities, so read them as ratios (the log-scale plot and the sentence "
+        "below do). A word the base model almost never starts says little either way. "
+        + spark_reading(curves, words)
     )

@@ -2,6 +2,7 @@
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -271,3 +272,58 @@ def test_report_names_responses_cut_at_the_context(dirs):
     out = tmp / "without"
     assert main(["report", str(grpo), "--base", str(base), "--out", str(out)]) == 0
     assert "reached the model's context" not in (out / "report.md").read_text()
+
+
+def test_report_says_what_the_table_shows_and_flags_a_method_below_grpo(dirs):
+    tmp, base, grpo, _ = dirs
+    weak = tmp / "weak"  # P@n and styles below both the base and GRPO on ood_math
+    write_eval(
+        weak / "eval",
+        {
+            "test": fake_results(20, 8, [0.8, 0.2], (4, 3, 2, 1), 6),
+            "ood_math": fake_results(20, 8, [0.05], (1, 0.01, 0.01, 0.01), 7),
+        },
+    )
+    out = tmp / "report_reading"
+    assert (
+        main(["report", str(grpo), f"DPH-JS={weak}", "--base", str(base), "--out", str(out)]) == 0
+    )
+    md = (out / "report.md").read_text()
+    reading = md.split("## What the table shows")[1].split("\n## ")[0]
+    # one sentence per eval set, naming each model's change with its interval
+    test_line = next(line for line in reading.splitlines() if "On `test`" in line)
+    assert "grpo raises P@1" in test_line and "lowers styles / prompt to 1.20 (x0.36 [" in test_line
+    assert "DPH-JS raises P@1" in test_line and "keeps styles / prompt" in test_line
+    assert sum("- On `" in line for line in reading.splitlines()) == 2
+    flags = [line for line in reading.splitlines() if line.startswith("- **Flag:**")]
+    assert any("DPH-JS falls below GRPO on `ood_math` P@8" in f for f in flags)
+    assert any(
+        "DPH-JS falls below the base model on `ood_math` styles / prompt" in f for f in flags
+    )
+    assert not any("grpo falls below GRPO" in f for f in flags)  # GRPO is not its own reference
+    assert "What the table shows" in (out / "report.html").read_text()
+
+
+def test_reading_needs_a_base_and_labels_trace_clusters():
+    from divrl.evaluation.report_doc import ModelEval
+    from divrl.evaluation.report_reading import is_grpo, reading
+
+    def model(name, texts):
+        results = fake_results(6, 4, [0.5], (1, 1, 1, 1), 0)
+        for r in results:
+            r.update(data_source="math", styles=[None] * 4, texts=texts)
+        summary = summarise(results, EvalConfig(n=4, n_boot=20))
+        m = ModelEval(name=name, eval_dir=Path("/nonexistent"), summaries={"s": summary})
+        m._results["s"] = results
+        return m
+
+    base = model("base", ["a b c", "x = 1 so 2", "d e f g", "h i j"])
+    collapsed = model("GRPO", ["a b c"] * 4)
+    assert is_grpo(collapsed) and not is_grpo(base)
+    sentence, flags = reading([collapsed], base, "s")
+    assert "trace clusters / prompt 4.00" in sentence
+    assert "and lowers trace clusters / prompt to 1.00 (x0.25 [0.25, 0.25])" in sentence
+    assert flags == [
+        "GRPO falls below the base model on `s` trace clusters / prompt (x0.25 [0.25, 0.25])"
+    ]
+    assert reading([collapsed], None, "s") == (None, [])
