@@ -1,4 +1,13 @@
-"""Loss aggregation over the tokens of a batch (the four modes of verl's ``agg_loss``)."""
+"""Loss aggregation over the tokens of a batch (the four modes of verl's ``agg_loss``, and
+``micro-batch-token-mean``: verl's token-mean as its actor applies it, per micro-batch).
+
+Every mode reduces the batch it is given. The trainer calls it per micro-batch and weighs
+the micro-batches (divrl.training.update): by their share of the stream's tokens for
+``token-mean`` (so the update is the token-mean of the whole mini-batch), by their share of
+its sequences for ``micro-batch-token-mean`` (the verl actor's ``loss * len(micro-batch) /
+mini-batch size`` under dynamic batch sizes, ``loss / accumulation count`` with fixed
+micro-batches: a token in a short micro-batch weighs more), and equally otherwise.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +22,14 @@ AGGREGATIONS = Registry("aggregation mode")
 def _token_mean(loss_mat: torch.Tensor, mask: torch.Tensor, horizon: int | None) -> torch.Tensor:
     # Every valid token of the batch weighs the same (both papers' code default).
     return (loss_mat * mask).sum() / mask.sum().clamp_min(1.0)
+
+
+@AGGREGATIONS.register("micro-batch-token-mean")
+def _micro_batch_token_mean(
+    loss_mat: torch.Tensor, mask: torch.Tensor, horizon: int | None
+) -> torch.Tensor:
+    # Within one micro-batch it is the token-mean; the difference is the trainer's weight.
+    return _token_mean(loss_mat, mask, horizon)
 
 
 @AGGREGATIONS.register("seq-mean-token-mean")
@@ -58,6 +75,8 @@ def aggregate(
         mask: ``[batch, response_len]``, 1 on response tokens, 0 on padding.
         mode: one of
             - ``token-mean``: ``sum(L*mask) / sum(mask)``;
+            - ``micro-batch-token-mean``: the same on the batch given (the trainer weighs
+              micro-batches by sequence share: module docstring);
             - ``seq-mean-token-mean``: mean over sequences of ``sum_t L*mask / sum_t mask``
               (sequences with no valid token are left out);
             - ``seq-mean-token-sum``: mean over sequences of ``sum_t L*mask``;

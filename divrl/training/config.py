@@ -240,8 +240,10 @@ class AlgorithmConfig:
         None,
     )
     loss_agg: str | None = _help(
-        f"loss aggregation mode, verl names; also aggregates the KL, entropy and DPH terms "
-        f"({_UNSET}: token-mean, gspo seq-mean-token-mean)",
+        f"loss aggregation mode, verl names, or micro-batch-token-mean (verl's actor: a "
+        f"token-mean per micro-batch, micro-batches weighted by their share of sequences); "
+        f"also aggregates the KL, entropy and DPH terms ({_UNSET}: token-mean, gspo "
+        f"seq-mean-token-mean)",
         None,
     )
     lp_reg_scope: Literal["micro_batch", "mini_batch", "step"] = _help(

@@ -9,7 +9,8 @@ Loss weighting: each micro-batch's aggregated loss is multiplied by its weight f
 processes (kinds and token counts gathered), times ``world`` because DDP averages the
 processes' gradients. Without reference samples that is each micro-batch's share of the
 mini-batch's tokens (token-mean): the gradient is exactly the token-mean of the whole
-mini-batch whatever the number of processes and micro-batches. With reference samples
+mini-batch whatever the number of processes and micro-batches; its share of the
+mini-batch's sequences under ``loss_agg: micro-batch-token-mean`` (verl's actor). With reference samples
 ``algorithm.divergence_weighting`` decides the reference stream's weight (``authors``,
 ``paper``, ``concat``; docs/algorithms.md), logged as ``dph/effective_eta``.
 """
@@ -319,7 +320,13 @@ class PolicyUpdate:
         all processes' micro-batch kinds and token counts, and the step's effective eta."""
         algo = self.config.algorithm
         pairs = {ROLLOUT: exp, REFERENCE: self.reference_samples}
-        mine = [(kind, int(pairs[kind].response_lengths[idx].sum())) for kind, idx in jobs]
+        # the unit that splits a stream: tokens (token-mean), sequences (the per-micro-batch
+        # token-mean of verl's actor)
+        by_rows = self.agg == "micro-batch-token-mean"
+        mine = [
+            (kind, len(idx) if by_rows else int(pairs[kind].response_lengths[idx].sum()))
+            for kind, idx in jobs
+        ]
         parts = self.collective.all_gather_object(mine)
         offset = sum(len(p) for p in parts[: self.collective.rank])
         kinds = [k for part in parts for k, _ in part]
@@ -327,7 +334,7 @@ class PolicyUpdate:
         # without reference samples every weighting is the rollouts' token share ('paper')
         mode = algo.divergence_weighting if REFERENCE in kinds else "paper"
         args = (kinds, tokens, algo.divergence_coef, mode)
-        kw = {"token_mean": self.agg == "token-mean", "layout": self.layout}
+        kw = {"token_mean": self.agg == "token-mean" or by_rows, "layout": self.layout}
         weights = micro_batch_weights(*args, **kw)
         world = self.collective.world
         local = [w * world for w in weights[offset : offset + len(jobs)]]

@@ -15,6 +15,7 @@ MASK = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]])
     ("mode", "expected"),
     [
         ("token-mean", (1 + 2 + 3 + 10) / 4),
+        ("micro-batch-token-mean", (1 + 2 + 3 + 10) / 4),
         ("seq-mean-token-mean", ((1 + 2 + 3) / 3 + 10 / 1) / 2),
         ("seq-mean-token-sum", ((1 + 2 + 3) + 10) / 2),
         ("seq-mean-token-sum-norm", (1 + 2 + 3 + 10) / (2 * 4)),
@@ -34,6 +35,7 @@ def test_aggregate_horizon_and_bf16():
 def test_aggregate_empty_mask_is_zero_not_nan():
     for mode in [
         "token-mean",
+        "micro-batch-token-mean",
         "seq-mean-token-mean",
         "seq-mean-token-sum",
         "seq-mean-token-sum-norm",

@@ -267,12 +267,17 @@ def test_switching_the_loss_by_override_refuses_the_presets_keys_for_the_old_los
 
 
 def test_switching_the_loss_reports_only_keys_that_differ_from_the_new_losss_defaults():
-    # clip_cov's defaults are vanilla's 0.2 / 0.2 / token-mean: only the dual clip differs
+    # clip_cov's defaults are vanilla's 0.2 / 0.2: only the dual clip and the preset's
+    # per-micro-batch token-mean differ
     with pytest.raises(ConfigError) as err:
         load_config(GRPO_PRESET, ["algorithm.policy_loss=clip_cov"])
-    assert "sets algorithm.dual_clip=3.0 for 'vanilla'" in str(err.value)
+    assert (
+        "sets algorithm.dual_clip=3.0, algorithm.loss_agg=micro-batch-token-mean for 'vanilla'"
+        in str(err.value)
+    )
     assert "clip_low" not in str(err.value)
-    algo = load_config(GRPO_PRESET, ["algorithm.policy_loss=clip_cov", "algorithm.dual_clip=3"])
+    keep = ["algorithm.dual_clip=3", "algorithm.loss_agg=micro-batch-token-mean"]
+    algo = load_config(GRPO_PRESET, ["algorithm.policy_loss=clip_cov", *keep])
     assert algo.algorithm.dual_clip == 3.0
     # no switch: the preset's own keys stand; no preset: nothing to inherit
     assert load_config(GRPO_PRESET, ["algorithm.policy_loss=vanilla"]).algorithm.clip_low == 0.2

@@ -35,6 +35,7 @@ FIXTURES = sorted(FIXTURE_DIR.glob("golden_runs*.json"), key=lambda p: (p.stem !
 # per batch, DPH weighting `authors`); the recorded runs are pinned to the old values here
 # instead of re-recorded, so they keep guarding the step's numerics bitwise.
 RECORDED_DPH_SIDE = {
+    "algorithm.loss_agg": "token-mean",  # the presets now use micro-batch-token-mean
     "rollout.top_p": 1.0,
     "algorithm.dual_clip": None,
     "optim.weight_decay": 0.0,
@@ -53,8 +54,11 @@ CASES: dict[str, tuple[str, dict]] = {
             "reference.threshold": 4,
         },
     ),
-    "lp_reg": ("configs/toy/lp_reg.yaml", {}),
-    "lp_reg_offpolicy": ("configs/toy/lp_reg.yaml", {"train.mini_batch_size": 2}),
+    "lp_reg": ("configs/toy/lp_reg.yaml", {"algorithm.loss_agg": "token-mean"}),
+    "lp_reg_offpolicy": (
+        "configs/toy/lp_reg.yaml",
+        {"algorithm.loss_agg": "token-mean", "train.mini_batch_size": 2},
+    ),
     "dapo": (
         "configs/toy/dapo.yaml",
         {
