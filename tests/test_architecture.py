@@ -39,6 +39,7 @@ LAYERS: dict[str, int] = {
     "divrl.distributed": 0,  # reductions over processes, the process group's end
     "divrl.data": 1,
     "divrl.runs": 1,  # the run-directory layout, below training and evaluation
+    "divrl.checkpoint": 1,  # checkpoint formats and export, beside the run layout
     "divrl.training": 2,
     "divrl.evaluation": 2,
     "divrl.integrations": 3,

@@ -10,8 +10,11 @@ from divrl.algorithms.advantages import ADVANTAGE_SCALES, group_advantages
 from divrl.algorithms.aggregation import AGGREGATIONS, aggregate
 from divrl.algorithms.divergences import (
     DIVERGENCES,
+    DivergenceSpec,
     divergence_generator,
+    divergence_summaries,
     reference_divergence_loss,
+    register_divergence,
 )
 from divrl.algorithms.dph_weighting import (
     DIVERGENCE_WEIGHTINGS,
@@ -71,6 +74,7 @@ __all__ = [
     "POLICY_LOSS_OPTIONS",
     "AuthorsLayout",
     "ClipCovOptions",
+    "DivergenceSpec",
     "GSPOOptions",
     "HighEntropyOptions",
     "KLCovOptions",
@@ -85,6 +89,7 @@ __all__ = [
     "authors_effective_eta",
     "clip_cov_loss",
     "divergence_generator",
+    "divergence_summaries",
     "entropy_bonus",
     "entropy_from_logits",
     "get_policy_loss",
@@ -105,6 +110,7 @@ __all__ = [
     "proxy_log_prob",
     "proxy_log_prob_rows",
     "reference_divergence_loss",
+    "register_divergence",
     "register_policy_loss",
     "stream_weights",
     "token_log_probs",

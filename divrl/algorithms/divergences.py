@@ -11,8 +11,11 @@ stays finite; ``log_u`` is clamped to [-20, 20] as the authors' code does for it
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -30,17 +33,59 @@ from divrl.algorithms._utils import (
 from divrl.algorithms.aggregation import aggregate
 
 Generator = Callable[[torch.Tensor], torch.Tensor]
+#: name -> :class:`DivergenceSpec`; add one with :func:`register_divergence`
 DIVERGENCES = Registry("divergence kind")
 
 LN2 = math.log(2.0)
+
+
+@dataclass(frozen=True)
+class DivergenceSpec:
+    """One f-divergence: its name, the factory that builds its generator ``f(log_u)`` from
+    its options (and checks them: the one place they are validated), and a one-line
+    description for help texts and docs."""
+
+    name: str
+    factory: Callable[..., Generator]
+    summary: str
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        """The options the factory takes, by keyword (e.g. ``("alpha",)``)."""
+        return tuple(inspect.signature(self.factory).parameters)
+
+    def generator(self, **options: Any) -> Generator:
+        """The generator, built from the options this divergence takes (others ignored:
+        ``divergence_alpha`` is one setting shared by every kind)."""
+        return self.factory(**{k: v for k, v in options.items() if k in self.options})
+
+
+def register_divergence(name: str, summary: str) -> Callable[[Callable[..., Generator]], Any]:
+    """Register a divergence: decorate a factory whose keyword arguments are the
+    divergence's options (validated there, raising ValueError) and which returns
+    ``f(log_u)``, convex in ``u = exp(log_u)`` with ``f(1) = 0``. The trainer's
+    ``algorithm.divergence``, the TRL adapter's ``divergence`` and their help texts take
+    every registered name."""
+
+    def decorator(factory: Callable[..., Generator]) -> Callable[..., Generator]:
+        DIVERGENCES.register(name)(DivergenceSpec(name, factory, summary))
+        return factory
+
+    return decorator
+
+
+def divergence_summaries() -> str:
+    """``"forward_kl (KL(pi_ref || pi_theta), DPH-F), js (...)"``: the registered kinds with
+    their descriptions, for help texts."""
+    return ", ".join(f"{name} ({spec.summary})" for name, spec in sorted(DIVERGENCES.items()))
 
 
 def _clamped(log_u: torch.Tensor) -> torch.Tensor:
     return clamp_log_ratio(as_fp32(log_u))
 
 
-@DIVERGENCES.register("forward_kl")
-def _forward_kl(alpha: float | None) -> Generator:
+@register_divergence("forward_kl", "KL(pi_ref || pi_theta), DPH-F")
+def _forward_kl() -> Generator:
     def f(log_u: torch.Tensor) -> torch.Tensor:
         # u - 1 - log u; E_ref = KL(pi_ref || pi_theta). Gradient (u - 1) grad log pi_theta.
         # The authors' k3 form, value clamped to [-10, 10].
@@ -49,8 +94,8 @@ def _forward_kl(alpha: float | None) -> Generator:
     return f
 
 
-@DIVERGENCES.register("reverse_kl")
-def _reverse_kl(alpha: float | None) -> Generator:
+@register_divergence("reverse_kl", "KL(pi_theta || pi_ref)")
+def _reverse_kl() -> Generator:
     def f(log_u: torch.Tensor) -> torch.Tensor:
         # u log u - u + 1; E_ref = KL(pi_theta || pi_ref).
         lu = _clamped(log_u)
@@ -59,8 +104,8 @@ def _reverse_kl(alpha: float | None) -> Generator:
     return f
 
 
-@DIVERGENCES.register("js")
-def _js(alpha: float | None) -> Generator:
+@register_divergence("js", "2 x Jensen-Shannon, DPH-JS")
+def _js() -> Generator:
     def f(log_u: torch.Tensor) -> torch.Tensor:
         # u log u - (u + 1) log((u + 1) / 2), rearranged with log(1 + u) = softplus(log u)
         # and log u - softplus(log u) = -softplus(-log u) into terms that neither cancel
@@ -73,8 +118,8 @@ def _js(alpha: float | None) -> Generator:
     return f
 
 
-@DIVERGENCES.register("alpha")
-def _alpha(alpha: float | None) -> Generator:
+@register_divergence("alpha", "alpha-divergence, needs divergence_alpha in (0, 1)")
+def _alpha(alpha: float | None = None) -> Generator:
     if alpha is None or not (0.0 < float(alpha) < 1.0):
         raise ValueError(
             f"the alpha divergence needs 0 < alpha < 1 (the paper uses 0.2, 0.5, 0.8); got {alpha!r}"
@@ -112,7 +157,7 @@ def divergence_generator(kind: str, alpha: float | None = None) -> Generator:
     Raises:
         ValueError: unknown ``kind`` (lists the valid ones) or invalid ``alpha``.
     """
-    return DIVERGENCES.get_or_raise(kind)(alpha)
+    return DIVERGENCES.get_or_raise(kind).generator(alpha=alpha)
 
 
 def reference_divergence_loss(

@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from divrl.training.fsdp_checkpoint import export_hf, resolve_sharded_checkpoint
+    from divrl.checkpoint.dcp import export_hf, resolve_sharded_checkpoint
 
     checkpoint = resolve_sharded_checkpoint(args.source)
     out = export_hf(checkpoint, args.out, config_path=args.config, dtype=args.dtype)

@@ -120,7 +120,7 @@ def spark_word_probability(
 def checkpoint_models(run_dir: str | Path) -> list[tuple[int, Path]]:
     """(step, model directory) of every checkpoint of a training run, by step (a run
     trained with ``train.strategy=fsdp`` gets each checkpoint's weights exported first)."""
-    from divrl.training.fsdp_checkpoint import ensure_hf_weights
+    from divrl.checkpoint.dcp import ensure_hf_weights
 
     ckpts = RunDir(run_dir).checkpoints()
     for c in ckpts:

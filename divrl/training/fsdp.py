@@ -13,7 +13,7 @@ free after). This module holds the building blocks, independent of the trainer:
 - :func:`iter_full_parameters`: ``(name, full tensor)`` one parameter at a time, for
   vLLM's ``load_weights``.
 
-Checkpoints (``torch.distributed.checkpoint``) live in :mod:`divrl.training.fsdp_checkpoint`.
+Checkpoints (``torch.distributed.checkpoint``) live in :mod:`divrl.checkpoint`.
 
 Why ``unshard()`` for rollouts rather than a gathered copy: measured at 26M parameters
 on 2 CPU ranks (docs/benchmarks.md), both peak at one full float32 model above the shard

@@ -28,10 +28,10 @@ from typing import Any
 
 import yaml
 
+from divrl.checkpoint.resume import set_corrupt_aside
 from divrl.distributed import Collective
 from divrl.fileio import append_record, atomic_write_text
 from divrl.runs import Checkpoint, RunDir, RunLock
-from divrl.training.checkpointing import set_corrupt_aside
 from divrl.training.config import Config, dump_config
 from divrl.training.metrics import truncate_metrics
 

@@ -23,6 +23,7 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).parent))
 from fsdp_helpers import LR, PROMPT, STEPS, train_batches
 
+from divrl.checkpoint.dcp import save_dcp
 from divrl.training.fsdp import (
     FSDPConfig,
     apply_fsdp,
@@ -30,7 +31,6 @@ from divrl.training.fsdp import (
     gathered_copy,
     iter_full_parameters,
 )
-from divrl.training.fsdp_checkpoint import save_sharded_checkpoint
 
 
 def main() -> None:
@@ -93,7 +93,7 @@ def main() -> None:
         **_mixed_precision_offload_step(model_dir, rank, world),
     }
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    save_sharded_checkpoint(
+    save_dcp(
         out / "run" / "checkpoints" / f"step_{STEPS:06d}", model, optimizer, tokenizer=tokenizer
     )
     (out / f"generate_rank{rank}.json").write_text(

@@ -16,7 +16,6 @@ from train_helpers import sevens_reward, tiny_overrides
 from divrl import fileio
 from divrl.fileio import DiskFullError, append_record, atomic_write_text
 from divrl.runs import RunDir
-from divrl.training import checkpointing
 from divrl.training.config import Config, ConfigError, load_config
 from divrl.training.metrics import read_metrics, strict_json_record, truncate_metrics
 from divrl.training.trainer import TIME_KEYS, Trainer
@@ -68,14 +67,14 @@ def test_disk_full_while_checkpointing_names_the_path_and_keeps_the_last(
     tiny_world, tmp_path, monkeypatch
 ):
     tr = Trainer(_config(tiny_world, tmp_path), reward_fn=sevens_reward)
-    real_save = checkpointing.torch.save
+    real_save = torch.save
 
     def full_at_step_2(obj, path, *args, **kwargs):
         if tr.step == 2:  # torch's zip writer reports ENOSPC as a RuntimeError
             raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos")
         return real_save(obj, path, *args, **kwargs)
 
-    monkeypatch.setattr(checkpointing.torch, "save", full_at_step_2)
+    monkeypatch.setattr(torch, "save", full_at_step_2)
     monkeypatch.setattr(fileio, "free_bytes", lambda path: 1000)
     with pytest.raises(DiskFullError) as err:
         tr.train()

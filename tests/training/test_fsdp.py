@@ -1,4 +1,4 @@
-"""FSDP2 building blocks (divrl/training/fsdp.py, fsdp_checkpoint.py, divrl export).
+"""FSDP2 building blocks (divrl/training/fsdp.py, divrl/checkpoint/dcp.py, divrl export).
 
 One ``torchrun --nproc_per_node 2`` (gloo) run of tests/training/fsdp_worker.py trains the
 tied tiny Llama sharded; the tests compare what it wrote with one unsharded process.
@@ -13,13 +13,13 @@ import torch
 from fsdp_helpers import LR, PROMPT, STEPS, build_tied_tiny_lm, train_batches
 from train_helpers import run_torchrun
 
-from divrl.training.fsdp import FSDPConfig, decoder_layers, strip_wrapper_prefixes
-from divrl.training.fsdp_checkpoint import (
+from divrl.checkpoint.dcp import (
     export_hf,
-    load_sharded_checkpoint,
+    load_dcp,
     resolve_sharded_checkpoint,
-    save_sharded_checkpoint,
+    save_dcp,
 )
+from divrl.training.fsdp import FSDPConfig, decoder_layers, strip_wrapper_prefixes
 
 WORKER = Path(__file__).parent / "fsdp_worker.py"
 
@@ -137,7 +137,7 @@ def test_two_rank_checkpoint_loads_on_one_process(sharded_run, single, tied_mode
     assert ckpt.name == f"step_{STEPS:06d}"
     assert len(list((ckpt / "state").glob("*.distcp"))) == 2  # one file per rank
     assert not list(ckpt.parent.glob(".tmp_*"))
-    load_sharded_checkpoint(ckpt, model, optimizer)
+    load_dcp(ckpt, model, optimizer)
     for name, value in reference.state_dict().items():
         torch.testing.assert_close(model.state_dict()[name], value, rtol=0, atol=1e-5)
     full_optim = torch.load(sharded_run / "full_state.pt")["optim"]
@@ -172,18 +172,18 @@ def test_export_loads_with_from_pretrained(sharded_run, single, tmp_path):
 def test_save_is_atomic_and_keeps_the_previous_checkpoint(tied_model_dir, tmp_path):
     model = _load(tied_model_dir)
     checkpoints = tmp_path / "checkpoints"
-    save_sharded_checkpoint(checkpoints / "step_000001", model)
+    save_dcp(checkpoints / "step_000001", model)
 
     def killed(_tmp):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        save_sharded_checkpoint(checkpoints / "step_000002", model, extra=killed)
+        save_dcp(checkpoints / "step_000002", model, extra=killed)
     assert not (checkpoints / "step_000002").exists()
     assert resolve_sharded_checkpoint(tmp_path).name == "step_000001"
     with torch.no_grad():
         model.model.norm.weight.add_(1.0)
-    load_sharded_checkpoint(checkpoints / "step_000001", model)
+    load_dcp(checkpoints / "step_000001", model)
     assert torch.equal(model.model.norm.weight, _load(tied_model_dir).model.norm.weight)
 
 

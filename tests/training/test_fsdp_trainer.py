@@ -206,8 +206,8 @@ def test_export_and_eval_of_an_fsdp_run(fsdp_runs, tmp_path):
     from fsdp_train_worker import GREEDY_PROMPT
     from transformers import AutoModelForCausalLM
 
+    from divrl.checkpoint.dcp import export_hf
     from divrl.evaluation.runner import resolve_model_path
-    from divrl.training.fsdp_checkpoint import export_hf
 
     root, _ = fsdp_runs
     run = root / "grpo" / "run"

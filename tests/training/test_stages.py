@@ -9,13 +9,13 @@ import pytest
 import torch
 from train_helpers import tiny_overrides
 
+from divrl.checkpoint.strategies import prune_checkpoints
 from divrl.data.reference_store import ReferenceSample
 from divrl.distributed import Collective
 from divrl.rewards.types import BatchScores, ScoreRequest, ScoreResult
 from divrl.rollout import collate
 from divrl.runs import Checkpoint, RunDir
 from divrl.training.batch import Experience, ReferenceSamples
-from divrl.training.checkpointing import prune_checkpoints
 from divrl.training.config import load_config
 from divrl.training.experience import informative_groups, score_requests, shard_positions
 from divrl.training.loading import pad_token_id

@@ -1,4 +1,5 @@
-"""Sharded checkpoints with ``torch.distributed.checkpoint`` (DCP), and export to Hugging Face.
+"""The sharded checkpoint format (``torch.distributed.checkpoint``, DCP) and its export to
+a Hugging Face folder: what ``divrl export`` and ``divrl eval`` read, below the trainer.
 
 A sharded checkpoint is a directory laid out like today's DDP checkpoints
 (``<run>/checkpoints/step_NNNNNN``)::
@@ -34,9 +35,9 @@ __all__ = [
     "ensure_hf_weights",
     "export_hf",
     "is_sharded_checkpoint",
-    "load_sharded_checkpoint",
+    "load_dcp",
     "resolve_sharded_checkpoint",
-    "save_sharded_checkpoint",
+    "save_dcp",
 ]
 
 DCP_DIR = "state"
@@ -52,7 +53,7 @@ def _barrier() -> None:
         dist.barrier()
 
 
-def save_sharded_checkpoint(
+def save_dcp(
     path: str | Path,
     model: nn.Module,
     optimizer: torch.optim.Optimizer | None = None,
@@ -111,12 +112,12 @@ def _save_model_files(model: nn.Module, tokenizer, out: Path) -> None:
         tokenizer.save_pretrained(out)
 
 
-def load_sharded_checkpoint(
+def load_dcp(
     path: str | Path,
     model: nn.Module,
     optimizer: torch.optim.Optimizer | None = None,
 ) -> None:
-    """Load a checkpoint written by :func:`save_sharded_checkpoint` into ``model`` (+ optimiser).
+    """Load a checkpoint written by :func:`save_dcp` into ``model`` (+ optimiser).
 
     ``model`` may be sharded over any number of ranks or not sharded at all (a single
     process): DCP reads the slices each rank needs. A collective when distributed.
