@@ -143,7 +143,7 @@ def resolve_model_path(path: str | Path) -> str:
 def _export_sharded_weights(path: Path) -> None:
     """Write the weights of a sharded (fsdp) checkpoint into its ``model/`` folder, if
     ``path`` is such a checkpoint or a run whose newest checkpoint is one."""
-    from divrl.training.fsdp_checkpoint import ensure_hf_weights
+    from divrl.checkpoint.dcp import ensure_hf_weights
 
     if not path.is_dir() or ensure_hf_weights(path):
         return
