@@ -33,6 +33,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "toy": ("divrl.commands.toy", "build the toy world (SQL + math data, tiny base model)"),
 }
 
+# Commands that run a model on the CPU get a --threads option and a thread count chosen for
+# the machine they start on (see choose_threads).
+THREADED_COMMANDS = ("train", "presample", "eval")
+THREADS_ENV = "DIVRL_THREADS"
+
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
 
@@ -130,7 +135,57 @@ def error_paragraph(command: str, exc: BaseException) -> str:
     return f"divrl {command}: {message} (run `divrl --debug {command} ...` for the traceback)"
 
 
+def choose_threads(
+    cpus: int | None = None, load: float | None = None, local_processes: int | None = None
+) -> int:
+    """torch intra-op threads for one process: the CPUs this process may use, less the
+    machine's 1-minute load average (work of others that is running), shared by the local
+    processes of a ``torchrun`` launch; at least 1.
+
+    On a busy machine more threads than free cores are much slower than one, as each
+    thread waits for the others at every operation: a plain ``divrl train`` of the toy GRPO
+    preset measured 21.5 s/step with torch's default threads while other jobs ran, 3.7 s/step
+    on one thread (docs/training.md).
+    """
+    import os
+
+    if cpus is None:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if load is None:
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if local_processes is None:
+        local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    free = max(1, int((cpus or 1) - load + 0.5))
+    return max(1, free // max(1, local_processes))
+
+
+def configure_threads(requested: int | None) -> str:
+    """Set torch's intra-op threads: ``--threads``, else ``$DIVRL_THREADS``, else what
+    ``$OMP_NUM_THREADS`` asks (torch reads it), else :func:`choose_threads`. Returns how the
+    number was chosen, for the log."""
+    import os
+
+    source = "--threads"
+    if requested is None and os.environ.get(THREADS_ENV):
+        requested, source = int(os.environ[THREADS_ENV]), f"${THREADS_ENV}"
+    if requested is not None and requested < 1:
+        raise UsageError(f"{source}={requested}: the number of threads must be >= 1")
+    import torch
+
+    if requested is None and os.environ.get("OMP_NUM_THREADS"):
+        return f"{torch.get_num_threads()} (from $OMP_NUM_THREADS)"
+    if requested is None:
+        requested, source = choose_threads(), "chosen for the free CPUs"
+    torch.set_num_threads(requested)
+    return f"{requested} ({source}; --threads N or ${THREADS_ENV} to change)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    import os
+
+    # before torch loads: idle OpenMP threads sleep instead of spinning, which on a shared
+    # CPU would take the cores other threads and processes need
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv[:1]
     if debug:
@@ -143,6 +198,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging()
     command = args.command
     try:
+        if command in THREADED_COMMANDS:
+            logging.getLogger("divrl").info(
+                "torch threads: %s", configure_threads(getattr(args, "threads", None))
+            )
         return int(importlib.import_module(args._module).run(args) or 0)
     except KeyboardInterrupt:
         if debug:
@@ -176,6 +235,14 @@ def build_parser_for(argv: Sequence[str]) -> argparse.ArgumentParser:
             name, help=help_text, description=help_text, formatter_class=HelpFormatter
         )
         sub_parser.set_defaults(_module=module_name)
+        if name in THREADED_COMMANDS:
+            sub_parser.add_argument(
+                "--threads",
+                type=int,
+                default=None,
+                help="torch intra-op threads (default: $DIVRL_THREADS, else $OMP_NUM_THREADS, "
+                "else the CPUs not busy with other work)",
+            )
         if argv and argv[0] == name:
             importlib.import_module(module_name).add_arguments(sub_parser)
     return parser

@@ -129,3 +129,52 @@ def test_train_and_presample_refuse_a_bad_config_the_same_way(capsys):
     for command in ("train", "presample"):
         assert main([command, "train.no_such_key=1"]) == 2
         assert f"divrl {command}: unknown key 'train.no_such_key'" in capsys.readouterr().err
+
+
+def test_threads_follow_the_free_cpus_and_the_local_processes():
+    from divrl.cli import choose_threads
+
+    assert choose_threads(cpus=2, load=0.1, local_processes=1) == 2  # idle 2-core machine
+    assert choose_threads(cpus=2, load=5.6, local_processes=1) == 1  # busy: never 0
+    assert choose_threads(cpus=2, load=0.7, local_processes=1) == 1  # one core taken
+    assert choose_threads(cpus=16, load=2.2, local_processes=4) == 3  # torchrun: share them
+    assert choose_threads(cpus=16, load=0.0, local_processes=32) == 1
+
+
+def test_threads_option_env_and_omp_num_threads(monkeypatch, tmp_path, capsys):
+    import torch
+
+    from divrl.cli import configure_threads
+
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        monkeypatch.setenv("DIVRL_THREADS", "1")
+        assert configure_threads(None).startswith("1 ($DIVRL_THREADS")
+        assert torch.get_num_threads() == 1
+        assert configure_threads(2).startswith("2 (--threads")  # the option wins
+        assert torch.get_num_threads() == 2
+        monkeypatch.delenv("DIVRL_THREADS")
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        assert configure_threads(None).endswith("(from $OMP_NUM_THREADS)")
+        # a bad value is an input error of the command, before anything is loaded
+        assert main(["eval", "--threads", "0", "--out", str(tmp_path / "o"), "--reuse"]) == 2
+        assert "--threads=0: the number of threads must be >= 1" in capsys.readouterr().err
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_cli_lets_idle_openmp_threads_sleep_unless_told_otherwise():
+    import os
+
+    code = (
+        "import os, divrl.cli as c\n"
+        "try:\n    c.main(['--version'])\nexcept SystemExit:\n    pass\n"
+        "print(os.environ['OMP_WAIT_POLICY'])"
+    )
+    for given, want in ((None, "PASSIVE"), ("ACTIVE", "ACTIVE")):
+        env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+        if given:
+            env["OMP_WAIT_POLICY"] = given
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+        assert out.stdout.strip().splitlines()[-1] == want
