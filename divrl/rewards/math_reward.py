@@ -1,21 +1,29 @@
-"""Math answers: math-verify's own extraction and comparison, as verl's ``math_verify`` scorer.
+"""Math answers: the final answer, compared with math-verify's equivalence.
 
-Profiles (chosen by ``data_source``, see :data:`MATH_SOURCES` / :data:`GSM8K_SOURCES`):
+Profiles (chosen by ``data_source``, see :data:`MATH_SOURCES`, :data:`GSM8K_SOURCES` and
+:data:`MATH_VERIFY_SOURCES`):
 
-``math``
-    The prediction is what ``math_verify.parse`` extracts from the *whole* completion with
-    ``[ExprExtractionConfig(), LatexExtractionConfig()]`` (verl's ``math_verify.compute_score``
-    targets): "final answer is" phrases and ``\\boxed{}`` first, then "answer: ..." and
-    finally the last LaTeX/plain expression; several boxes written as ``\\boxed{a}, \\boxed{b}``
-    are joined into one set, as math-verify joins them. The gold is ``\\boxed{ground_truth}``
-    parsed with ``LatexExtractionConfig()``; the verdict is ``math_verify.verify``. There is
-    no last-number fallback of our own and no fallback to an earlier box when the last one is
-    cut off (math-verify would take it; we score ``no_answer``): otherwise whatever
-    math-verify extracts is what is compared.
+``math`` (the training and evaluation default)
+    The final answer, found by :func:`divrl.rewards.math_answer.final_answer`: the LAST
+    box (a self-correction counts; a cut-off last box is no answer), else the last
+    ``<answer>`` tag, an answer phrase, a ``####`` ending, or a completion that is only an
+    answer. There is no last-number fallback: a hedge ("either 7 or 8") is no answer. The
+    answer is cleaned (:func:`~divrl.rewards.math_answer.normalise_answer`), parsed by
+    math-verify as ``\\boxed{answer}`` and compared with ``math_verify.verify`` against
+    ``\\boxed{ground_truth}``; when that fails, two equivalences of our own are tried: a
+    percent sign dropped on both sides (as the MATH grader drops it), and an inequality in
+    one variable read as its solution set (``x \\ge 5`` is ``[5, \\infty)``, both ways).
 ``gsm8k``
     GSM8K's own rule first: when the completion ends in ``#### <number>``, that number is
     compared exactly (thousands separators and a leading ``$`` removed) with the number after
     the gold's last ``####`` (or the whole gold). Otherwise the ``math`` profile decides.
+``math_verify``
+    verl's ``math_verify`` scorer: whatever ``math_verify.parse`` extracts from the *whole*
+    completion with ``[ExprExtractionConfig(), LatexExtractionConfig()]`` ("final answer is"
+    phrases and ``\\boxed{}`` first, several boxes joined into one set, then "answer: ...",
+    finally the last LaTeX/plain expression: a last-number fallback), compared with
+    ``math_verify.verify``; a cut-off last box is no answer (math-verify would fall back to
+    an earlier box).
 
 ``extra_info["answer_pattern"]`` (or the verifier's ``answer_pattern``): a regular
 expression whose last match (group 1 if it has groups) replaces the extraction step; the
@@ -24,9 +32,9 @@ matched text is then parsed by math-verify. It is validated at load time
 
 Everything above runs in a worker process with a hard time limit (math-verify's own
 timeouts use ``signal.alarm`` and cannot interrupt C-level work such as ``9^9^9^9``, and a
-10 MB completion takes seconds to scan). The caller only decides the one case that provably
-agrees with math-verify (:meth:`MathVerifier.quick`): text with no digit and no LaTeX
-delimiter (math-verify extracts nothing from it), and plain integers on both sides.
+10 MB completion takes seconds to scan). The caller only decides cases whose verdict is
+provably the worker's (:meth:`MathVerifier.quick`): text with nothing any rule extracts,
+and plain integers on both sides.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ import re
 from functools import lru_cache
 from typing import Any
 
+from divrl.rewards.math_answer import final_answer, normalise_answer, without_percent
 from divrl.rewards.registry import Verifier, register_verifier
 from divrl.rewards.types import ScoreResult
 
@@ -49,6 +58,8 @@ _QUICK_BARE = re.compile(rf"\s*({_PLAIN_INT})\s*")
 # Every extraction target of math-verify needs a digit (numbers, expressions) or a LaTeX
 # delimiter ("$", "\(", "\[", "\boxed"): text without them has nothing to extract.
 _ANSWER_MATERIAL = re.compile(r"[\d$\\]")
+# the final-answer rules also read words after "answer" (a tag, a phrase) or "####"
+_MARKER_MATERIAL = re.compile(r"(?i)answer|#")
 _GSM8K_TAIL = re.compile(r"####\s*\$?\s*(-?[\d,]*\.?\d+)\s*\.?\s*")
 _GSM8K_NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|-?\.\d+")
 _MAX_GSM8K_TAIL = 200
@@ -71,6 +82,9 @@ MATH_SOURCES = (
     "toy_math",
 )
 GSM8K_SOURCES = ("gsm8k", "openai/gsm8k")
+MATH_VERIFY_SOURCES = ("math_verify",)
+MATH_PROFILES = ("math", "gsm8k", "math_verify")
+_NO_FINAL_ANSWER = "no final answer: no \\boxed{}, <answer> tag, 'answer is' phrase or ####"
 
 
 def _balanced_from(text: str, start: int) -> str | None:
@@ -178,8 +192,8 @@ class MathVerifier(Verifier):
     default_timeout = 5.0
 
     def __init__(self, answer_pattern: str | None = None, profile: str = "math"):
-        if profile not in ("math", "gsm8k"):
-            raise ValueError(f"unknown math profile {profile!r}; use 'math' or 'gsm8k'")
+        if profile not in MATH_PROFILES:
+            raise ValueError(f"unknown math profile {profile!r}; use one of {MATH_PROFILES}")
         if answer_pattern is not None:
             check_answer_pattern(answer_pattern)
         self.answer_pattern = answer_pattern
@@ -205,7 +219,9 @@ class MathVerifier(Verifier):
             return None
         if len(solution_str) > _MAX_QUICK_CHARS:
             return None  # scanning megabytes is the worker's job, under the time limit
-        if _ANSWER_MATERIAL.search(solution_str) is None:
+        if _ANSWER_MATERIAL.search(solution_str) is None and (
+            self.profile == "math_verify" or not _MARKER_MATERIAL.search(solution_str)
+        ):
             return ScoreResult(0.0, None, "no_answer", "no number and no LaTeX in the text")
         gold = _quick_int(ground_truth, boxed=False)
         if gold is None:
@@ -235,11 +251,19 @@ class MathVerifier(Verifier):
             if pred is not None and _GSM8K_NUMBER.fullmatch(gold):
                 ok = _same_number(pred, gold)
                 return ScoreResult(float(ok), pred, "correct" if ok else "wrong")
-            ground_truth = gold
-        if _last_box_unclosed(solution_str):
-            # math-verify would fall back to an earlier box: a cut-off answer is no answer
+            if "####" in ground_truth or _GSM8K_NUMBER.fullmatch(gold):
+                ground_truth = gold  # a GSM8K gold: its number, not the worked solution
+        if self.profile == "math_verify":
+            if _last_box_unclosed(solution_str):
+                # math-verify would fall back to an earlier box: a cut-off answer is no answer
+                return ScoreResult(0.0, None, "no_answer", "the last \\boxed{ is not closed")
+            return _math_verify(solution_str, ground_truth)
+        answer, how = final_answer(solution_str)
+        if how == "cut_off_box":
             return ScoreResult(0.0, None, "no_answer", "the last \\boxed{ is not closed")
-        return _math_verify(solution_str, ground_truth)
+        if answer is None:
+            return ScoreResult(0.0, None, "no_answer", _NO_FINAL_ANSWER)
+        return compare_answer(answer, ground_truth)
 
 
 def _last_box_unclosed(text: str) -> bool:
@@ -286,5 +310,84 @@ def _math_verify(text: str, ground_truth: str, boxed: bool = False) -> ScoreResu
     return ScoreResult(float(ok), extracted[:1000], "correct" if ok else "wrong")
 
 
+def _parse_answer(answer: str) -> list:
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
+
+    return parse(
+        f"\\boxed{{{answer}}}",
+        extraction_config=[ExprExtractionConfig(), LatexExtractionConfig()],
+        parsing_timeout=None,
+    )
+
+
+def compare_answer(answer: str, ground_truth: str) -> ScoreResult:
+    """An extracted final answer against the gold: math-verify, then our two equivalences."""
+    from math_verify import verify
+
+    gold = _parse_gold(ground_truth)
+    if not gold:
+        return ScoreResult(0.0, None, "gold_error", f"math-verify cannot parse {ground_truth!r}")
+    cleaned = normalise_answer(answer)
+    if not cleaned:
+        return ScoreResult(0.0, None, "no_answer", "the final answer is empty")
+    pred = _parse_answer(cleaned)
+    if not pred:
+        return ScoreResult(0.0, cleaned[:1000], "unparsable", "math-verify reads nothing in it")
+    ok = verify(gold, pred, timeout_seconds=None) or _equivalent_forms(
+        cleaned, ground_truth, gold, pred
+    )
+    return ScoreResult(float(ok), cleaned[:1000], "correct" if ok else "wrong")
+
+
+def _equivalent_forms(answer: str, ground_truth: str, gold: list, pred: list) -> bool:
+    """The equivalences math-verify lacks: a dropped percent sign, inequality = interval."""
+    from math_verify import verify
+
+    bare_pred, bare_gold = without_percent(answer), without_percent(ground_truth)
+    if bare_pred is not None or bare_gold is not None:
+        gold2 = _parse_gold(bare_gold) if bare_gold is not None else gold
+        pred2 = _parse_answer(bare_pred) if bare_pred is not None else pred
+        if gold2 and pred2 and verify(gold2, pred2, timeout_seconds=None):
+            return True
+    gold_set, pred_set = _solution_set(gold[0]), _solution_set(pred[0])
+    if gold_set is None and pred_set is None:
+        return False
+    return bool(
+        verify(
+            [gold_set if gold_set is not None else gold[0]],
+            [pred_set if pred_set is not None else pred[0]],
+            timeout_seconds=None,
+        )
+    )
+
+
+def _solution_set(expr: Any):
+    """The set an inequality in one variable describes (``x \\ge 5`` -> ``[5, oo)``).
+
+    Chains (``1 < x < 3``) and alternatives (``x < 2`` or ``x > 3``, which math-verify
+    reads as a set of two inequalities) included; anything else gives None.
+    """
+    from sympy import And, FiniteSet, Or, Union
+    from sympy.core.relational import Relational
+
+    def inequality(e) -> bool:
+        if isinstance(e, (And, Or)):
+            return all(inequality(a) for a in e.args)
+        return isinstance(e, Relational) and e.rel_op in ("<", "<=", ">", ">=")
+
+    try:
+        alternatives = isinstance(expr, FiniteSet) and expr.args
+        if alternatives and all(inequality(e) for e in expr.args):
+            if len(set().union(*(e.free_symbols for e in expr.args))) == 1:
+                return Union(*(e.as_set() for e in expr.args))
+            return None
+        if inequality(expr) and len(expr.free_symbols) == 1:
+            return expr.as_set()
+    except Exception:  # sympy raises several types on what it cannot solve
+        return None
+    return None
+
+
 register_verifier(*MATH_SOURCES)(MathVerifier())
 register_verifier(*GSM8K_SOURCES)(MathVerifier(profile="gsm8k"))
+register_verifier(*MATH_VERIFY_SOURCES)(MathVerifier(profile="math_verify"))

@@ -1,8 +1,17 @@
-r"""Math agreement cases: (completion, gold), labelled at test time by math-verify itself.
+r"""Math agreement cases.
 
-Written from the kinds of inputs in Math-Verify's test suite (tests/test_all.py, test_numina
-cases) and the misses listed in issue 13: no box, several boxes, truncated boxes, separators,
-sets, intervals, fractions, decimals, percentages, equations, text around answers.
+``CASES``: (completion, gold), labelled at test time: by math-verify itself for the
+``math_verify`` profile, and for the training profile by math-verify's verdict on the final
+answer a reference extraction finds (the MATH grader's last box, else an answer tag, phrase,
+``####`` or a completion that is only an answer; nothing else), with ``FINAL_ANSWER_LABELS``
+where the documented equivalences say otherwise. Written from the kinds of inputs in
+Math-Verify's test suite (tests/test_all.py, test_numina cases): no box, several boxes,
+truncated boxes, separators, sets, intervals, fractions, decimals, percentages, equations,
+text around answers.
+
+``FINAL_ANSWER_CASES``: (completion, gold, label, class), labelled by hand with what the
+final-answer rule of the MATH grader and verl's DAPO scorer gives (the last box; "Answer:"
+lines), equivalence judged mathematically.
 """
 
 # (completion, gold)
@@ -201,3 +210,95 @@ TRUNCATED_CASES = [
     ("\\boxed{5} then \\boxed{7", "7"),
     ("we get \\boxed{\\frac{1}{2", "\\frac{1}{2}"),
 ] + [(f"\\boxed{{{n}}} and finally \\boxed{{{n + 1}", str(n)) for n in (3, 250, -8)]
+
+
+# Training-profile labels of CASES where the reference (math-verify on the final answer)
+# and the documented equivalences differ: spaced thousands, a final full stop, a percent
+# sign the MATH grader drops, and inequalities read as their solution sets.
+FINAL_ANSWER_LABELS = {
+    ("\\boxed{1\\,000}", "1000"): 1.0,
+    ("\\boxed{1 000}", "1000"): 1.0,
+    ("\\boxed{5.}", "5"): 1.0,
+    ("\\boxed{5\\%}", "5"): 1.0,
+    ("\\boxed{x \\geq 5}", "[5, \\infty)"): 1.0,
+    ("\\boxed{x > 5}", "(5,\\infty)"): 1.0,
+    ("\\boxed{1 < x < 3}", "(1,3)"): 1.0,
+}
+
+# (completion, gold, label, class)
+FINAL_ANSWER_CASES = [
+    # several boxes: the last one is the answer (a self-correction is rewarded)
+    ("First \\boxed{2}. Wait, that is wrong; so \\boxed{3}.", "3", 1.0, "boxes"),
+    ("First \\boxed{2}. Wait, that is wrong; so \\boxed{3}.", "2", 0.0, "boxes"),
+    ("\\boxed{12} ... Let me re-check: 5+8=13, so \\boxed{13}", "13", 1.0, "boxes"),
+    ("\\boxed{13} Hmm, actually \\boxed{12}", "13", 0.0, "boxes"),
+    ("We had $\\boxed{\\frac{1}{2}}$, but correctly $\\boxed{\\frac{1}{3}}$.", "1/3", 1.0, "boxes"),
+    ("\\boxed{(2,2)} and \\boxed{(6,2)}", "(2,2),(6,2)", 0.0, "boxes"),
+    ("\\boxed{(2,2), (6,2)}", "(2,2),(6,2)", 1.0, "boxes"),
+    ("\\boxed{2} or \\boxed{3}", "3", 1.0, "boxes"),
+    ("\\boxed{2} or \\boxed{3}", "2", 0.0, "boxes"),
+    ("\\boxed{5} and then \\boxed{7", "5", 0.0, "boxes"),
+    # box variants
+    ("\\fbox{7}", "7", 1.0, "box_variants"),
+    ("\\fbox{8}", "7", 0.0, "box_variants"),
+    ("The result is \\boxed {42}.", "42", 1.0, "box_variants"),
+    ("\\boxed{ 42 }", "42", 1.0, "box_variants"),
+    ("so \\boxed 5$ is it", "5", 1.0, "box_variants"),
+    ("$\\boxed{\\dfrac{3}{4}}$", "0.75", 1.0, "box_variants"),
+    ("\\boxed{\\boxed{9}}", "9", 1.0, "box_variants"),
+    ("\\boxed{}", "0", 0.0, "box_variants"),
+    # answer tags
+    ("<answer>42</answer>", "42", 1.0, "answer_tags"),
+    ("<think>maybe 41</think><answer>42</answer>", "42", 1.0, "answer_tags"),
+    ("<answer>41</answer>", "42", 0.0, "answer_tags"),
+    ("<answer>The answer is $\\frac{1}{2}$</answer>", "0.5", 1.0, "answer_tags"),
+    ("<answer>7 or 8</answer>", "8", 0.0, "answer_tags"),
+    ("<answer>\\boxed{3}</answer>", "3", 1.0, "answer_tags"),
+    # answer phrases
+    ("The final answer is $3$. I hope it is correct.", "3", 1.0, "phrases"),
+    ("Answer: 0.75", "\\frac{3}{4}", 1.0, "phrases"),
+    ("**Final Answer:** 12", "12", 1.0, "phrases"),
+    ("Final answer:\n$\\frac{1}{2}$", "0.5", 1.0, "phrases"),
+    ("So the answer is 42.", "42", 1.0, "phrases"),
+    ("So the answer is 42.", "24", 0.0, "phrases"),
+    ("The answer is 7 or 8.", "7", 0.0, "phrases"),
+    ("The answer is 7 or 8.", "8", 0.0, "phrases"),
+    # inequality vs interval, both ways
+    ("\\boxed{x \\geq 5}", "[5, \\infty)", 1.0, "intervals"),
+    ("\\boxed{[5, \\infty)}", "x \\geq 5", 1.0, "intervals"),
+    ("\\boxed{x > 5}", "(5, \\infty)", 1.0, "intervals"),
+    ("\\boxed{x \\geq 5}", "(5, \\infty)", 0.0, "intervals"),
+    ("\\boxed{1 < x < 3}", "(1, 3)", 1.0, "intervals"),
+    ("\\boxed{1 \\le x < 3}", "(1, 3)", 0.0, "intervals"),
+    ("\\boxed{x \\le -2}", "(-\\infty, -2]", 1.0, "intervals"),
+    ("\\boxed{(-\\infty, -2]}", "x \\le -2", 1.0, "intervals"),
+    ("\\boxed{x < 2 \\text{ or } x > 3}", "(-\\infty,2)\\cup(3,\\infty)", 1.0, "intervals"),
+    ("\\boxed{(-\\infty,2)\\cup(3,\\infty)}", "x<2 \\text{ or } x>3", 1.0, "intervals"),
+    ("\\boxed{x < 2}", "(-\\infty,2)\\cup(3,\\infty)", 0.0, "intervals"),
+    # number formatting
+    ("\\boxed{1,000}", "1000", 1.0, "numbers"),
+    ("\\boxed{1\\,000}", "1000", 1.0, "numbers"),
+    ("\\boxed{10\\,000}", "10000", 1.0, "numbers"),
+    ("\\boxed{1 000 000}", "1000000", 1.0, "numbers"),
+    ("\\boxed{2.50}", "2.5", 1.0, "numbers"),
+    ("\\boxed{85.000}", "85", 1.0, "numbers"),
+    ("\\boxed{5.}", "5", 1.0, "numbers"),
+    ("\\boxed{1,234.50}", "1234.5", 1.0, "numbers"),
+    ("\\boxed{32, 349}", "32349", 0.0, "numbers"),
+    ("\\boxed{1,5}", "1.5", 0.0, "numbers"),
+    ("\\boxed{12,000}", "1200", 0.0, "numbers"),
+    ("\\boxed{5\\%}", "5", 1.0, "numbers"),
+    ("\\boxed{50}", "50\\%", 1.0, "numbers"),
+    ("\\boxed{5\\%}", "0.5", 0.0, "numbers"),
+    # hedges and text without a final answer: no last-number fallback
+    ("It is either 7 or 8.", "7", 0.0, "hedges"),
+    ("either 7 or 8", "8", 0.0, "hedges"),
+    ("Maybe 4, maybe 7, or 9.", "9", 0.0, "hedges"),
+    ("Candidates: 3, 5, 8", "8", 0.0, "hedges"),
+    ("so x = 6", "6", 0.0, "hedges"),
+    ("I think it's 1,234 dollars", "1234", 0.0, "hedges"),
+    ("$x \\geq 5$ or $x = 7$", "7", 0.0, "hedges"),
+    ("\\boxed{7 \\text{ or } 8}", "7", 0.0, "hedges"),
+    ("12", "12", 1.0, "hedges"),
+    ("$\\frac{1}{2}$", "0.5", 1.0, "hedges"),
+]

@@ -149,7 +149,10 @@ def test_concurrent_callers_from_threads(db):
 
 
 def test_thousand_toy_completions_are_fast(db):
-    math_items = [ScoreRequest("toy_math", f"Q:1+2={i % 5}", "3") for i in range(500)]
+    # an answer phrase, not a box: each one goes to a worker (the quick path decides boxes)
+    math_items = [
+        ScoreRequest("toy_math", f"Q:1+2={i % 5}. Answer: {i % 5}", "3") for i in range(500)
+    ]
     sql_items = [
         ScoreRequest(
             "toy_sql", f"SELECT COUNT(*) FROM t WHERE a < {i % 13}", "SELECT 12", {"db_path": db}
