@@ -24,6 +24,7 @@ from divrl.rewards.registry import Verifier, register_verifier
 from divrl.rewards.sql.compare import (
     COMPARE_ALIASES,
     DEFAULT_ORDER_RULE,
+    DISTINCT_RULES,
     ORDER_RULES,
     PROFILES,
     TEXT_ERRORS,
@@ -40,7 +41,7 @@ from divrl.rewards.sql.database import (
 )
 from divrl.rewards.sql.extract import extract_sql
 from divrl.rewards.sql.gold_cache import ByteBoundedCache, default_cache_bytes
-from divrl.rewards.sql.statements import outer_order_by, split_statements
+from divrl.rewards.sql.statements import outer_order_by, split_statements, strip_distinct
 from divrl.rewards.types import ScoreResult
 
 __all__ = [
@@ -79,6 +80,9 @@ class SqlVerifier(Verifier):
         max_result_bytes: a predicted result larger than this scores 0 (``too_many_rows``).
         order_rule: ``gold_text`` or ``outer_parse``: how row order is decided for every
             row (default: the comparison's own; ``extra_info["sql_order"]`` still wins).
+        distinct: ``keep`` (default) or ``strip``: remove DISTINCT from both queries before
+            running them, as test-suite does unless run with ``--keep_distinct``
+            (``extra_info["sql_distinct"]`` still wins).
     """
 
     def __init__(
@@ -90,12 +94,16 @@ class SqlVerifier(Verifier):
         query_timeout: float | None = None,
         max_result_bytes: int = 256 * 1024 * 1024,
         order_rule: str | None = None,
+        distinct: str = "keep",
     ):
         if profile not in PROFILES:
             raise ValueError(f"unknown SQL profile {profile!r}; use one of {sorted(PROFILES)}")
         if order_rule is not None and order_rule not in ORDER_RULES:
             raise ValueError(f"unknown order_rule {order_rule!r}; use one of {list(ORDER_RULES)}")
         self.order_rule = order_rule
+        if distinct not in DISTINCT_RULES:
+            raise ValueError(f"unknown distinct {distinct!r}; use one of {list(DISTINCT_RULES)}")
+        self.distinct = distinct
         self.profile = PROFILES[profile]
         self.max_rows = max_rows
         self.max_sql_chars = max_sql_chars
@@ -129,6 +137,11 @@ class SqlVerifier(Verifier):
             raise ValueError(
                 f"extra_info['sql_compare'] = {mode!r}; use one of {sorted(COMPARE_ALIASES)}"
             )
+        distinct = extra_info.get("sql_distinct")
+        if distinct is not None and str(distinct).lower() not in DISTINCT_RULES:
+            raise ValueError(
+                f"extra_info['sql_distinct'] = {distinct!r}; use one of {list(DISTINCT_RULES)}"
+            )
         order = extra_info.get("sql_order")
         if order is not None and str(order).lower() not in ORDER_RULES:
             raise ValueError(f"extra_info['sql_order'] = {order!r}; use one of {list(ORDER_RULES)}")
@@ -161,6 +174,8 @@ class SqlVerifier(Verifier):
         gold_sql, run_sql = str(ground_truth), sql
         if mode == "spider":
             gold_sql, run_sql = normalise_like_test_suite(gold_sql), normalise_like_test_suite(sql)
+        if str(extra_info.get("sql_distinct", self.distinct)).lower() == "strip":
+            gold_sql, run_sql = strip_distinct(gold_sql), strip_distinct(run_sql)
         gold = self._gold_rows(db_path, gold_sql, deadline, text_errors)
         if isinstance(gold, QueryError):
             return ScoreResult(0.0, _printable(sql), "gold_error", f"gold query: {gold.detail}")

@@ -102,3 +102,17 @@ def test_wide_results_with_twin_columns_find_their_permutation():
     pred = [tuple([i] + [7] * 11) for i in range(4)]
     assert rows_equal(pred, gold, "spider", ordered=True)
     assert not rows_equal(pred[::-1], gold, "spider", ordered=True)
+
+
+def test_test_suites_distinct_stripping_is_an_option(db):
+    gold, pred = "SELECT COUNT(salary) FROM emp", "SELECT COUNT(DISTINCT salary > 150) FROM emp"
+    # kept by default (test-suite run with --keep_distinct): 2 values against 3
+    assert score("spider", pred, gold, db).score == 0
+    # stripped from both queries, as test-suite's default does: COUNT( salary > 150) is 3
+    assert score("spider", pred, gold, db, sql_distinct="strip").score == 1
+    strip = SqlVerifier(profile="spider", distinct="strip")
+    assert strip.verify(f"```sql\n{pred}\n```", gold, {"db_path": db}, 1e18).score == 1
+    with pytest.raises(ValueError, match=r"extra_info\['sql_distinct'\]"):
+        score("spider", pred, gold, db, sql_distinct="sometimes")
+    with pytest.raises(ValueError, match="distinct"):
+        SqlVerifier(distinct="sometimes")

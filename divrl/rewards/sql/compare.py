@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 COMPARE_MODES = ("set", "multiset", "spider")
 ORDER_RULES = ("gold_text", "outer_parse")
+DISTINCT_RULES = ("keep", "strip")
 # column mappings tried at most; identical predicted columns count once, so only results
 # with many distinct columns of equal contents reach it (test-suite has no bound)
 _MAX_ASSIGNMENTS = 40320

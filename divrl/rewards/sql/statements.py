@@ -59,6 +59,24 @@ def strip_comments(sql: str) -> str:
     return "".join(out)
 
 
+_DISTINCT = re.compile(r"\bdistinct\b", re.IGNORECASE)
+
+
+def strip_distinct(sql: str) -> str:
+    """``sql`` without its DISTINCT keywords (quoted text and comments left as they are).
+
+    What test-suite's default (without ``--keep_distinct``) does to both queries:
+    ``COUNT(DISTINCT x)`` becomes ``COUNT( x)``.
+    """
+    out, pos = [], 0
+    for m in _TOKEN.finditer(sql):
+        out.append(_DISTINCT.sub("", sql[pos : m.start()]))
+        out.append(m.group(0))
+        pos = m.end()
+    out.append(_DISTINCT.sub("", sql[pos:]))
+    return "".join(out)
+
+
 def first_keyword(sql: str) -> str:
     """The first word of ``sql`` after comments, lower-cased ('' when there is none)."""
     m = re.match(r"\s*\(*\s*([A-Za-z_]+)", strip_comments(sql))
