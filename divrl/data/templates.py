@@ -32,10 +32,20 @@ R1_TEMPLATE = (
 )
 
 
-def register_template(name: str) -> Callable[[TemplateFn], TemplateFn]:
-    """Decorator registering ``fn(example, tokenizer) -> str`` as template ``name``."""
+def register_template(name: str, *, replace: bool = False) -> Callable[[TemplateFn], TemplateFn]:
+    """Decorator registering ``fn(example, tokenizer) -> str`` as template ``name``.
+
+    A name already taken is an error unless ``replace=True``: a second registration (a
+    module imported twice under two names, or a typo that shadows ``plain``) would
+    otherwise change every prompt rendered with that name without a word.
+    """
 
     def decorator(fn: TemplateFn) -> TemplateFn:
+        if name in _TEMPLATES and not replace and _TEMPLATES[name] is not fn:
+            raise ValueError(
+                f"prompt template {name!r} is already registered ({_TEMPLATES[name].__module__}"
+                f".{_TEMPLATES[name].__qualname__}): pick another name, or pass replace=True"
+            )
         _TEMPLATES[name] = fn
         return fn
 

@@ -61,3 +61,13 @@ def test_registry():
 
     assert render_prompt(PLAIN, "test_shout") == "Q:37+48="
     assert render_prompt(Example("3", "abc", "math", "1"), "test_shout") == "ABC"
+
+    def whisper(example, tokenizer=None):
+        return str(example.prompt).lower()
+
+    with pytest.raises(ValueError, match=r"'test_shout' is already registered .*replace=True"):
+        register_template("test_shout")(whisper)
+    assert render_prompt(PLAIN, "test_shout") == "Q:37+48="  # the first one is kept
+    register_template("test_shout")(shout)  # the same function again: a no-op
+    register_template("test_shout", replace=True)(whisper)
+    assert render_prompt(PLAIN, "test_shout") == "q:37+48="
