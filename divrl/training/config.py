@@ -135,9 +135,12 @@ class DataConfig:
     )
 
     def __post_init__(self) -> None:
+        from divrl.data.templates import template_names
+
         if self.limit is not None:
             _positive("data.limit", self.limit)
         _positive("data.max_prompt_length", self.max_prompt_length)
+        choice("data.template", self.template, template_names())
 
 
 @dataclass

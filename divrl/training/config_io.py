@@ -169,13 +169,41 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         raise ConfigError(f"circular 'extends' through {path}")
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
-    raw = yaml.safe_load(path.read_text()) or {}
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{path}: line {line}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); save "
+            "the file as UTF-8"
+        ) from None
+    raw = _safe_load(text, str(path)) or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be a mapping")
     parent = raw.pop("extends", None)
     if parent is not None:
+        if not isinstance(parent, str) or not parent.strip():
+            raise ConfigError(
+                f"{path}: extends: {parent!r} must be the path of another config file (a "
+                "string, relative to this file), e.g. extends: base.yaml"
+            )
         raw = _merge(_read_yaml(path.parent / parent, (*seen, path)), raw)
     return raw
+
+
+def _safe_load(text: str, where: str, fix: str = "fix the syntax there") -> Any:
+    """``yaml.safe_load``; a syntax error (or a mapping or list used as a key) becomes one
+    :class:`ConfigError` naming ``where``, the line and the column."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f": line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        parts = [getattr(exc, "context", None), getattr(exc, "problem", None)]
+        problem = " ".join(p for p in parts if p) or str(exc).splitlines()[0]
+        if "unhashable" in problem:
+            problem += " (a mapping or list used as a key)"
+        raise ConfigError(f"{where}{at}: invalid YAML: {problem}; {fix}") from None
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -187,7 +215,9 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     # section.key, or section.key.entry for a mapping (algorithm.loss_options.rho=0.5)
     if len(parts) not in (2, 3) or not all(parts):
         raise ConfigError(f"override key {key!r} must be section.key (e.g. train.total_steps)")
-    return parts, yaml.safe_load(value) if value.strip() else None
+    if not value.strip():
+        return parts, None
+    return parts, _safe_load(value, f"override {text!r}", "quote the value to pass it as text")
 
 
 def read_config_mapping(
