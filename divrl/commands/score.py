@@ -83,8 +83,15 @@ def _read_completions(path: Path) -> list[tuple[int, str, list[str]]]:
     from divrl.cli import UsageError
 
     rows = []
-    with path.open(encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
+    with path.open("rb") as f:
+        for line_no, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise UsageError(
+                    f"{path}: line {line_no}: invalid UTF-8 (byte 0x{raw[e.start]:02x} at byte "
+                    f"column {e.start + 1}); write the completions file as UTF-8"
+                ) from None
             if not line.strip():
                 continue
             try:
@@ -103,6 +110,9 @@ def _read_completions(path: Path) -> list[tuple[int, str, list[str]]]:
                     "of strings"
                 )
             rows.append((line_no, str(rid), comps))
+    if not sum(len(comps) for _, _, comps in rows):
+        what = "no rows" if not rows else "rows whose completion lists are all empty"
+        raise UsageError(f"{path}: {what}: nothing to score (is it the right file?)")
     return rows
 
 
@@ -115,7 +125,9 @@ def run(args: argparse.Namespace) -> int:
     for line_no, rid, comps in rows:
         ex = by_id.get(rid)
         if ex is None:
-            raise SystemExit(
+            from divrl.cli import UsageError
+
+            raise UsageError(
                 f"{comp_path}: line {line_no}: id {rid!r} is not in {args.data} "
                 f"(ids look like {next(iter(by_id), '<none>')!r})"
             )

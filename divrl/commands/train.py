@@ -64,8 +64,15 @@ def with_toy_defaults(config):
     if config.model.path is not None and config.data.train_path is not None:
         return config
     from divrl.toy import get_world
+    from divrl.training.config import ConfigError
 
-    world = get_world(config.model.toy_world, size=config.model.toy_size, progress=False)
+    try:
+        world = get_world(config.model.toy_world, size=config.model.toy_size, progress=False)
+    except ValueError as exc:  # a world or size the registry does not have
+        raise ConfigError(
+            f"model.toy_world={config.model.toy_world!r} / model.toy_size="
+            f"{config.model.toy_size!r}: {exc}"
+        ) from exc
     config.model.path = config.model.path or str(world.model_dir)
     config.data.train_path = config.data.train_path or str(world.splits["train"])
     if config.data.db_dir is None and world.db_dir:

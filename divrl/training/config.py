@@ -96,9 +96,10 @@ class ModelConfig:
     toy_size: Literal["full", "tiny"] = _help(
         "size of the toy world used when path is null ('tiny' builds in seconds)", "full"
     )
-    toy_world: Literal["sql", "countdown"] = _help(
-        "which toy world path null means: 'sql' (toy SQL + math, divrl.toy.world) or "
-        "'countdown' (countdown arithmetic with search traces, divrl.toy.countdown_world)",
+    toy_world: str = _help(
+        "which toy world path null means, a name in the registry divrl.toy.worlds.WORLDS "
+        "(checked when the world is built): 'sql' (toy SQL + math) or 'countdown' "
+        "(countdown arithmetic with search traces), or one registered there",
         "sql",
     )
     dtype: Literal["float32", "bfloat16", "float16"] = _help(

@@ -47,11 +47,12 @@ def test_score_command_single_completion_and_errors(tmp_path, capsys):
     assert "mean score: 0.5000" in capsys.readouterr().out
     assert [json.loads(x)["scores"] for x in out.read_text().splitlines()] == [[1.0], [0.0]]
 
-    comps.write_text(json.dumps({"id": "nope", "completion": "1"}) + "\n")
-    with pytest.raises(SystemExit, match="id 'nope' is not in"):
-        main(["score", "--data", data, "--completions", str(comps)])
     # a malformed completions file: one paragraph naming file and line, exit 2, no traceback
     for text, says in (
+        (json.dumps({"id": "nope", "completion": "1"}), "line 1: id 'nope' is not in"),
+        ('{"id": "math-0", "completion": "caf\udce9"}', "line 1: invalid UTF-8 (byte 0xe9 at byte"),
+        ("", "no rows: nothing to score"),
+        (json.dumps({"id": "math-0", "completions": []}), "rows whose completion lists are all"),
         (json.dumps({"completion": "1"}), "line 1: field 'id': missing"),
         ("not json", "line 1: invalid JSON"),
         (
@@ -59,7 +60,7 @@ def test_score_command_single_completion_and_errors(tmp_path, capsys):
             "line 1: field 'completion(s)': need a string",
         ),
     ):
-        comps.write_text(text + "\n")
+        comps.write_bytes((text + "\n").encode("utf-8", "surrogateescape"))
         capsys.readouterr()
         assert main(["score", "--data", data, "--completions", str(comps)]) == 2
         err = capsys.readouterr().err
