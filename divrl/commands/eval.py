@@ -60,6 +60,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     parser.add_argument("--no-greedy", action="store_true", help="skip the greedy response")
     parser.add_argument("--batch-size", type=int, default=16, help="prompts per generate call")
+    parser.add_argument(
+        "--engine",
+        default="hf",
+        help="rollout engine: a registered name (hf: transformers generate, the default; "
+        "vllm: needs the [vllm] extra and a GPU)",
+    )
+    parser.add_argument(
+        "--engine-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option of the engine (repeatable; YAML values), e.g. "
+        "gpu_memory_utilization=0.8 for vllm; an option the engine does not take is an error",
+    )
     parser.add_argument("--template", default="plain", help="prompt template (divrl.data)")
     parser.add_argument("--db-dir", help="SQLite databases of SQL eval sets")
     parser.add_argument("--limit", type=int, help="evaluate only the first N prompts per set")
@@ -106,8 +120,14 @@ def check_set_name(name: str) -> str:
 
 
 def default_max_new_tokens(model) -> int:
-    """:data:`DEFAULT_MAX_NEW_TOKENS`, capped by the model's context (minus prompt room)."""
-    context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    """:data:`DEFAULT_MAX_NEW_TOKENS`, capped by the model's context (minus prompt room).
+
+    ``model``: a model (its ``config.max_position_embeddings``) or the context length."""
+    context = (
+        model
+        if isinstance(model, int)
+        else getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    )
     if not isinstance(context, int):
         return DEFAULT_MAX_NEW_TOKENS
     return max(1, min(DEFAULT_MAX_NEW_TOKENS, context - PROMPT_ROOM))
@@ -143,12 +163,27 @@ def print_summary_table(summaries: dict[str, dict], title: str = "evaluation") -
     console.print(table)
 
 
-def _eval_config(args: argparse.Namespace, model):
+def engine_option_mapping(specs: list[str]) -> dict:
+    """``["KEY=VALUE", ...]`` (``--engine-option``) as a mapping; values read as YAML."""
+    import yaml
+
+    options = {}
+    for spec in specs:
+        key, sep, value = spec.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--engine-option {spec!r} must look like KEY=VALUE")
+        options[key.strip()] = yaml.safe_load(value) if value.strip() else None
+    return options
+
+
+def _eval_config(args: argparse.Namespace, context: int | None):
     from divrl.evaluation.runner import EvalConfig
 
     max_new_tokens = args.max_new_tokens
     if max_new_tokens is None:
-        max_new_tokens = DEFAULT_MAX_NEW_TOKENS if model is None else default_max_new_tokens(model)
+        max_new_tokens = (
+            DEFAULT_MAX_NEW_TOKENS if context is None else default_max_new_tokens(context)
+        )
     return EvalConfig(
         n=args.n,
         temperature=args.temperature,
@@ -163,12 +198,16 @@ def _eval_config(args: argparse.Namespace, model):
         limit=args.limit,
         n_boot=args.n_boot,
         group_by=tuple(args.group_by),
+        engine=args.engine,
+        engine_options=engine_option_mapping(args.engine_option),
     )
 
 
 def _load(args: argparse.Namespace):
-    """(model, tokenizer, model path as given), after checking that the model exists."""
-    from divrl.evaluation.runner import load_model, resolve_model_path
+    """(model or None, tokenizer, context length, model path as given, resolved path),
+    after checking that the model exists; no transformers model for an engine that loads
+    its own copy (vllm)."""
+    from divrl.evaluation.runner import load_for_engine, resolve_model_path
     from divrl.rollout.model_source import check_model_source
 
     if not args.model:
@@ -179,19 +218,20 @@ def _load(args: argparse.Namespace):
 
         model_path = str(ensure_toy_world(size=args.toy_size).model_dir)
     resolved = check_model_source(resolve_model_path(model_path))
-    print(f"[divrl eval] model: {resolved}", file=sys.stderr)
-    model, tokenizer = load_model(resolved)
-    return model, tokenizer, model_path
+    print(f"[divrl eval] model: {resolved}, engine: {args.engine}", file=sys.stderr)
+    model, tokenizer, context = load_for_engine(resolved, args.engine)
+    return model, tokenizer, context, model_path, resolved
 
 
 def run(args: argparse.Namespace) -> int:
     """Input errors propagate to divrl.cli's handler (one paragraph, exit code 2)."""
     from divrl.cli import UsageError
+    from divrl.rollout import EngineError
 
     try:
         return _run(args)
-    except ValueError as exc:  # the evaluation's input checks (names, data, settings)
-        if type(exc) is not ValueError:
+    except ValueError as exc:  # the evaluation's input checks (names, data, settings, engine)
+        if type(exc) not in (ValueError, EngineError):
             raise
         raise UsageError(str(exc)) from exc
 
@@ -208,10 +248,16 @@ def _run(args: argparse.Namespace) -> int:
         sets = _data_sets(args.data, args.toy_size)
         if not sets:
             raise ValueError("give at least one --data set")
-    model = tokenizer = model_path = None
+    model = tokenizer = model_path = engine = context = None
     if not args.reuse:
-        model, tokenizer, model_path = _load(args)
-    cfg = _eval_config(args, model)
+        from divrl.evaluation.runner import make_engine
+        from divrl.rollout import get_engine
+
+        get_engine(args.engine)  # an unknown name fails before the model loads
+        model, tokenizer, context, model_path, resolved = _load(args)
+    cfg = _eval_config(args, context)
+    if not args.reuse:  # one engine for every set (vLLM takes its GPU memory once)
+        engine = make_engine(cfg, model, tokenizer, resolved, context)
     summaries = {}
     for name, path in sets:
         print(f"[divrl eval] {name}: {path or out / name}", file=sys.stderr)
@@ -224,6 +270,7 @@ def _run(args: argparse.Namespace) -> int:
             db_dir=args.db_dir,
             model=model,
             tokenizer=tokenizer,
+            engine=engine,
             progress=not args.no_progress,
         )
     combined_path = out / "summary.json"

@@ -26,11 +26,18 @@ from typing import Any
 import torch
 
 from divrl.evaluation.equivalence import ClusterRequest, cluster_answers
+from divrl.evaluation.model_loading import (
+    engine_options_with_batch,
+    load_for_engine,
+    load_model,
+    make_engine,
+    model_context,
+    resolve_model_path,
+)
 from divrl.evaluation.stats import cluster_correctness
 from divrl.evaluation.styles import solution_style
 from divrl.fileio import atomic_write_lines, atomic_write_text
 from divrl.rewards.types import DECIDED_REASONS, is_correct
-from divrl.runs import Checkpoint, RunDir
 
 __all__ = [
     "EvalConfig",
@@ -76,6 +83,16 @@ class EvalConfig:
     score_timeout: float | None = field(
         default=None, metadata={"help": "seconds per verification (None = the verifier's)"}
     )
+    engine: str = field(
+        default="hf", metadata={"help": "rollout engine, a name in divrl.rollout.engine_names()"}
+    )
+    engine_options: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "the engine's options (checked by the engine); an engine's "
+            "batch_size defaults to batch_size"
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.n < 1:
@@ -95,6 +112,9 @@ class EvalConfig:
             raise ValueError("confidence must be in (0, 1) and n_boot >= 1")
         self.stop = tuple(self.stop)
         self.group_by = tuple(self.group_by)
+        self.engine_options = engine_options_with_batch(
+            self.engine, self.engine_options, self.batch_size
+        )
 
 
 # --------------------------------------------------------------------------- files
@@ -109,64 +129,6 @@ def write_jsonl(rows: Sequence[dict[str, Any]], path: str | Path) -> None:
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
-
-
-# --------------------------------------------------------------------------- model
-
-
-def resolve_model_path(path: str | Path) -> str:
-    """A ``from_pretrained`` directory for ``path``.
-
-    Accepts a model directory, a checkpoint (``step_N/`` holding ``model/``), or a training
-    run directory (its newest ``checkpoints/step_*/model``); anything else is passed on as
-    is (a hub name). A run or checkpoint trained with ``train.strategy=fsdp`` has a
-    ``model/`` without weights: they are exported into it once, from the sharded state.
-    """
-    p = Path(path)
-    _export_sharded_weights(p)
-    if (p / "config.json").is_file():
-        return str(p)
-    if Checkpoint.at(p).has_model():
-        return str(Checkpoint.at(p).model_dir)
-    final = RunDir(p).final_model() if p.is_dir() else None
-    if final is not None:
-        logger.info("%s is a run directory: evaluating its checkpoint %s", p, final.parent)
-        return str(final)
-    if p.exists():
-        raise FileNotFoundError(
-            f"{p} is neither a model directory (config.json), a checkpoint (model/) nor a "
-            "run directory (checkpoints/step_*/model)"
-        )
-    return str(path)
-
-
-def _export_sharded_weights(path: Path) -> None:
-    """Write the weights of a sharded (fsdp) checkpoint into its ``model/`` folder, if
-    ``path`` is such a checkpoint or a run whose newest checkpoint is one."""
-    from divrl.checkpoint.dcp import ensure_hf_weights
-
-    if not path.is_dir() or ensure_hf_weights(path):
-        return
-    latest = RunDir(path).latest()
-    if latest is not None:
-        ensure_hf_weights(latest.path)
-
-
-def load_model(path: str | Path):
-    """(model in eval mode, tokenizer) for a model directory, checkpoint or run directory.
-
-    Raises:
-        ModelSourceError: neither a local folder nor a loadable hub id (one sentence, fast).
-    """
-    from divrl.rollout.model_source import check_model_source
-
-    resolved = check_model_source(resolve_model_path(path))  # before importing transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(resolved)
-    model = AutoModelForCausalLM.from_pretrained(resolved, dtype=torch.float32)
-    model.eval()
-    return model, tokenizer
 
 
 # --------------------------------------------------------------------------- sampling
@@ -186,12 +148,12 @@ def greedy_generate(
 ) -> list[dict[str, Any]]:
     """Greedy responses (the rollout engine at temperature 0), batched with left padding.
 
-    ``engine``: a :class:`divrl.rollout.RolloutEngine` (default: an ``HFEngine`` on
+    ``engine``: a :class:`divrl.rollout.RolloutEngine` (default: the ``hf`` engine on
     ``model``). Returns one dict per prompt: ``text``, ``n_tokens``, ``truncated``.
     """
-    from divrl.rollout import HFEngine, SamplingParams
+    from divrl.rollout import SamplingParams
 
-    engine = engine or HFEngine(model, tokenizer, batch_size=batch_size)
+    engine = engine or make_engine(EvalConfig(batch_size=batch_size), model, tokenizer)
     params = SamplingParams(n=1, temperature=0.0, max_new_tokens=max_new_tokens, stop=tuple(stop))
     out: list[dict[str, Any]] = []
     bar = _bar(len(prompt_ids), desc, progress)
@@ -246,14 +208,18 @@ def generate_samples(
 ) -> list[dict[str, Any]]:
     """``n`` samples (and one greedy response) per example; one record per prompt.
 
-    ``engine``: a :class:`divrl.rollout.RolloutEngine` (default: an ``HFEngine`` on
-    ``model``); ``label`` (e.g. the eval set) starts the progress bars' names. Sampling is seeded with ``cfg.seed`` (same seed, batch size and machine ->
-    same samples).
+    ``engine``: a :class:`divrl.rollout.RolloutEngine` (default: :func:`make_engine` of
+    ``cfg``); ``label`` (e.g. the eval set) starts the progress bars' names. Sampling is
+    seeded with ``cfg.seed``: an engine whose seeds cost nothing (``batched_seeds``, e.g.
+    vLLM) gets one seed per prompt, ``derive_seed(cfg.seed, prompt index)``, and its
+    samples do not depend on batching; others sample each batch from the one seeded stream
+    (same seed, batch size and machine -> same samples).
     """
     from divrl.data import render_prompt
-    from divrl.rollout import HFEngine, SamplingParams
+    from divrl.data.sampling import derive_seed
+    from divrl.rollout import SamplingParams
 
-    engine = engine or HFEngine(model, tokenizer, batch_size=cfg.batch_size)
+    engine = engine or make_engine(cfg, model, tokenizer)
     texts = [render_prompt(ex, template=cfg.template, tokenizer=tokenizer) for ex in examples]
     prompt_ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
     params = SamplingParams(
@@ -265,14 +231,19 @@ def generate_samples(
         stop=cfg.stop,
     )
     # the engines end a response at the model's context; such samples are flagged
-    context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    context = getattr(engine, "context_length", None) or model_context(model)
+    per_prompt_seeds = getattr(engine, "batched_seeds", False)
     torch.manual_seed(cfg.seed)
     samples: list[list[dict[str, Any]]] = [[] for _ in examples]
     prefix = f"{label}: " if label else ""
     bar = _bar(len(examples), f"{prefix}sampling n={cfg.n}", progress)
     for start in range(0, len(prompt_ids), cfg.batch_size):
         chunk = prompt_ids[start : start + cfg.batch_size]
-        out = engine.generate(chunk, params)
+        if per_prompt_seeds:
+            seeds = [derive_seed(cfg.seed, start + j) for j in range(len(chunk))]
+            out = engine.generate(chunk, params, seeds)
+        else:
+            out = engine.generate(chunk, params)
         for j in range(len(out)):
             samples[start + out.prompt_index[j]].append(_sample_record(out, j, context))
         if bar is not None:
@@ -436,7 +407,9 @@ def evaluate(
 
     With ``reuse=True`` the samples already in ``out_dir/samples.jsonl`` are re-scored and
     re-summarised, and no model is loaded (``model_path`` and ``data_path`` may be None).
-    ``model``/``tokenizer`` may be passed already loaded (they win over ``model_path``).
+    ``model``/``tokenizer`` may be passed already loaded (they win over ``model_path``),
+    and ``engine`` already built (a command evaluating several sets builds it once);
+    otherwise the engine ``cfg.engine`` is built here, loading only what it needs.
     """
     from divrl.evaluation.summary import summarise
 
@@ -470,10 +443,14 @@ def evaluate(
         examples = load_examples(data_path, db_dir=db_dir, limit=cfg.limit)
         if not examples:
             raise ValueError(f"no examples in {data_path}")
-        if model is None:
+        context_length = None
+        if model is None and engine is None:
             if model_path is None:
                 raise ValueError("evaluate: model_path is required unless reuse=True")
-            model, tokenizer = load_model(model_path)
+            model, tokenizer, context_length = load_for_engine(model_path, cfg.engine)
+        if engine is None:
+            path = None if model_path is None else resolve_model_path(model_path)
+            engine = make_engine(cfg, model, tokenizer, path, context_length)
         t0 = time.perf_counter()
         records = generate_samples(
             model, tokenizer, examples, cfg, engine=engine, progress=progress, label=out.name

@@ -64,7 +64,21 @@ class RolloutOutput:
 
 
 class RolloutEngine(abc.ABC):
-    """Samples responses for tokenised prompts. Implementations: ``hf``, ``vllm``."""
+    """Samples responses for tokenised prompts. Implementations: ``hf``, ``vllm`` and any
+    registered engine (:mod:`divrl.rollout.registry`).
+
+    ``batched_seeds``: True when ``generate(..., seeds=...)`` costs no more than without
+    seeds (vLLM: one seed per request); evaluation then seeds every prompt on its own, so
+    its samples do not depend on batching. ``hf`` draws seeded prompts one call each, so
+    evaluation batches it under one seed instead.
+    """
+
+    batched_seeds: bool = False
+
+    @property
+    def context_length(self) -> int | None:
+        """Prompt + response tokens the engine can hold (a response ends there), if known."""
+        return None
 
     @abc.abstractmethod
     def generate(

@@ -13,7 +13,7 @@ import torch
 from divrl.rollout.base import RolloutEngine, RolloutOutput, SamplingParams, pad_token_id
 from divrl.rollout.registry import EngineContext, register_engine
 
-__all__ = ["HFEngine", "HFOptions", "response_length"]
+__all__ = ["HFEngine", "HFOptions", "cut_at_stop", "response_length"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +43,20 @@ def response_length(
                 lo = mid + 1
         end, ended = lo, True
     return end, ended
+
+
+def cut_at_stop(text: str, stop: Sequence[str]) -> str:
+    """``text`` up to the end of its first stop string (all of it when it has none).
+
+    The response's last token may run past the stop string (a token ``"x;y"`` for the stop
+    ``";"``): its id stays in the response, its text after the stop string goes, as vLLM's
+    ``include_stop_str_in_output`` cuts it.
+    """
+    hits = [(text.find(s), s) for s in stop if s in text]
+    if not hits:
+        return text
+    at, first = min(hits)
+    return text[: at + len(first)]
 
 
 class HFEngine(RolloutEngine):
@@ -215,7 +229,7 @@ class HFEngine(RolloutEngine):
             out.prompt_ids.append(list(prompt_ids[row // params.n]))
             out.response_ids.append(tokens)
             out.log_probs.append(log_probs[row, :length].tolist())
-            out.texts.append(self._decode(tokens))
+            out.texts.append(cut_at_stop(self._decode(tokens), params.stop))
             out.truncated.append(not ended)
         if capped:
             self._report_capped(capped, len(out), params.max_new_tokens)

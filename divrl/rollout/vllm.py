@@ -117,6 +117,7 @@ class VLLMEngine(RolloutEngine):
             ) from exc
         check_vllm_version(getattr(vllm, "__version__", "0"), allow_untested=allow_untested_version)
         rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        self._context_length = max_model_len
         extra = {} if max_num_seqs is None else {"max_num_seqs": max_num_seqs}
         self.llm = vllm.LLM(
             model=model_path,
@@ -133,6 +134,12 @@ class VLLMEngine(RolloutEngine):
             logprobs_mode="processed_logprobs",
             **extra,
         )
+
+    batched_seeds = True  # a seed per request, in one generate call
+
+    @property
+    def context_length(self) -> int | None:
+        return self._context_length
 
     def generate(
         self,
@@ -195,11 +202,14 @@ class VLLMEngine(RolloutEngine):
 
 @dataclass(frozen=True)
 class VLLMOptions:
-    """Options of the ``vllm`` engine (see :class:`VLLMEngine`)."""
+    """Options of the ``vllm`` engine (see :class:`VLLMEngine`); ``dtype`` (vLLM's name,
+    e.g. ``"bfloat16"`` or ``"auto"``) overrides the command's (training: the compute dtype,
+    ``train.param_dtype`` or ``model.dtype``; eval: ``"auto"``, the checkpoint's)."""
 
     gpu_memory_utilization: float = 0.3
     enforce_eager: bool = False
     max_num_seqs: int | None = None
+    dtype: str | None = None
     allow_untested_version: bool = False
 
     def __post_init__(self) -> None:
@@ -221,7 +231,7 @@ def build_vllm(context: EngineContext, options: VLLMOptions) -> VLLMEngine:
     return VLLMEngine(
         context.model_path,
         gpu_memory_utilization=options.gpu_memory_utilization,
-        dtype=context.dtype,
+        dtype=options.dtype or context.dtype,
         seed=context.seed,
         max_model_len=context.max_model_len,
         trust_remote_code=context.trust_remote_code,
