@@ -86,25 +86,23 @@ class AuthorsLayout:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.references < 0:
             raise ValueError(f"references must be >= 0, got {self.references}")
-        if (self.rollouts + self.references) % self.gpus:
-            raise ValueError(
-                f"rollouts + references = {self.rollouts + self.references} must be divisible "
-                f"by the authors' GPU count {self.gpus} (their trainer splits the rows evenly)"
-            )
-        if self.rollouts % (self.mini_batches * self.gpus):
-            raise ValueError(
-                f"rollouts = {self.rollouts} must be divisible by mini-batches x GPUs "
-                f"({self.mini_batches} x {self.gpus})"
-            )
+
+    @property
+    def even(self) -> bool:
+        """Whether the authors' trainer could split these sizes (it refuses uneven ones):
+        rows divisible by the GPUs, rollouts by mini-batches x GPUs. Uneven sizes are cut
+        here as ``torch.chunk`` cuts (chunks of the rounded-up size, the last shorter)."""
+        total = self.rollouts + self.references
+        return total % self.gpus == 0 and self.rollouts % (self.mini_batches * self.gpus) == 0
 
     @property
     def rows_per_gpu(self) -> int:
-        return (self.rollouts + self.references) // self.gpus
+        return -(-(self.rollouts + self.references) // self.gpus)
 
     @property
     def mini_batch_rows(self) -> int:
         """Rows per mini-batch on each GPU."""
-        return self.rollouts // (self.mini_batches * self.gpus)
+        return -(-self.rollouts // (self.mini_batches * self.gpus))
 
 
 def references_under_policy_loss(layout: AuthorsLayout) -> int:
@@ -120,12 +118,14 @@ def references_under_policy_loss(layout: AuthorsLayout) -> int:
     mini-batch is counted (an upper bound when some micro-batch holds no rollout).
     """
     per_gpu, m = layout.rows_per_gpu, layout.mini_batch_rows
-    offset = layout.rollouts % per_gpu  # the first reference row's place in its GPU's chunk
+    gpu_start = (layout.rollouts // per_gpu) * per_gpu
+    chunk = min(per_gpu, layout.rollouts + layout.references - gpu_start)
+    offset = layout.rollouts - gpu_start  # the first reference row's place in its chunk
     rollouts_here = offset % m  # rollouts in the mixed mini-batch
     if layout.references == 0 or rollouts_here == 0:
         return 0
     start = offset - rollouts_here
-    references_here = min(m, per_gpu - start) - rollouts_here
+    references_here = min(m, chunk - start) - rollouts_here
     if layout.dynamic:
         return references_here
     tail = rollouts_here % layout.micro_batch_size

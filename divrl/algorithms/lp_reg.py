@@ -217,12 +217,14 @@ def lp_reg_loss(
     3. Selected tokens with ``lp < log proxy`` are *regularised* (this drops filtered tokens,
        and off-policy also tokens already above their proxy probability). Their clipped term
        is replaced by ``-A * r + beta * clamp(exp(D) - D - 1, -10, 10)``, ``D = proxy - lp``
-       (the k3 estimator of KL(proxy || pi) on the sampled token only).
+       (the k3 estimator, on the sampled token only, of KL(pi || proxy): for tokens drawn
+       from pi, ``E[exp(D) - D - 1] = KL(pi || proxy)`` when the proxy covers pi's support,
+       i.e. the reverse of the paper's direction).
     4. Every other token keeps the clipped surrogate with range ``[1 - clip_low,
        1 + clip_high]`` (defaults: lower clip off, upper bound 10).
 
-    Paper vs code: the paper's equation uses the full-vocabulary ``KL(proxy || pi_theta)``;
-    ``full_vocab=True`` does that, taking ``proxy_rows`` (from :func:`proxy_log_prob_rows`)
+    Paper vs code: the paper's equation uses the full-vocabulary ``KL(proxy || pi_theta)``
+    (the direction the sampled k3 term does not estimate); ``full_vocab=True`` does that, taking ``proxy_rows`` (from :func:`proxy_log_prob_rows`)
     and ``policy_rows`` (log pi_theta rows, carrying the gradient), both ``[batch, len,
     vocab]``, with the same selection.
 

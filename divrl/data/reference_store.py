@@ -122,6 +122,7 @@ SAMPLING_SETTINGS = {
     "k": "reference.k",
     "temperature": "reference.temperature",
     "top_p": "reference.top_p",
+    "response_top_p": "reference.response_top_p",
     "max_new_tokens": "rollout.max_new_tokens",
     "stop": "rollout.stop",
 }
@@ -181,8 +182,11 @@ class StoreExpectation:
             )
         if self.prompts is not None and stored.get("prompts") is not None:
             found += _prompt_mismatches(store, self.prompts, self.fingerprint()["prompts"])
+        sampled = manifest.get("sampling") or {}
         for key, value in (self.sampling or {}).items():
-            before = (manifest.get("sampling") or {}).get(key)
+            before = sampled.get(key)
+            if key == "response_top_p" and before is None:
+                before = sampled.get("top_p")  # stores that drew every response at top_p
             if before is not None and _normal(before) != _normal(value):
                 name = SAMPLING_SETTINGS.get(key, key)
                 found.append(f"{name}: presampled with {before!r}, this run has {value!r}")

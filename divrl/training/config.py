@@ -307,6 +307,12 @@ class AlgorithmConfig:
         "DAPO: drop groups whose rewards are all equal and refill the batch", False
     )
     max_refill_rounds: int = _help("DAPO: extra generation rounds to refill the batch", 4)
+    gen_batch_factor: int = _help(
+        "DAPO: prompts generated per round = this x train.prompts_per_step (verl's "
+        "data.gen_batch_size; the entropy recipe's KL-Cov/Clip-Cov scripts: 3); kept groups "
+        "beyond the step's prompts are dropped. Needs dynamic_sampling",
+        1,
+    )
     overlong_buffer: int = _help(
         "DAPO overlong shaping: length of the penalty buffer before max_new_tokens (0 = off)", 0
     )
@@ -332,6 +338,12 @@ class AlgorithmConfig:
                 f"algorithm.policy_loss={self.policy_loss!r} (not lp_reg): remove it"
             )
         _positive("algorithm.max_refill_rounds", self.max_refill_rounds, allow_zero=True)
+        _positive("algorithm.gen_batch_factor", self.gen_batch_factor)
+        if self.gen_batch_factor > 1 and not self.dynamic_sampling:
+            raise ConfigError(
+                f"algorithm.gen_batch_factor={self.gen_batch_factor} needs "
+                "algorithm.dynamic_sampling=true (without it every generated group is kept)"
+            )
         _positive("algorithm.authors_gpus", self.authors_gpus)
         _positive("algorithm.authors_micro_batch_size", self.authors_micro_batch_size)
         _positive("algorithm.overlong_buffer", self.overlong_buffer, allow_zero=True)
@@ -369,6 +381,12 @@ class ReferenceConfig:
     )
     temperature: float = _help("presample: sampling temperature", 1.0)
     top_p: float = _help("presample: nucleus threshold", 0.95)
+    response_top_p: float | None = _help(
+        "presample: nucleus threshold of the one extra response per near-perfect prompt "
+        "that becomes its reference sample (null = reference.top_p; the DPH-RL authors drew "
+        "it with the rollout's 0.9)",
+        None,
+    )
     per_step: int = _help("reference samples trained on per step (all processes together)", 0)
     batch_size: int = _help("presample: prompts per generation call", 16)
     failed_to_exploration: bool = _help(
@@ -396,8 +414,15 @@ class ReferenceConfig:
         _positive("reference.temperature", self.temperature)
         if not 0.0 < self.top_p <= 1.0:
             raise ConfigError(f"reference.top_p={self.top_p} must be in (0, 1]")
+        if self.response_top_p is not None and not 0.0 < self.response_top_p <= 1.0:
+            raise ConfigError(f"reference.response_top_p={self.response_top_p} must be in (0, 1]")
         _positive("reference.per_step", self.per_step, allow_zero=True)
         _positive("reference.batch_size", self.batch_size)
+
+    @property
+    def reference_response_top_p(self) -> float:
+        """The top_p the reference responses are drawn with."""
+        return self.top_p if self.response_top_p is None else self.response_top_p
 
 
 @dataclass
@@ -535,15 +560,6 @@ class Config:
                 "algorithm.divergence_weighting=concat is one token-mean over both streams: "
                 "it needs algorithm.loss_agg=token-mean"
             )
-        if self.uses_reference_samples and algo.divergence_weighting == "authors":
-            try:
-                self.authors_layout  # noqa: B018 (validates the layout)
-            except ValueError as exc:
-                raise ConfigError(
-                    f"algorithm.divergence_weighting=authors: {exc} (train.prompts_per_step x "
-                    "rollout.n rollouts, reference.per_step, algorithm.authors_gpus); set "
-                    "sizes that fit or use divergence_weighting=paper"
-                ) from exc
         if algo.dynamic_sampling and self.rollout.n < 2:
             raise ConfigError("algorithm.dynamic_sampling needs rollout.n >= 2")
         if algo.overlong_buffer >= self.rollout.max_new_tokens:

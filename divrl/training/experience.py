@@ -170,11 +170,19 @@ class ExperienceMaker:
             collective.rank,
         )  # fmt: skip
 
+    @property
+    def round_positions(self) -> list[int]:
+        """This process's positions in one generation round's global draw: its share of
+        each of the round's ``algorithm.gen_batch_factor`` blocks of prompts_per_step."""
+        size = self.config.train.prompts_per_step
+        factor = self.config.algorithm.gen_batch_factor
+        return [block * size + q for block in range(factor) for q in self.positions]
+
     def _generate(self, step: int, round_: int, mine: list[int]) -> RolloutOutput:
         cfg, coll = self.config, self.collective
         prompt_ids = [self.prompts[i].prompt_ids for i in mine]
         if cfg.rollout.seeded:
-            seeds = [derive_seed(cfg.train.seed, step, round_, q) for q in self.positions]
+            seeds = [derive_seed(cfg.train.seed, step, round_, q) for q in self.round_positions]
             return self.engine.generate(prompt_ids, self.params, seeds)
         # batched: one seed per (step, round, process), independent of the global RNG
         device = coll.device
@@ -211,10 +219,10 @@ class ExperienceMaker:
         n, per_rank = cfg.rollout.n, cfg.train.prompts_per_step // self.collective.world
         rows, means, reasons = _Rows(), {}, Counter()
         counts: dict[str, float] = {"dapo/dropped_groups": 0.0} if algo.dynamic_sampling else {}
-        round_ = 0
+        round_, positions = 0, self.round_positions
         while True:
-            global_idx = self.sampler.take(cfg.train.prompts_per_step)
-            mine = [global_idx[q] for q in self.positions]
+            global_idx = self.sampler.take(cfg.train.prompts_per_step * algo.gen_batch_factor)
+            mine = [global_idx[q] for q in positions]
             out = self._generate(step, round_, mine)
             scores, failures = score_requests(
                 self.reward_fn, rollout_requests(self.prompts, mine, out)
@@ -228,7 +236,7 @@ class ExperienceMaker:
                 if not informative:
                     counts["dapo/dropped_groups"] += 1
                 elif len(rows) // n < per_rank:
-                    gid = round_ * 10**9 + self.positions[p]
+                    gid = round_ * 10**9 + positions[p]
                     rows.add_group(out, range(p * n, (p + 1) * n), rewards, scores, gid)
             round_ += 1
             if not algo.dynamic_sampling:

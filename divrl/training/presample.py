@@ -5,7 +5,8 @@ the divergences that use it: docs/algorithms.md).
    (T = 1.0, top_p = 0.95, k = 8 by default) and score them.
 2. A prompt with at least ``reference.threshold`` (default k) correct is near-perfect
    (D_pef); every other prompt, all-wrong ones included, is an exploration prompt (D_exp).
-3. For each near-perfect prompt draw one more response and keep it if correct (the
+3. For each near-perfect prompt draw one more response (at ``reference.response_top_p``,
+   null = ``top_p``; the authors drew it with the rollout's 0.9) and keep it if correct (the
    authors' code; ``failed_to_exploration=True`` moves a prompt whose extra response
    fails to D_exp, as the paper describes). The kept responses' tokens and per-token
    log-probs under the initial policy (a teacher-forced forward at the training
@@ -210,6 +211,7 @@ def store_expectation(config: Config, model_path: str, prompts) -> StoreExpectat
             "k": ref.k,
             "temperature": ref.temperature,
             "top_p": ref.top_p,
+            "response_top_p": ref.reference_response_top_p,
             "max_new_tokens": config.rollout.max_new_tokens,
             "stop": list(config.rollout.stop),
         },
@@ -367,7 +369,9 @@ def presample(
     near = [i for i, c in enumerate(n_correct) if c >= expect.threshold]
 
     # One more response per near-perfect prompt, kept only if correct.
-    extra_params = SamplingParams(**{**params.__dict__, "n": 1})
+    extra_params = SamplingParams(
+        **{**params.__dict__, "n": 1, "top_p": ref.reference_response_top_p}
+    )
     near_prompts = [prompts[i] for i in near]
     desc = "presample: 1 reference response per near-perfect prompt"
     extra = _generate(

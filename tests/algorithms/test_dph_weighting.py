@@ -70,17 +70,20 @@ def test_misrouted_reference_samples_by_hand():
     assert references_under_policy_loss(AuthorsLayout(8, 8, 1, gpus=2, dynamic=True)) == 0
 
 
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        ((2048, 250, 2), "divisible by the authors' GPU count 8"),
-        ((2040, 8, 2), "divisible by mini-batches x GPUs"),
-        ((0, 8, 1), "rollouts must be >= 1"),
-    ],
-)
-def test_invalid_layouts(args, message):
-    with pytest.raises(ValueError, match=message):
-        AuthorsLayout(*args)
+def test_uneven_layouts_are_cut_as_torch_chunk():
+    # 10 rollouts + 3 reference rows on 2 GPUs: chunks of 7 and 6 (their trainer would
+    # refuse the sizes); mini-batches of 5: GPU 1 holds rollouts 7-9 and 3 reference rows
+    layout = AuthorsLayout(10, 3, 1, gpus=2, dynamic=True)
+    assert not layout.even and (layout.rows_per_gpu, layout.mini_batch_rows) == (7, 5)
+    assert references_under_policy_loss(layout) == 2  # [r r r f f], [f]
+    assert FORWARD_KL.even and JS.even
+
+
+def test_invalid_layouts():
+    with pytest.raises(ValueError, match="rollouts must be >= 1"):
+        AuthorsLayout(0, 8, 1)
+    with pytest.raises(ValueError, match="references must be >= 0"):
+        AuthorsLayout(8, -1, 1)
 
 
 def test_authors_needs_a_layout():

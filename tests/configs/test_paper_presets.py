@@ -49,6 +49,7 @@ DPH_REFERENCE = {
     "reference.k": 8,
     "reference.threshold": 8,
     "reference.top_p": 0.95,
+    "reference.response_top_p": 0.9,
     "algorithm.kl_coef": 0.0,
     "algorithm.clip_high": 0.28,
     "algorithm.divergence_weighting": "authors",
@@ -81,6 +82,14 @@ LP_REG = {
     "algorithm.loss_options.clip_high": 9.0,
     "algorithm.loss_options.min_k": 2,
     "algorithm.lp_reg_scope": "micro_batch",
+}
+
+# the entropy recipe's dynamic sampling (7b_kl_cov.sh, 7b_clip_cov.sh)
+ENTROPY_RECIPE = {
+    "algorithm.dynamic_sampling": True,
+    "algorithm.max_refill_rounds": 9,
+    "algorithm.gen_batch_factor": 3,
+    "checkpoint.save_every": 32,
 }
 
 EXPECTED = {
@@ -142,6 +151,7 @@ EXPECTED = {
     "lp_reg_offpolicy.yaml": {**MATH_COMMON, **LP_REG, "train.mini_batch_size": 32},
     "kl_cov.yaml": {
         **MATH_COMMON,
+        **ENTROPY_RECIPE,
         "algorithm.policy_loss": "kl_cov",
         "algorithm.loss_options": {
             "kl_cov_ratio": 0.002,
@@ -153,6 +163,7 @@ EXPECTED = {
     },
     "clip_cov.yaml": {
         **MATH_COMMON,
+        **ENTROPY_RECIPE,
         "algorithm.policy_loss": "clip_cov",
         "algorithm.clip_low": 1.0,
         "algorithm.clip_high": 1.0,

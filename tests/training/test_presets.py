@@ -52,8 +52,7 @@ def test_preset_runs(name, tiny_world, reference_store, tmp_path):
                 "reference.per_step": 4,
                 "reference.k": 4,  # as the store was presampled
                 "reference.threshold": 4,
-                # the authors' 8-GPU layout cannot split the tiny step's rows evenly
-                "algorithm.authors_gpus": 1,
+                "reference.response_top_p": None,  # as the store was presampled
             }
         )
     cfg = load_config(TOY / f"{name}.yaml", tiny_overrides(tiny_world, tmp_path, **extra))
