@@ -5,9 +5,9 @@ shipped base model (seconds; a model for other settings is trained: minutes), an
 where they are. ``--measure`` also samples the model and prints the measured properties
 (Pass@k, the share of near-perfect train prompts, distinct solution styles: minutes on a
 CPU; stored, so a second call prints them at once). ``divrl toy measure`` (re-)measures
-with other sampling settings. ``--world countdown`` does the same for the countdown world
-(search traces; :mod:`divrl.toy.countdown_world`); its documented numbers use
-``--samples 32``.
+with other sampling settings. ``--world`` picks any world of the registry
+(:mod:`divrl.toy.worlds`): ``countdown`` (search traces; its documented numbers use
+``--samples 32``) or one registered there.
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ import os
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from divrl.toy.worlds import DEFAULT_WORLD, WORLDS
+
+    worlds = "; ".join(f"{name!r}: {kind.help}" for name, kind in WORLDS.items())
     sub = parser.add_subparsers(dest="toy_command", metavar="ACTION", required=True)
     for name, help_text in (
         ("build", "build the toy world (cached; --measure also samples its base model)"),
@@ -27,13 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             name, help=help_text, description=help_text, formatter_class=parser.formatter_class
         )
         p.add_argument("--cache-dir", help="default: $DIVRL_CACHE_DIR/toy or ~/.cache/divrl/toy")
-        p.add_argument(
-            "--world",
-            choices=("sql", "countdown"),
-            default="sql",
-            help="'sql': toy SQL + math (divrl.toy.world); 'countdown': countdown arithmetic "
-            "with search traces (divrl.toy.countdown_world)",
-        )
+        p.add_argument("--world", choices=sorted(WORLDS), default=DEFAULT_WORLD, help=worlds)
         p.add_argument("--seed", type=int, default=0, help="generator and training seed")
         p.add_argument(
             "--size", default="full", help="'full' (minutes) or 'tiny' (seconds, for tests)"
@@ -48,9 +45,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 action="store_true",
                 help="also sample the base model and print its measured properties (minutes "
                 "on a CPU the first time; stored in the world)",
-            )
-            p.add_argument(
-                "--no-measure", action="store_true", help="(the default now; kept for scripts)"
             )
             p.add_argument(
                 "--ship",
@@ -70,38 +64,21 @@ def run(args: argparse.Namespace) -> int:
     # idle OpenMP threads must not spin: on a shared CPU spinning makes 2 threads slower
     # than 1 (only effective when torch is not imported yet)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from divrl.toy import SIZES, ensure_toy_world
-    from divrl.toy.measure import (
-        MeasureConfig,
-        format_measurements,
-        load_measurements,
-        measure_base_model,
-    )
+    from divrl.toy.measure import load_measurements
+    from divrl.toy.worlds import format_measurements, get_world, measure_world, ship_world
 
-    world_name = getattr(args, "world", "sql")
-    if world_name == "countdown":
-        from divrl.toy.countdown_world import SIZES as CD_SIZES
-        from divrl.toy.countdown_world import ensure_countdown_world
-
-        if args.size not in CD_SIZES:
-            raise SystemExit(f"divrl toy: unknown --size {args.size!r} for countdown")
-        world = ensure_countdown_world(
+    name = args.world
+    try:
+        world = get_world(
+            name,
             args.cache_dir,
             size=args.size,
             seed=args.seed,
             progress=not args.quiet,
             use_shipped=not getattr(args, "retrain", False),
         )
-    elif args.size not in SIZES:
-        raise SystemExit(f"divrl toy: unknown --size {args.size!r}; choose from {sorted(SIZES)}")
-    else:
-        world = ensure_toy_world(
-            args.cache_dir,
-            seed=args.seed,
-            size=args.size,
-            progress=not args.quiet,
-            use_shipped=not getattr(args, "retrain", False),
-        )
+    except ValueError as exc:  # e.g. a size this world does not have
+        raise SystemExit(f"divrl toy --world {name}: {exc}") from None
     man = world.manifest
     print(f"toy world: {world.root}")
     print(
@@ -112,45 +89,25 @@ def run(args: argparse.Namespace) -> int:
     for split, path in world.splits.items():
         print(f"  {split:<13} {path} ({man['splits'][split]} prompts)")
     if getattr(args, "ship", False):
-        if world_name == "countdown":
-            from divrl.toy.countdown_world import ship_model
-        else:
-            from divrl.toy.world import ship_model
-
-        print(f"  shipped the model to {ship_model(world)}")
-    if args.toy_command == "build" and (args.no_measure or not args.measure):
-        stored = None if args.no_measure or world_name == "countdown" else load_measurements(world)
-        if stored is not None:
-            print()
-            print(json.dumps(stored, indent=2) if args.json else format_measurements(stored))
-        elif not args.no_measure:
+        print(f"  shipped the model to {ship_world(name, world)}")
+    build = args.toy_command == "build"
+    if build and not args.measure:
+        stored = load_measurements(world)
+        if stored is None:
             print("  (not measured: `divrl toy build --measure` samples the model, minutes)")
+        else:
+            print()
+            print(json.dumps(stored, indent=2) if args.json else format_measurements(name, stored))
         return 0
-    if world_name == "countdown":
-        return _measure_countdown(args, world)
-    cfg = MeasureConfig(n_samples=args.samples, max_prompts=args.max_prompts)
-    stored = load_measurements(world) if args.toy_command == "build" else None
-    if stored is None or stored.get("config") != cfg.__dict__:
-        stored = measure_base_model(world, cfg, progress=not args.quiet)
-    print()
-    print(json.dumps(stored, indent=2) if args.json else format_measurements(stored))
-    return 0
-
-
-def _measure_countdown(args: argparse.Namespace, world) -> int:
-    """Measure (or read the stored measurements of) a countdown world's base model."""
-    from divrl.toy.countdown_measure import (
-        CountdownMeasureConfig,
-        format_countdown_measurements,
-        measure_countdown_model,
+    # build --measure: the stored measurements unless taken with other settings
+    stored, text = measure_world(
+        name,
+        world,
+        n_samples=args.samples,
+        max_prompts=args.max_prompts,
+        progress=not args.quiet,
+        reuse=build,
     )
-    from divrl.toy.measure import load_measurements
-
-    cfg = CountdownMeasureConfig(n_samples=args.samples, max_prompts=args.max_prompts)
-    stored = load_measurements(world) if args.toy_command == "build" else None
-    wanted = {**cfg.__dict__, "splits": list(cfg.splits)}
-    if stored is None or stored.get("config") != wanted:
-        stored = measure_countdown_model(world, cfg, progress=not args.quiet)
     print()
-    print(json.dumps(stored, indent=2) if args.json else format_countdown_measurements(stored))
+    print(json.dumps(stored, indent=2) if args.json else text)
     return 0

@@ -138,3 +138,17 @@ def format_countdown_measurements(m: dict[str, Any]) -> str:
             f"{s['distinct_styles']:>7.2f}"
         )
     return "\n".join(lines)
+
+
+def measure_world(
+    world: ToyWorld, *, n_samples: int, max_prompts: int, progress: bool, reuse: bool
+) -> dict[str, Any]:
+    """The countdown world's measurements for ``divrl toy``: the stored ones when ``reuse``
+    and they were taken with these settings, else measured (and stored) now."""
+    from divrl.toy.measure import load_measurements
+
+    cfg = CountdownMeasureConfig(n_samples=n_samples, max_prompts=max_prompts)
+    stored = load_measurements(world) if reuse else None
+    if stored is None or stored.get("config") != {**cfg.__dict__, "splits": list(cfg.splits)}:
+        stored = measure_countdown_model(world, cfg, progress=progress)
+    return stored

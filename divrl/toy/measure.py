@@ -202,3 +202,15 @@ def format_measurements(m: dict[str, Any]) -> str:
     for name, value, want, ok in check_targets(m):
         lines.append(f"{'OK  ' if ok else 'MISS'} {name:<24} {value:7.3f}  (want {want})")
     return "\n".join(lines)
+
+
+def measure_world(
+    world: ToyWorld, *, n_samples: int, max_prompts: int, progress: bool, reuse: bool
+) -> dict[str, Any]:
+    """The SQL world's measurements for ``divrl toy``: the stored ones when ``reuse`` and
+    they were taken with these settings, else measured (and stored) now."""
+    cfg = MeasureConfig(n_samples=n_samples, max_prompts=max_prompts)
+    stored = load_measurements(world) if reuse else None
+    if stored is None or stored.get("config") != cfg.__dict__:
+        stored = measure_base_model(world, cfg, progress=progress)
+    return stored

@@ -9,23 +9,32 @@ Each kind also names its toy presets' folder (``presets``, relative to ``configs
 demo and the reproduction train a world's methods from ``configs/<presets>/<method>.yaml``,
 so response lengths and thresholds fit that world.
 
-A world kind registers two functions by dotted path, imported only when used (so a kind's
-dependencies never load for another):
+A world kind names its functions by dotted path (``"module:function"``, imported only when
+used, so a kind's dependencies never load for another) or passes them directly:
 
 - ``build(cache_dir, *, seed, size, progress, use_shipped) -> World``: find the world in the
   cache or build it (raises ``ValueError`` for an unknown size);
-- ``load(root) -> World``: open an already built world directory.
+- ``load(root) -> World``: open an already built world directory;
+- ``measure(world, *, n_samples, max_prompts, progress, reuse) -> dict`` and
+  ``format(measurements) -> str``: ``divrl toy build --measure`` / ``divrl toy measure``;
+- ``ship(world) -> Path`` (optional): ``divrl toy build --ship``.
 
-Adding a kind is one line in :data:`WORLDS`.
+Every command that chooses a world (``divrl toy``, ``divrl train`` with ``model.toy_world``,
+``divrl demo``, the reproduction) looks it up here: a kind added with
+:func:`register_world` is available to all of them.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+
+#: a function, or where it lives: ``"module:function"`` (imported on first use)
+Target = str | Callable[..., Any]
 
 __all__ = [
     "DEFAULT_WORLD",
@@ -33,8 +42,12 @@ __all__ = [
     "World",
     "WorldKind",
     "eval_splits",
+    "format_measurements",
     "get_world",
     "load_world",
+    "measure_world",
+    "register_world",
+    "ship_world",
     "world_presets",
 ]
 
@@ -52,13 +65,16 @@ class World(Protocol):
 
 @dataclass(frozen=True)
 class WorldKind:
-    """Where a world kind's builder and loader live (``"module:function"``)."""
+    """A world kind's functions (see the module's docstring for their signatures)."""
 
-    build: str
-    load: str
+    build: Target
+    load: Target
     help: str = ""
     #: the world's toy presets, relative to ``configs/`` (``toy/<method>.yaml`` for sql)
     presets: str = "toy"
+    measure: Target = "divrl.toy.measure:measure_world"
+    format: Target = "divrl.toy.measure:format_measurements"
+    ship: Target | None = None
 
 
 #: world name -> its kind; the first is the default
@@ -67,6 +83,7 @@ WORLDS: dict[str, WorldKind] = {
         "divrl.toy.world:ensure_toy_world",
         "divrl.toy.world:ToyWorld.load",
         "toy SQL in domain, held-out databases cross domain, toy math out of domain",
+        ship="divrl.toy.world:ship_model",
     ),
     "countdown": WorldKind(
         "divrl.toy.countdown_world:ensure_countdown_world",
@@ -74,12 +91,25 @@ WORLDS: dict[str, WorldKind] = {
         "countdown arithmetic with search traces in domain, larger targets cross domain, "
         "toy math out of domain",
         presets="toy/countdown",
+        measure="divrl.toy.countdown_measure:measure_world",
+        format="divrl.toy.countdown_measure:format_countdown_measurements",
+        ship="divrl.toy.countdown_world:ship_model",
     ),
 }
 DEFAULT_WORLD = "sql"
 
 
-def _resolve(target: str) -> Any:
+def register_world(name: str, kind: WorldKind, *, replace: bool = False) -> None:
+    """Add world ``name`` (``replace=True`` to swap an existing one: a silent overwrite
+    would change what every command builds under that name)."""
+    if name in WORLDS and not replace and WORLDS[name] != kind:
+        raise ValueError(f"world {name!r} is already registered: pick another name")
+    WORLDS[name] = kind
+
+
+def _resolve(target: Target) -> Any:
+    if callable(target):
+        return target
     module, _, attr = target.partition(":")
     obj: Any = importlib.import_module(module)
     for part in attr.split("."):
@@ -116,6 +146,31 @@ def load_world(root: str | Path, name: str | None = None) -> World:
         recorded = json.loads(manifest.read_text()).get("world") if manifest.is_file() else None
         name = recorded or DEFAULT_WORLD
     return _resolve(_kind(name).load)(root)
+
+
+def measure_world(
+    name: str, world: World, *, n_samples: int, max_prompts: int, progress: bool, reuse: bool
+) -> tuple[dict[str, Any], str]:
+    """World ``name``'s base-model measurements and their text (stored ones when ``reuse``
+    and they were taken with these settings)."""
+    kind = _kind(name)
+    measured = _resolve(kind.measure)(
+        world, n_samples=n_samples, max_prompts=max_prompts, progress=progress, reuse=reuse
+    )
+    return measured, format_measurements(name, measured)
+
+
+def format_measurements(name: str, measured: dict[str, Any]) -> str:
+    """World ``name``'s measurements as text."""
+    return _resolve(_kind(name).format)(measured)
+
+
+def ship_world(name: str, world: World) -> Path:
+    """Copy ``world``'s base model where later builds of kind ``name`` find it."""
+    ship = _kind(name).ship
+    if ship is None:
+        raise ValueError(f"world {name!r} has no shipped model (its kind sets no ship)")
+    return _resolve(ship)(world)
 
 
 def world_presets(name: str) -> str:

@@ -233,7 +233,7 @@ def test_lp_reg_preset_trains_on_the_tiny_countdown_world(tiny, tmp_path, monkey
 def test_divrl_toy_build_world_countdown(tiny, capsys):
     from divrl.cli import main
 
-    args = ["toy", "build", "--world", "countdown", "--size", "tiny", "--no-measure"]
+    args = ["toy", "build", "--world", "countdown", "--size", "tiny"]
     assert main([*args, "--quiet", "--cache-dir", str(tiny.root.parent)]) == 0
     out = capsys.readouterr().out
     assert str(tiny.root) in out and "cross_domain" in out

@@ -83,9 +83,11 @@ def test_measure_reports_every_split(tiny):
 def test_divrl_toy_build_prints_world_and_measurements(tiny, capsys):
     world, cache, _ = tiny
     argv = ["toy", "build", "--size", "tiny", "--cache-dir", str(cache), "--quiet"]
-    assert main([*argv, "--no-measure"]) == 0  # cached: no rebuild, no sampling
+    (world.root / "measurements.json").unlink(missing_ok=True)
+    assert main(argv) == 0  # cached: no rebuild, no sampling
     out = capsys.readouterr().out
     assert str(world.root) in out and "cross_domain" in out and "pass@1" not in out
+    assert "not measured" in out
     assert main([*argv, "--measure", "--max-prompts", "2", "--samples", "2"]) == 0
     out = capsys.readouterr().out
     assert "test pass@1" in out and "ood_math" in out  # the measured table and the checks
@@ -101,8 +103,10 @@ def test_divrl_toy_build_does_not_sample_unless_asked(tmp_path, capsys, monkeypa
 
 
 def test_divrl_toy_rejects_unknown_size(tmp_path):
-    with pytest.raises(SystemExit, match="unknown --size"):
+    with pytest.raises(SystemExit, match="--world sql: unknown toy world size 'huge'"):
         main(["toy", "build", "--size", "huge", "--cache-dir", str(tmp_path)])
+    with pytest.raises(SystemExit, match="--world countdown: unknown countdown world size"):
+        main(["toy", "build", "--world", "countdown", "--size", "small", "--cache-dir", "x"])
 
 
 @pytest.mark.slow
