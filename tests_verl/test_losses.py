@@ -222,5 +222,5 @@ def test_the_authors_weighting_needs_the_layout():
     with pytest.raises(ValueError, match="authors' layout"):
         DivRLLoss(actor_config(), settings)
     assert isinstance(settings.authors_layout(rollouts=16, mini_batches=1), AuthorsLayout)
-    with pytest.raises(ValueError, match="divrl.authors_"):
+    with pytest.raises(ValueError, match=r"divrl\.authors_"):
         settings.authors_layout(rollouts=12, mini_batches=1)

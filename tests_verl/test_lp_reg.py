@@ -1,0 +1,113 @@
+"""Lp-Reg in verl: the proxy comes from the logits of verl's own forward, through the
+engine's logits-processor hook, and the loss equals divrl.algorithms.lp_reg_loss."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+import verl.utils.torch_functional as verl_F
+from verl.utils import tensordict_utils as tu
+from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
+from verl.workers.utils.padding import no_padding_2_padding
+
+from divrl.algorithms import lp_reg_loss, minp_log_normalizer, proxy_log_prob
+from divrl.integrations.verl.keys import LOG_NORMALIZER, PROXY_LOG_PROB
+from divrl.integrations.verl.losses import DivRLLoss
+from divrl.integrations.verl.settings import DivRLVerlSettings
+from tests_verl.builders import micro_batches, rollout_rows
+from tests_verl.test_losses import actor_config
+
+VOCAB = 50
+
+
+def engine() -> FSDPEngineWithLMHead:
+    """verl's FSDP engine with only what prepare_model_outputs reads (no model, no FSDP)."""
+    e = object.__new__(FSDPEngineWithLMHead)
+    e.use_ulysses_sp = False
+    e.engine_config = SimpleNamespace(
+        entropy_checkpointing=False, entropy_from_logits_with_chunking=False
+    )
+    e.compute_entropy_from_logits = verl_F.entropy_from_logits
+    return e
+
+
+def engine_outputs(loss_fn, micro, logits):
+    """The engine's model outputs for packed ``logits`` [nnz, V] (remove-padding path)."""
+    labels = torch.roll(micro["input_ids"].values(), -1)
+    tu.assign_non_tensor(
+        micro, use_remove_padding=True, distillation_use_topk=True, calculate_entropy=True
+    )
+    output_args = {
+        "input_ids_rmpad_rolled": labels,
+        "temperature_rmpad": torch.ones(labels.shape[0]),
+        "pad_size": 0,
+        "temperature_is_one": True,
+    }
+    return FSDPEngineWithLMHead.prepare_model_outputs(
+        engine(), SimpleNamespace(logits=logits.unsqueeze(0)), output_args, micro, loss_fn
+    )
+
+
+def _response(values: torch.Tensor, micro) -> torch.Tensor:
+    nested = torch.nested.nested_tensor_from_jagged(values, micro["input_ids"].offsets())
+    return no_padding_2_padding(nested, micro)
+
+
+@pytest.mark.parametrize("kappa", [0.02, 0.3])
+def test_lp_reg_loss_equals_divrl_with_the_proxy_of_verls_forward(kappa):
+    settings = DivRLVerlSettings(policy_loss="lp_reg", lp_reg_kappa=kappa, lp_reg_rho=1.0)
+    config = actor_config(clip_ratio_low=1.0, clip_ratio_high=9.0)
+    loss_fn = DivRLLoss(config, settings)
+    batch = rollout_rows(6, seed=3)
+    total = int(batch["response_mask"].values().sum())
+    g = torch.Generator().manual_seed(5)
+    regularized = 0.0
+    for micro in micro_batches(batch, 3):
+        nnz = micro["input_ids"].values().shape[0]
+        logits = (torch.randn(nnz, VOCAB, generator=g) * 2.0).requires_grad_()
+        out = engine_outputs(loss_fn, micro, logits)
+        assert PROXY_LOG_PROB in out and LOG_NORMALIZER in out and "entropy" in out
+        loss, metrics = loss_fn(model_output=out, data=micro)
+        # divrl's own computation on the same logits and tokens
+        labels = torch.roll(micro["input_ids"].values(), -1)
+        # the log-probs are verl's (its kernel); the proxy is divrl's on the same logits
+        lp = no_padding_2_padding(out["log_probs"], micro)
+        proxy = _response(proxy_log_prob(logits.detach(), labels, kappa), micro)
+        log_z = _response(minp_log_normalizer(logits.detach(), kappa), micro)
+        t = micro.select("old_log_probs", "advantages", "response_mask").to_padded_tensor()
+        mask = t["response_mask"].to(lp.dtype)
+        want, want_metrics = lp_reg_loss(
+            lp,
+            t["old_log_probs"],
+            proxy,
+            t["advantages"],
+            mask,
+            log_normalizer=log_z,
+            **settings.lp_reg_options(1.0, 9.0).loss_kwargs(),
+        )
+        torch.testing.assert_close(loss, want * (float(mask.sum()) / total), rtol=0, atol=0)
+        assert metrics["lp_reg/num_selected"].aggregate() == want_metrics["lp_reg/num_selected"]
+        regularized += want_metrics["lp_reg/num_regularized"]
+        loss.backward()
+        assert logits.grad is not None and torch.isfinite(logits.grad).all()
+    assert regularized > 0  # the regulariser acted somewhere, so the test is not vacuous
+
+
+def test_lp_reg_without_the_logits_hook_says_how_to_switch_it_on():
+    loss_fn = DivRLLoss(actor_config(), DivRLVerlSettings(policy_loss="lp_reg"))
+    (micro,) = micro_batches(rollout_rows(2), 2)
+    lp = torch.nested.nested_tensor_from_jagged(
+        -torch.rand(micro["input_ids"].values().shape[0]), micro["input_ids"].offsets()
+    )
+    with pytest.raises(ValueError, match="distillation_use_topk"):
+        loss_fn(model_output={"log_probs": lp}, data=micro)
+
+
+def test_the_vanilla_loss_adds_no_logits_outputs():
+    (micro,) = micro_batches(rollout_rows(2), 2)
+    assert (
+        DivRLLoss(actor_config(), DivRLVerlSettings()).logits_outputs(torch.zeros(1, 3, 4), micro)
+        == {}
+    )
