@@ -186,7 +186,7 @@ class DivRLGRPOTrainer(GRPOTrainer):
             full_lm_head(lm),
             torch.cat(hidden),
             tokens,
-            self.args.lp_reg_kappa,
+            self.args.lp_reg_options.kappa,
             self.temperature,
             self.accelerator.autocast,
         )
@@ -273,8 +273,9 @@ class DivRLGRPOTrainer(GRPOTrainer):
             proxy,
             inputs["advantages"],
             mask,
-            rho=self.args.lp_reg_rho,
-            beta=self.args.lp_reg_beta,
+            rho=self.args.lp_reg_options.rho,
+            beta=self.args.lp_reg_options.beta,
+            min_k=self.args.lp_reg_options.min_k,
             log_normalizer=log_z,
             **clip,
         )

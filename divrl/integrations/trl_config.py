@@ -3,28 +3,22 @@
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, field
+from typing import Any
 
 from trl import GRPOConfig
 
-from divrl.algorithms import DIVERGENCES, LpRegOptions, divergence_generator
+from divrl.algorithms import (
+    DIVERGENCES,
+    LpRegOptions,
+    divergence_generator,
+    divergence_summaries,
+)
 
-__all__ = ["DEPRECATED_NAMES", "LP_REG_LOSS_TYPES", "TRL_DPH_WEIGHTINGS", "DivRLGRPOConfig"]
+__all__ = ["LP_REG_LOSS_TYPES", "TRL_DPH_WEIGHTINGS", "TRL_SETS", "DivRLGRPOConfig"]
 
 # divrl's DPH stream weightings the adapter offers (docs/trl.md)
 TRL_DPH_WEIGHTINGS = ("authors", "paper")
-
-#: deprecated field -> its name now (the name `divrl train`'s config uses)
-DEPRECATED_NAMES = {
-    "dph_divergence": "divergence",
-    "dph_eta": "divergence_coef",
-    "dph_alpha": "divergence_alpha",
-    "dph_reference_store": "reference_store",
-    "dph_batch_size": "reference_batch_size",
-    "dph_weighting": "divergence_weighting",
-}
-
 
 # Loss types whose per-token loss is the clipped surrogate Lp-Reg replaces, with the divrl
 # aggregation mode that matches TRL's reduction (a further scale is applied in the trainer).
@@ -34,6 +28,9 @@ LP_REG_LOSS_TYPES = {
     "dr_grpo": "token-mean",
     "dapo": "token-mean",
 }
+
+#: Lp-Reg options TRL's own settings give (divrl's name -> TRL's): not in loss_options
+TRL_SETS = {"clip_low": "epsilon", "clip_high": "epsilon_high", "agg": "loss_type"}
 
 # --------------------------------------------------------------------------- config
 
@@ -49,18 +46,18 @@ class DivRLGRPOConfig(GRPOConfig):
     divergence: str | None = field(
         default=None,
         metadata={
-            "help": "DPH-RL divergence on the reference samples: 'forward_kl' (DPH-F), 'js' "
-            "(DPH-JS), 'reverse_kl' or 'alpha'. None (default) turns DPH-RL off. The same "
-            "name as `divrl train`'s algorithm.divergence.",
+            "help": "DPH-RL divergence on the reference samples, a name in "
+            f"divrl.algorithms.DIVERGENCES: {divergence_summaries()}. None (default) turns "
+            "DPH-RL off. The same name as `divrl train`'s algorithm.divergence.",
         },
     )
     divergence_coef: float = field(
-        default=0.2,
+        default=0.0,
         metadata={
             "help": "eta, the weight of the divergence term: loss = TRL's loss + "
-            "divergence_coef * D_f (algorithm.divergence_coef in `divrl train`). The authors "
-            "use 0.2 for JS (0.05 to 0.2 recommended) and 0.01 to 0.05 for forward KL. 0 "
-            "computes and logs the divergence without training on it.",
+            "divergence_coef * D_f (algorithm.divergence_coef in `divrl train`, with its "
+            "default 0: computes and logs the divergence without training on it). The "
+            "authors use 0.2 for JS (0.05 to 0.2 recommended) and 0.01 to 0.05 for forward KL.",
         },
     )
     divergence_alpha: float | None = field(
@@ -102,25 +99,6 @@ class DivRLGRPOConfig(GRPOConfig):
             "instead of an error), as `divrl train --allow-store-mismatch`.",
         },
     )
-    # Deprecated names (divrl 0.1), accepted for one release with a FutureWarning.
-    dph_divergence: str | None = field(
-        default=None, metadata={"help": "Deprecated: use divergence."}
-    )
-    dph_eta: float | None = field(
-        default=None, metadata={"help": "Deprecated: use divergence_coef."}
-    )
-    dph_alpha: float | None = field(
-        default=None, metadata={"help": "Deprecated: use divergence_alpha."}
-    )
-    dph_reference_store: str | None = field(
-        default=None, metadata={"help": "Deprecated: use reference_store."}
-    )
-    dph_batch_size: int | None = field(
-        default=None, metadata={"help": "Deprecated: use reference_batch_size."}
-    )
-    dph_weighting: str | None = field(
-        default=None, metadata={"help": "Deprecated: use divergence_weighting."}
-    )
     lp_reg: bool = field(
         default=False,
         metadata={
@@ -129,46 +107,22 @@ class DivRLGRPOConfig(GRPOConfig):
             "epsilon_high=9.0 (the clip range of every other token).",
         },
     )
-    lp_reg_kappa: float = field(
-        default=0.02,
-        metadata={"help": "Min-p ratio of the Lp-Reg proxy: keep tokens with p >= kappa * max p."},
-    )
-    lp_reg_rho: float = field(
-        default=0.01,
+    loss_options: dict[str, Any] = field(
+        default_factory=dict,
         metadata={
-            "help": "Share of the micro-batch's negative-advantage tokens selected (lowest "
-            "probability first); paper 0.01, 0.005 for 32B models. As in the authors' code "
-            "nothing is selected while floor(rho * N_negative) < 2.",
+            "help": "Lp-Reg's options by `divrl train`'s names (algorithm.loss_options with "
+            "policy_loss=lp_reg; divrl.algorithms.LpRegOptions): rho, beta, kappa, min_k. "
+            "Unset ones keep LpRegOptions' defaults; clip_low, clip_high and agg come from "
+            "TRL's epsilon, epsilon_high and loss_type.",
         },
-    )
-    lp_reg_beta: float = field(
-        default=1.0,
-        metadata={"help": "Weight of the Lp-Reg penalty toward the proxy (paper: 1.0)."},
     )
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._apply_deprecated_names()
         self._validate_dph()
+        self.lp_reg_options = self._lp_reg_options()
         if self.lp_reg:
             self._validate_lp_reg()
-
-    def _apply_deprecated_names(self) -> None:
-        for old, new in DEPRECATED_NAMES.items():
-            value = getattr(self, old)
-            if value is None:
-                continue
-            warnings.warn(
-                f"DivRLGRPOConfig.{old} is deprecated and will be removed in the next "
-                f"release: use {new} (the name `divrl train` uses)",
-                FutureWarning,
-                stacklevel=4,
-            )
-            default = type(self).__dataclass_fields__[new].default
-            current = getattr(self, new)
-            if current != default and current != value:
-                raise ValueError(f"{old}={value!r} and {new}={current!r} disagree: set {new} only")
-            setattr(self, new, value)
 
     def _validate_dph(self) -> None:
         if self.divergence is None:
@@ -182,7 +136,10 @@ class DivRLGRPOConfig(GRPOConfig):
             raise ValueError(
                 f"unknown divergence {self.divergence!r}: use one of {sorted(DIVERGENCES)}"
             )
-        divergence_generator(self.divergence, self.divergence_alpha)  # validates alpha
+        try:  # the divergence checks its own options
+            divergence_generator(self.divergence, self.divergence_alpha)
+        except ValueError as exc:
+            raise ValueError(f"divergence_alpha={self.divergence_alpha!r}: {exc}") from exc
         if self.reference_store is None:
             raise ValueError(
                 "DPH-RL needs a reference store: set reference_store to the directory "
@@ -206,13 +163,29 @@ class DivRLGRPOConfig(GRPOConfig):
                 "replaces it with the divergence on stored reference samples: set beta=0.0"
             )
 
+    def _lp_reg_options(self) -> LpRegOptions:
+        """The typed Lp-Reg options (their bounds checked once, by LpRegOptions)."""
+        options = dict(self.loss_options)
+        taken = sorted(set(options) & set(TRL_SETS))
+        if taken:
+            raise ValueError(
+                f"loss_options {taken}: set them through TRL's "
+                f"{[TRL_SETS[k] for k in taken]} (the Lp-Reg loss reads them from there)"
+            )
+        if options.get("full_vocab"):
+            raise ValueError(
+                "loss_options.full_vocab=True (the full-vocabulary KL) needs the policy's "
+                "logit rows, which TRL's loss does not keep: use `divrl train` for it"
+            )
+        if options and not self.lp_reg:
+            raise ValueError(f"loss_options {sorted(options)} are Lp-Reg's: set lp_reg=True")
+        try:
+            return LpRegOptions(**options)
+        except (TypeError, ValueError) as exc:
+            valid = [n for n in LpRegOptions.names() if n not in (*TRL_SETS, "full_vocab")]
+            raise ValueError(f"loss_options: {exc} (Lp-Reg's options here: {valid})") from exc
+
     def _validate_lp_reg(self) -> None:
-        # the bounds live in one place: divrl's Lp-Reg options dataclass
-        for name in ("kappa", "rho", "beta"):
-            try:
-                LpRegOptions(**{name: getattr(self, f"lp_reg_{name}")})
-            except ValueError as exc:
-                raise ValueError(f"lp_reg_{name}: {exc}") from exc
         # Lp-Reg replaces TRL's clipped per-token loss on a few tokens; the settings below
         # change that per-token loss in ways the replacement would not reproduce.
         if self.loss_type not in LP_REG_LOSS_TYPES:

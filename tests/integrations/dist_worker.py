@@ -46,7 +46,7 @@ def main(out: Path) -> None:
         reference_store=os.environ["DIVRL_TEST_STORE"],
         reference_batch_size=1,
         lp_reg=True,
-        lp_reg_rho=0.5,
+        loss_options={"rho": 0.5},
         ddp_backend="gloo",
     )
     model = tiny_model(0)

@@ -4,7 +4,6 @@ renamed config fields and the store's model check inside TRL."""
 from __future__ import annotations
 
 import json
-import warnings
 
 import pytest
 from trl_helpers import make_args, prompt_dataset, tiny_model, varied_reward
@@ -100,29 +99,16 @@ def test_trl_dataset_has_divrl_ids_and_prompts_and_the_verifier_scores_them(tmp_
     assert scores == [1.0, 0.0, 1.0]
 
 
-def test_deprecated_dph_names_still_work_with_a_warning(tmp_path, store):
-    with pytest.warns(FutureWarning, match="dph_eta is deprecated .* use divergence_coef"):
-        args = make_args(
-            tmp_path,
-            dph_divergence="js",
-            dph_eta=0.1,
-            dph_reference_store=str(store),
-            dph_batch_size=2,
-        )
-    assert (args.divergence, args.divergence_coef, args.reference_batch_size) == ("js", 0.1, 2)
-    assert args.reference_store == str(store)
-    with pytest.raises(ValueError, match=r"dph_eta=0\.1 and divergence_coef=0\.3 disagree"):
-        make_args(
-            tmp_path,
-            divergence="js",
-            reference_store=str(store),
-            dph_eta=0.1,
-            divergence_coef=0.3,
-        )
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        make_args(tmp_path, divergence="js", reference_store=str(store))
-    assert not [w for w in caught if "DivRLGRPOConfig" in str(w.message)]  # new names: silent
+def test_the_adapter_takes_divrl_trains_names_and_defaults(tmp_path, store):
+    from divrl.algorithms import LpRegOptions
+    from divrl.training.config import AlgorithmConfig
+
+    args = make_args(tmp_path, divergence="js", reference_store=str(store))
+    assert args.divergence_coef == AlgorithmConfig().divergence_coef
+    assert args.lp_reg_options == LpRegOptions()  # no copied defaults
+    for old in ("dph_eta", "dph_divergence", "lp_reg_rho", "lp_reg_kappa", "lp_reg_beta"):
+        with pytest.raises(TypeError, match=old):
+            make_args(tmp_path, **{old: 0.1})
 
 
 def test_trl_trainer_refuses_a_store_of_another_model(tmp_path, tokenizer, store):

@@ -32,9 +32,8 @@ def blocks(text: str, language: str) -> list[str]:
 def test_the_doc_names_the_new_fields_and_the_presample_store():
     text = DOC.read_text()
     (python,) = blocks(text, "python")
-    from divrl.integrations.trl_config import DEPRECATED_NAMES
-
-    assert not [old for old in DEPRECATED_NAMES if f"{old}=" in python]  # current names only
+    removed = ("dph_divergence", "dph_eta", "dph_alpha", "lp_reg_rho", "lp_reg_kappa")
+    assert not [old for old in removed if f"{old}=" in python]  # current names only
     (bash,) = blocks(text, "bash")[1:]  # the first bash block is `pip install`
     config = ROOT / shlex.split(bash.split("#")[0])[2]
     store = re.search(r'store = "([^"]+)"', python).group(1)

@@ -42,7 +42,6 @@ from divrl.integrations.trl import (  # noqa: E402
     check_trl_internals,
     check_trl_version,
 )
-from divrl.integrations.trl_config import DEPRECATED_NAMES  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -102,7 +101,7 @@ def test_config_validation_messages(tmp_path, store):
     with pytest.raises(ValueError, match=r"set beta=0\.0"):
         make_args(tmp_path, divergence="js", reference_store=str(store), beta=0.01)
     with pytest.raises(ValueError, match="unknown divergence"):
-        make_args(tmp_path, divergence="hellinger", reference_store=str(store))
+        make_args(tmp_path, divergence="no_such_divergence", reference_store=str(store))
     with pytest.raises(ValueError, match="0 < alpha < 1"):
         make_args(tmp_path, divergence="alpha", reference_store=str(store), divergence_alpha=1.5)
     with pytest.raises(ValueError, match="set divergence"):
@@ -117,10 +116,17 @@ def test_config_validation_messages(tmp_path, store):
         make_args(tmp_path, lp_reg=True, delta=3.0)
     with pytest.raises(ValueError, match="top_entropy_quantile"):
         make_args(tmp_path, lp_reg=True, top_entropy_quantile=0.2)
-    with pytest.raises(ValueError, match="lp_reg_kappa"):
-        make_args(tmp_path, lp_reg=True, lp_reg_kappa=2.0)
-    with pytest.raises(ValueError, match="lp_reg_rho"):
-        make_args(tmp_path, lp_reg=True, lp_reg_rho=1.5)
+    with pytest.raises(ValueError, match=r"loss_options: .*kappa=2\.0 must be in \[0, 1\]"):
+        make_args(tmp_path, lp_reg=True, loss_options={"kappa": 2.0})
+    with pytest.raises(ValueError, match=r"loss_options: .*rho=1\.5 must be in \[0, 1\]"):
+        make_args(tmp_path, lp_reg=True, loss_options={"rho": 1.5})
+    with pytest.raises(ValueError, match=r"through TRL's \['epsilon'\]"):
+        make_args(tmp_path, lp_reg=True, loss_options={"clip_low": 0.2})
+    with pytest.raises(ValueError, match="set lp_reg=True"):
+        make_args(tmp_path, loss_options={"rho": 0.5})
+    with pytest.raises(ValueError, match="Lp-Reg's options here"):
+        make_args(tmp_path, lp_reg=True, loss_options={"lp_reg_rho": 0.5})
+    assert make_args(tmp_path, lp_reg=True, loss_options={"min_k": 1}).lp_reg_options.min_k == 1
     with pytest.raises(ValueError, match="divergence_weighting"):
         make_args(tmp_path, divergence="js", reference_store=str(store), divergence_weighting="x")
     args = make_args(tmp_path, divergence="alpha", divergence_alpha=0.5, reference_store=str(store))
@@ -137,11 +143,8 @@ def test_config_validation_messages(tmp_path, store):
         "reference_store",
         "reference_batch_size",
         "allow_store_mismatch",
-        *DEPRECATED_NAMES,
         "lp_reg",
-        "lp_reg_kappa",
-        "lp_reg_rho",
-        "lp_reg_beta",
+        "loss_options",
     }
     assert all(DivRLGRPOConfig.__dataclass_fields__[f].metadata.get("help") for f in added)
 
@@ -297,7 +300,7 @@ def test_lp_reg_loss_equals_divrl_lp_reg_loss(tmp_path, tokenizer, loss_type):
         "dapo": ("token-mean", 1.0),
         "dr_grpo": ("seq-mean-token-sum", 1 / (ga * horizon)),
     }[loss_type]
-    lp_args = dict(lp_reg_rho=0.5, lp_reg_kappa=0.02, lp_reg_beta=1.0)
+    lp_args = dict(loss_options=dict(rho=0.5, kappa=0.02, beta=1.0))
     args = make_args(
         tmp_path,
         lp_reg=True,
@@ -340,7 +343,7 @@ def test_lp_reg_loss_equals_divrl_lp_reg_loss(tmp_path, tokenizer, loss_type):
 
 def test_lp_reg_off_policy_proxy_comes_from_the_old_log_prob_forward(tmp_path, tokenizer):
     # num_iterations=2: TRL computes old log-probs at rollout time; the proxy comes with them
-    args = make_args(tmp_path, lp_reg=True, lp_reg_rho=0.5, num_iterations=2)
+    args = make_args(tmp_path, lp_reg=True, loss_options={"rho": 0.5}, num_iterations=2)
     trainer = build(DivRLGRPOTrainer, args, tokenizer)
     batch = rollout_batch(trainer)
     assert "old_per_token_logps" in batch and PROXY_KEY in batch and LOG_Z_KEY in batch
@@ -375,7 +378,9 @@ def test_lp_reg_off_policy_proxy_comes_from_the_old_log_prob_forward(tmp_path, t
 def test_lp_reg_proxy_matches_trl_log_probs_under_bf16_autocast(tmp_path, tokenizer):
     """The proxy's LM-head projection runs under TRL's autocast: where the min-p filter keeps
     every token (Z = 1) the proxy log-prob is TRL's own log-prob."""
-    args = make_args(tmp_path, bf16=True, lp_reg=True, lp_reg_kappa=0.0, num_iterations=2)
+    args = make_args(
+        tmp_path, bf16=True, lp_reg=True, loss_options={"kappa": 0.0}, num_iterations=2
+    )
     trainer = build(DivRLGRPOTrainer, args, tokenizer)
     batch = rollout_batch(trainer)
     valid = batch["completion_mask"].bool()
@@ -397,7 +402,7 @@ def params(model) -> list[torch.Tensor]:
     [
         ("dph_js", dict(divergence="js", divergence_coef=0.2, reference_batch_size=2)),
         ("dph_f", dict(divergence="forward_kl", divergence_coef=0.05, reference_batch_size=2)),
-        ("lp_reg", dict(lp_reg=True, lp_reg_rho=0.5, epsilon=1.0, epsilon_high=9.0)),
+        ("lp_reg", dict(lp_reg=True, loss_options={"rho": 0.5}, epsilon=1.0, epsilon_high=9.0)),
     ],
 )
 def test_training_steps_change_parameters_and_log_divrl_metrics(
