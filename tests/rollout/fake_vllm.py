@@ -54,6 +54,10 @@ ENGINE_ARGS = {
 }
 
 
+#: every LLM built, newest last (tests read the served weights)
+INSTANCES: list[LLM] = []
+
+
 class SamplingParams:
     """vLLM's ``SamplingParams`` (the fields divrl uses, with vLLM's defaults)."""
 
@@ -198,6 +202,7 @@ class LLM:
         self.eos_ids = {eos} if isinstance(eos, int) else set(eos)
         self.prefix_cache_resets = 0
         self.requests = 0
+        INSTANCES.append(self)
 
     def get_tokenizer(self):
         return self.tokenizer
