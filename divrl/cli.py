@@ -38,6 +38,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 THREADED_COMMANDS = ("train", "presample", "eval")
 THREADS_ENV = "DIVRL_THREADS"
 
+# a dotted config override, key=value
+OVERRIDE = re.compile(r"^[A-Za-z_][\w.]*=")
+
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
 
@@ -51,6 +54,7 @@ USER_ERRORS = (
     ("divrl.data.reference_store", "StoreMismatchError"),
     ("divrl.data.store_files", "ReferenceStoreError"),
     ("divrl.evaluation.reuse", "IncompleteSamplesError"),
+    ("divrl.evaluation.report_files", "ReportInputError"),
     ("divrl.data.prompts", "NoUsablePromptsError"),
     ("divrl.data.prompts", "PromptLengthError"),
 )
@@ -191,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if debug:
         argv = argv[1:]
     parser = build_parser_for(argv)
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     if getattr(args, "_module", None) is None:
         parser.print_help()
         return 2
@@ -213,6 +217,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(error_paragraph(command, exc), file=sys.stderr)
         return EXIT_USER_ERROR
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """Parse ``argv``; ``key=value`` overrides are accepted anywhere on the line, also after
+    an option (``divrl train CONFIG --resume data.limit=64``), for commands that take them."""
+    args, extra = parser.parse_known_args(argv)
+    if extra and isinstance(getattr(args, "overrides", None), list):
+        overrides = [a for a in extra if OVERRIDE.match(a)]
+        args.overrides += overrides
+        extra = [a for a in extra if a not in overrides]
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
 
 def build_parser_for(argv: Sequence[str]) -> argparse.ArgumentParser:

@@ -17,7 +17,6 @@ entropy, KL, response length) and, when asked, spark-word probabilities over che
 
 from __future__ import annotations
 
-import json
 import math
 import shlex
 import sys
@@ -27,10 +26,11 @@ from pathlib import Path
 from divrl.evaluation import plots
 from divrl.evaluation.diversity import retention
 from divrl.evaluation.report_doc import Doc, ModelEval, fmt, fmt_ci, slug
+from divrl.evaluation.report_files import read_records, read_summary
 from divrl.evaluation.report_html import render_html
 from divrl.evaluation.report_reading import reading
 from divrl.evaluation.report_sections import diversity_section, spark_section
-from divrl.evaluation.runner import SUMMARY_FILE, read_jsonl
+from divrl.evaluation.runner import SUMMARY_FILE
 from divrl.evaluation.stats import paired_ratio_ci
 from divrl.evaluation.summary import per_prompt_arrays
 from divrl.fileio import atomic_write_text
@@ -64,11 +64,14 @@ def load_model_eval(path: str | Path, name: str | None = None) -> ModelEval:
     if not path.is_dir():
         raise FileNotFoundError(f"not a directory: {path}")
     eval_dir = path / "eval" if (path / "eval").is_dir() else path
-    summaries = {
-        p.parent.name: json.loads(p.read_text()) for p in sorted(eval_dir.glob(f"*/{SUMMARY_FILE}"))
-    }
+    read = {p.parent.name: read_summary(p) for p in sorted(eval_dir.glob(f"*/{SUMMARY_FILE}"))}
+    summaries = {split: summary for split, summary in read.items() if summary is not None}
     metrics_path = RunDir(path).metrics_path
-    metrics = read_jsonl(metrics_path) if metrics_path.is_file() else []
+    metrics = (
+        read_records(metrics_path, "the report shows the steps before it")
+        if metrics_path.is_file()
+        else []
+    )
     if not summaries and not metrics:
         raise FileNotFoundError(
             f"{path}: no evaluation (*/{SUMMARY_FILE} in {eval_dir}) and no metrics.jsonl; "

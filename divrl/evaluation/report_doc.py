@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from divrl.evaluation.runner import CONFIG_FILE, RESULTS_FILE, read_jsonl
+from divrl.evaluation.report_files import read_records
+from divrl.evaluation.runner import CONFIG_FILE, RESULTS_FILE
 
 __all__ = ["Doc", "ModelEval", "fmt", "fmt_ci", "slug"]
 
@@ -30,7 +31,8 @@ class ModelEval:
     def results(self, split: str) -> list[dict[str, Any]] | None:
         if split not in self._results:
             path = self.eval_dir / split / RESULTS_FILE
-            self._results[split] = read_jsonl(path) if path.is_file() else None
+            fix = f"rewrite it with `divrl eval --reuse --out {self.eval_dir}`"
+            self._results[split] = read_records(path, fix) if path.is_file() else None
         return self._results[split]
 
     @property
@@ -38,7 +40,10 @@ class ModelEval:
         for split in self.summaries:
             cfg = self.eval_dir / split / CONFIG_FILE
             if cfg.is_file():
-                return json.loads(cfg.read_text()).get("resolved_model")
+                try:
+                    return json.loads(cfg.read_text()).get("resolved_model")
+                except (UnicodeDecodeError, ValueError, AttributeError):
+                    return None  # a damaged eval_config.json: the model is shown by name
         return None
 
 
