@@ -9,6 +9,7 @@ temporary ``DIVRL_CACHE_DIR`` (the shipped base model: seconds).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -50,6 +51,9 @@ NOT_RUN = (
     "torchrun --nproc_per_node 8",  # FSDP over 8 GPUs, a 7B model
 )
 RUN = ("divrl toy", "divrl train", "divrl presample", "torchrun", "divrl eval", "divrl report")
+#: the README's quick try (presample, train, resume on 64 prompts): its own test, in its own
+#: directory, since it trains into the same folder as the full run
+QUICK_TRY = "data.limit=64"
 
 
 def readme_commands(text: str) -> list[str]:
@@ -61,6 +65,15 @@ def readme_commands(text: str) -> list[str]:
             if line and not line.startswith("#"):
                 commands.append(re.sub(r"\s+", " ", line))
     return commands
+
+
+def readme_sequence(commands: list[str]) -> list[str]:
+    """The README commands the full sequence runs, in order (the quick try has its own test)."""
+    return [
+        c
+        for c in commands
+        if c.startswith(RUN) and not c.startswith(NOT_RUN) and QUICK_TRY not in c
+    ]
 
 
 def scaled(command: str) -> list[str]:
@@ -88,7 +101,7 @@ def test_the_small_settings_win_over_the_readme_overrides():
 def test_every_readme_command_is_run_or_deliberately_skipped():
     commands = readme_commands((ROOT / "README.md").read_text())
     unknown = [c for c in commands if not c.startswith(RUN + NOT_RUN)]
-    sequence = [c for c in commands if c.startswith(RUN) and not c.startswith(NOT_RUN)]
+    sequence = readme_sequence(commands)
     assert not unknown, f"README commands this test neither runs nor skips: {unknown}"
     # every command that writes (a training run, an eval, a report) has its own directory
     outputs = [output_dir(c) for c in sequence if "--reuse" not in c]  # --reuse: in place
@@ -121,8 +134,7 @@ def test_readme_sequence_produces_a_full_report(tmp_path, monkeypatch, run_in_se
     (work / "configs").symlink_to(ROOT / "configs")
     monkeypatch.chdir(work)
     commands = readme_commands((ROOT / "README.md").read_text())
-    sequence = [c for c in commands if c.startswith(RUN) and not c.startswith(NOT_RUN)]
-    for command in sequence:
+    for command in readme_sequence(commands):
         argv = scaled(command)
         if command.startswith("torchrun"):
             env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
@@ -145,3 +157,32 @@ def test_readme_sequence_produces_a_full_report(tmp_path, monkeypatch, run_in_se
     headline = report.split("## Headline")[1].split("##")[0]
     for model in ("base", "grpo", "DPH-JS"):
         assert headline.count(f"| {model} |") == 3  # one row per eval set
+
+
+@pytest.mark.slow
+def test_readme_quick_try_then_resume(tmp_path, monkeypatch):
+    """The quick try as the README writes it (its own data.limit, the small settings less
+    the data limit), a kill after step 1 (the last checkpoint removed), then the README's
+    resume line: it continues from step 1 instead of refusing a changed config."""
+    from divrl.cli import main
+    from divrl.runs import RunDir
+
+    monkeypatch.setenv("DIVRL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "configs").symlink_to(ROOT / "configs")
+    quick = [c for c in readme_commands((ROOT / "README.md").read_text()) if QUICK_TRY in c]
+    assert [shlex.split(c)[1] for c in quick] == ["presample", "train", "train"]
+    assert "--resume" in quick[2] and quick[2].index("--resume") < quick[2].index(QUICK_TRY)
+    small = [a for a in TRAIN_SCALE if not a.startswith("data.limit=")]
+    small += ["checkpoint.save_every=1", "checkpoint.keep_last=2"]
+    assert main([*shlex.split(quick[0])[1:], *small]) == 0
+    assert main([*shlex.split(quick[1])[1:], *small]) == 0
+    run = RunDir("runs/toy/dph_js")
+    assert [c.step for c in run.checkpoints()] == [1, 2]
+    import shutil
+
+    shutil.rmtree(run.checkpoints()[-1].path)  # killed before step 2 was saved
+    assert main([*shlex.split(quick[2])[1:], *small]) == 0
+    assert [c.step for c in run.checkpoints()] == [1, 2]
+    events = [json.loads(line)["event"] for line in run.history_path.read_text().splitlines()]
+    assert "resume" in events

@@ -70,6 +70,13 @@ def config_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> dict
     return {k: [old[k], new[k]] for k in sorted(new) if k in old and old[k] != new[k]}
 
 
+def _override_text(value: Any) -> str:
+    """``value`` as a ``key=value`` override on the command line reads it back."""
+    if value is None or isinstance(value, bool | list | dict):
+        return json.dumps(value).replace(" ", "")
+    return str(value)
+
+
 def _is_free(key: str) -> bool:
     return any(key == f or (f.endswith(".") and key.startswith(f)) for f in FREE_ON_RESUME)
 
@@ -145,12 +152,14 @@ class RunSession:
         refused = {k: v for k, v in fixed.items() if k not in self.allowed}
         if refused:
             listed = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in refused.items())
+            saved_values = " ".join(f"{k}={_override_text(a)}" for k, (a, _) in refused.items())
             raise RunDirError(
                 f"--resume: the config differs from {self.run.config_path} in settings the "
-                f"checkpoint fixes ({listed}). The restored model, optimiser and data order "
-                "follow the saved values. Pass --resume-with-changes "
-                f"{','.join(refused)} to apply the change from here on (it is recorded in "
-                f"{self.run.history_path.name}), or start a new run in another folder"
+                f"checkpoint fixes ({listed}). To continue the run as it was, give its values "
+                f"again (add `{saved_values}` to the command, e.g. the overrides of a quick "
+                "try); to apply the change from here on, pass --resume-with-changes "
+                f"{','.join(refused)} (it is recorded in {self.run.history_path.name}); or "
+                "start a new run in another folder"
             )
         self.changes = changes
 
