@@ -6,7 +6,8 @@ Extraction (the training profiles ``math`` and ``gsm8k``; first rule that finds 
    ``\fbox{...}`` or ``\boxed 5`` (to the next space or ``$``), as the MATH grader's
    ``last_boxed_only_string`` reads it. A self-correction ("\boxed{2} ... so \boxed{3}")
    answers 3. A last box that is never closed is a cut-off answer: no answer.
-2. The last closed ``<answer>...</answer>`` tag (an answer phrase inside it is unwrapped).
+2. The last ``<answer>...</answer>`` tag (unclosed: to the end of the text, as a rollout
+   stopped at a ``</answer>`` stop string ends); an answer phrase inside it is unwrapped.
 3. The last answer phrase: "final answer is X", "the answer is X", "Answer: X" (X to the
    end of its line; "I hope it is correct", ``$`` and a full stop removed).
 4. GSM8K's ``#### X`` ending.
@@ -94,18 +95,22 @@ def _phrase_answer(text: str) -> str | None:
     if not found.strip():  # "Final answer:" with the answer on the next line
         following = text[last.end() : last.end() + 500].lstrip("\n").split("\n", 1)[0]
         found = following
+    # Minerva's "Final Answer: The final answer is $14$.": the innermost phrase
+    inner = list(_PHRASE.finditer(found))
+    while inner and inner[-1].group(1).strip():
+        found = inner[-1].group(1)
+        inner = list(_PHRASE.finditer(found))
     return _HOPE.sub("", found)
 
 
 def _last_tag(text: str) -> str | None:
     lower = text.lower()
-    close = lower.rfind(_TAG_CLOSE)
-    if close < 0:
-        return None
-    opened = lower.rfind(_TAG_OPEN, 0, close)
+    opened = lower.rfind(_TAG_OPEN)
     if opened < 0:
         return None
-    content = text[opened + len(_TAG_OPEN) : close]
+    # an unclosed last tag runs to the end: engines drop a "</answer>" stop string
+    close = lower.find(_TAG_CLOSE, opened)
+    content = text[opened + len(_TAG_OPEN) : close if close >= 0 else len(text)]
     phrase = _phrase_answer(content)
     return phrase if phrase is not None else content
 
