@@ -41,6 +41,9 @@ THREADS_ENV = "DIVRL_THREADS"
 # a dotted config override, key=value
 OVERRIDE = re.compile(r"^[A-Za-z_][\w.]*=")
 
+# seconds between two progress lines in a log file or a pipe
+LOGGED_PROGRESS_SECONDS = 30
+
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
 
@@ -184,12 +187,61 @@ def configure_threads(requested: int | None) -> str:
     return f"{requested} ({source}; --threads N or ${THREADS_ENV} to change)"
 
 
+class LineStream:
+    """A text stream for a log file or a pipe: progress bars redrawn in place (``\\r``,
+    cursor movement) become one line per redraw, so that a log holds occasional lines."""
+
+    _ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.column = 0  # characters written since the last newline
+
+    def write(self, text: str) -> int:
+        out = []
+        for i, part in enumerate(self._ESCAPE.sub("", text).split("\r")):
+            if i and self.column:
+                out.append("\n")
+                self.column = 0
+            line = part.rstrip(" ") if i else part
+            out.append(line)
+            tail = line.rsplit("\n", 1)
+            self.column = len(tail[-1]) if len(tail) > 1 else self.column + len(line)
+        self.stream.write("".join(out))
+        return len(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
+
+
+def plain_progress_when_logged() -> None:
+    """When stderr is not a terminal, progress bars redraw at most every
+    :data:`LOGGED_PROGRESS_SECONDS` and each redraw is a line (:class:`LineStream`); tqdm
+    reads ``TQDM_*`` defaults when it is first imported, so this runs before."""
+    import os
+
+    if sys.stderr.isatty() or isinstance(sys.stderr, LineStream):
+        return
+    for key in ("TQDM_MININTERVAL", "TQDM_MAXINTERVAL"):
+        os.environ.setdefault(key, str(LOGGED_PROGRESS_SECONDS))
+    sys.stderr = LineStream(sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import os
 
     # before torch loads: idle OpenMP threads sleep instead of spinning, which on a shared
     # CPU would take the cores other threads and processes need
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    stderr = sys.stderr
+    plain_progress_when_logged()
+    try:
+        return _main(argv)
+    finally:
+        sys.stderr = stderr
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv[:1]
     if debug:

@@ -178,3 +178,36 @@ def test_cli_lets_idle_openmp_threads_sleep_unless_told_otherwise():
             env["OMP_WAIT_POLICY"] = given
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
         assert out.stdout.strip().splitlines()[-1] == want
+
+
+def test_progress_bars_in_a_log_are_lines_without_cursor_control(tmp_path):
+    import io
+
+    from divrl.cli import LineStream
+
+    buf = io.StringIO()
+    stream = LineStream(buf)
+    for text in (
+        "\rscore:  0%|   | 0/4",
+        "\rscore: 50%|#  | 2/4   ",
+        "\x1b[A\rtrain: 1/2\x1b[B",
+        "\n",
+    ):
+        stream.write(text)
+    stream.write("a log line\n")
+    assert buf.getvalue() == "score:  0%|   | 0/4\nscore: 50%|#  | 2/4\ntrain: 1/2\na log line\n"
+
+    # a command's stderr in a pipe: the scoring bar's redraws are lines, no \r, no escapes
+    fixtures = "divrl/data/fixtures"
+    out = divrl(
+        "score",
+        "--data",
+        f"{fixtures}/sql.jsonl",
+        "--completions",
+        f"{fixtures}/sql_completions.jsonl",
+        "--out",
+        str(tmp_path / "scored.jsonl"),
+    )
+    assert out.returncode == 0, out.stderr
+    assert "scoring" in out.stderr
+    assert "\r" not in out.stderr and "\x1b[" not in out.stderr
