@@ -23,7 +23,7 @@ import torch
 
 from divrl.rollout import collate
 
-__all__ = ["Experience", "PaddedPairs", "ReferenceSamples", "pad_rows"]
+__all__ = ["Experience", "PaddedPairs", "ReferenceSamples", "concat_pairs", "pad_right", "pad_rows"]
 
 Self = TypeVar("Self", bound="PaddedPairs")
 
@@ -110,6 +110,33 @@ class PaddedPairs:
             "responses": input_ids[:, plen:],
             "response_mask": attention[:, plen:].float(),
         }
+
+
+def pad_right(t: torch.Tensor, width: int, value: float = 0) -> torch.Tensor:
+    """``[N, width]``: ``t``'s columns first (cut at ``width``), ``value`` after."""
+    out = torch.full((t.shape[0], width), value, dtype=t.dtype)
+    w = min(width, t.shape[1])
+    out[:, :w] = t[:, :w]
+    return out
+
+
+def _pad_left(t: torch.Tensor, width: int, value: float) -> torch.Tensor:
+    out = torch.full((t.shape[0], width), value, dtype=t.dtype)
+    out[:, width - t.shape[1] :] = t
+    return out
+
+
+def concat_pairs(parts: Sequence[PaddedPairs], pad_id: int) -> PaddedPairs:
+    """The rows of ``parts`` in order, as one :class:`PaddedPairs` padded to the longest
+    prompt (on the left) and the longest response (on the right) of them all."""
+    plen = max(p.prompts.shape[1] for p in parts)
+    rlen = max(p.responses.shape[1] for p in parts)
+    return PaddedPairs(
+        prompts=torch.cat([_pad_left(p.prompts, plen, pad_id) for p in parts]),
+        prompt_mask=torch.cat([_pad_left(p.prompt_mask, plen, 0) for p in parts]),
+        responses=torch.cat([pad_right(p.responses, rlen, pad_id) for p in parts]),
+        response_mask=torch.cat([pad_right(p.response_mask, rlen, 0) for p in parts]),
+    )
 
 
 @dataclass

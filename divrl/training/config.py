@@ -25,7 +25,7 @@ from divrl.algorithms import (
     divergence_generator,
     divergence_summaries,
 )
-from divrl.training import loss_config
+from divrl.training import authors_config, loss_config
 from divrl.training.config_io import (
     ConfigError,
     build_config,
@@ -448,6 +448,12 @@ class TrainConfig(FSDPConfig):  # strategy, param_dtype, fsdp_*: divrl.training.
         None,
     )
     ppo_epochs: int = _help("passes over each rollout batch", 1)
+    batch_assembly: Literal["divrl", "authors"] = _help(
+        "DPH-RL: 'divrl' keeps the streams in separate micro-batches (algorithm."
+        "divergence_weighting); 'authors' replicates the DPH-RL authors' batch and steps "
+        "(docs/algorithms.md)",
+        "divrl",
+    )
     length_bucketing: bool = _help(
         "sort each mini-batch's sequences by length before cutting it into micro-batches, so "
         "sequences of similar length share a padded micro-batch (less padding, same loss for "
@@ -560,6 +566,9 @@ class Config:
                 "algorithm.divergence_weighting=concat is one token-mean over both streams: "
                 "it needs algorithm.loss_agg=token-mean"
             )
+        problems = authors_config.authors_assembly_problems(self)
+        if self.train.batch_assembly == "authors" and problems:
+            raise ConfigError("train.batch_assembly=authors: " + "; ".join(problems))
         if algo.dynamic_sampling and self.rollout.n < 2:
             raise ConfigError("algorithm.dynamic_sampling needs rollout.n >= 2")
         if algo.overlong_buffer >= self.rollout.max_new_tokens:
@@ -575,17 +584,8 @@ class Config:
 
     @property
     def authors_layout(self) -> AuthorsLayout:
-        """The DPH-RL authors' layout of a step of this run (divergence_weighting=authors,
-        train.batch_assembly=authors)."""
-        algo, t = self.algorithm, self.train
-        return AuthorsLayout(
-            rollouts=t.prompts_per_step * self.rollout.n,
-            references=self.reference.per_step,
-            mini_batches=t.num_mini_batches,
-            gpus=algo.authors_gpus,
-            micro_batch_size=algo.authors_micro_batch_size,
-            dynamic=algo.authors_dynamic_batch,
-        )
+        """The DPH-RL authors' layout of a step of this run (divrl.training.authors_config)."""
+        return authors_config.authors_layout(self)
 
     @property
     def reference_store(self) -> Path:
@@ -614,6 +614,11 @@ def check_divisibility(config: Config, world: int) -> None:
     # micro-batches (rollouts and reference samples) in each mini-batch as the others.
     if t.strategy != "fsdp" or world == 1:
         return
+    if t.batch_assembly == "authors":
+        raise ValueError(
+            "train.batch_assembly=authors deals micro-batches to processes unevenly: use "
+            "train.strategy=ddp (or one process) with it"
+        )
     if config.reference.per_step % (world * t.num_mini_batches):
         raise ValueError(
             f"train.strategy=fsdp: reference.per_step={config.reference.per_step} must be "

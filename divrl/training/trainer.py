@@ -56,7 +56,7 @@ from divrl.training.metrics import (
 )
 from divrl.training.presample import open_reference_store
 from divrl.training.run_session import RunSession
-from divrl.training.update import PolicyUpdate, split
+from divrl.training.update import PolicyUpdate
 
 __all__ = ["TIME_KEYS", "RewardFn", "Trainer", "overlong_penalty"]
 
@@ -170,35 +170,14 @@ class Trainer:
     def metrics_path(self) -> Path:
         return self.run.metrics_path
 
-    def _reference_parts(self, minis: int) -> list[list[int]]:
-        """This process's DPH reference samples for each of the step's ``minis`` mini-batches.
-
-        The step's global draw is cut into one contiguous block per mini-batch and each
-        block is spread evenly over the processes (as the prompts are), so every
-        optimiser step sees the same reference samples whatever the number of processes
-        (the authors' code put them all on the last rank).
-        """
-        if self.ref_sampler is None:
-            return [[] for _ in range(minis)]
-        global_rows = self.ref_sampler.take(self.config.reference.per_step)
-        return [split(block, self.world)[self.rank] for block in split(global_rows, minis)]
-
     def train_step(self) -> dict[str, float]:
         """One rollout batch and its updates; returns the step's (global) metrics."""
-        cfg = self.config
         t0 = time.perf_counter()
         exp, means, counts = self.experience.make(self.step)
         t_rollout = time.perf_counter() - t0
-        minis = cfg.train.num_mini_batches
-        ref_parts = self._reference_parts(minis)
-        meter, skipped = MetricMeter(), 0
-        if exp is not None and len(exp):
-            self.update.precompute(exp)
-            seq_parts = split(range(len(exp)), minis)
-            self.model.train()
-            for _ in range(cfg.train.ppo_epochs):
-                for seqs, refs in zip(seq_parts, ref_parts, strict=True):
-                    skipped += not self.update.step(exp, seqs, refs, meter, self.step + 1)
+        meter = MetricMeter()
+        refs = self.ref_sampler.take(self.config.reference.per_step) if self.ref_sampler else []
+        skipped = self.update.run(exp, refs, meter, self.step + 1)
         with warnings.catch_warnings():
             # the schedule counts training steps, including ones without an optimiser step
             warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")

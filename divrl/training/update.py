@@ -38,12 +38,13 @@ from divrl.algorithms import (
 from divrl.algorithms.dph_weighting import REFERENCE, ROLLOUT
 from divrl.data.reference_store import ReferenceStore
 from divrl.distributed import Collective
+from divrl.training.authors_assembly import AuthorsAssembly
 from divrl.training.batch import Experience, PaddedPairs, ReferenceSamples
 from divrl.training.config import Config
 from divrl.training.forward import response_logits, to_device
 from divrl.training.metrics import MetricMeter
 
-__all__ = ["PolicyUpdate", "chunks", "pack_by_tokens", "split"]
+__all__ = ["PolicyUpdate", "chunks", "pack_by_tokens", "reference_parts", "split"]
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +63,19 @@ def split(indices: Sequence[int], parts: int) -> list[list[int]]:
         out.append(list(indices[start:end]))
         start = end
     return out
+
+
+def reference_parts(
+    global_rows: Sequence[int], minis: int, world: int, rank: int
+) -> list[list[int]]:
+    """This process's DPH reference samples for each of the step's ``minis`` mini-batches.
+
+    The step's global draw is cut into one contiguous block per mini-batch and each block
+    is spread evenly over the processes (as the prompts are), so every optimiser step sees
+    the same reference samples whatever the number of processes (the authors' code put
+    them all on the last rank: ``train.batch_assembly: authors`` does that).
+    """
+    return [split(block, world)[rank] for block in split(list(global_rows), minis)]
 
 
 def pack_by_tokens(indices: Sequence[int], lengths: Sequence[int], budget: int) -> list[list[int]]:
@@ -127,6 +141,35 @@ class PolicyUpdate:
         self.kappa = getattr(self.loss_options, "kappa", None)  # Lp-Reg's proxy only
         authors = config.algorithm.divergence_weighting == "authors"
         self.layout = config.authors_layout if config.uses_reference_samples and authors else None
+        self.assembly = (
+            AuthorsAssembly(self, config.authors_layout)
+            if config.train.batch_assembly == "authors"
+            else None
+        )
+
+    def run(
+        self, exp: Experience | None, references: Sequence[int], meter: MetricMeter, step: int
+    ) -> int:
+        """Every optimiser step of training step ``step`` on ``exp`` (None or empty: none)
+        and the step's global draw of reference samples; returns how many were skipped."""
+        if self.assembly is not None:  # the DPH-RL authors' batch, replicated
+            if exp is None or not len(exp):
+                return 0
+            self.precompute(exp)
+            self.model.train()
+            return self.assembly.run(exp, references, meter, step)
+        train, coll = self.config.train, self.collective
+        parts = reference_parts(references, train.num_mini_batches, coll.world, coll.rank)
+        if exp is None or not len(exp):
+            return 0
+        self.precompute(exp)
+        self.model.train()
+        skipped = 0
+        for _ in range(train.ppo_epochs):
+            seq_parts = split(range(len(exp)), train.num_mini_batches)
+            for seqs, refs in zip(seq_parts, parts, strict=True):
+                skipped += not self.step(exp, seqs, refs, meter, step)
+        return skipped
 
     def _inputs(self, pairs: PaddedPairs, idx: Sequence[int]) -> dict[str, torch.Tensor]:
         return to_device(pairs.model_inputs(idx), self.accelerator.device)

@@ -52,6 +52,7 @@ CASES: dict[str, tuple[str, dict]] = {
             "reference.per_step": 2,
             "reference.k": 4,  # as the fixture store was presampled
             "reference.threshold": 4,
+            "reference.response_top_p": None,
         },
     ),
     "lp_reg": ("configs/toy/lp_reg.yaml", {"algorithm.loss_agg": "token-mean"}),

@@ -118,7 +118,7 @@ def test_dph_weighting_through_the_update_stage(mode, tiny_world, reference_stor
     trainer = _dph(tiny_world, tmp_path, reference_store, mode)
     exp, _, _ = trainer.experience.make(0)
     _move_off_the_initial_policy(trainer)
-    (refs,) = trainer._reference_parts(1)
+    refs = trainer.ref_sampler.take(4)
     seqs = list(range(len(exp)))
     assert len(refs) == 4 and len(exp) >= 4
     got, meter = _step_gradient(trainer, exp, seqs, refs)

@@ -1,0 +1,295 @@
+"""The DPH-RL authors' batch assembly, replicated: ``train.batch_assembly: authors``.
+
+divrl's default keeps rollouts and reference samples in separate micro-batches and weighs
+the streams explicitly (docs/algorithms.md, "Stream weighting"). This module instead does
+what the authors' trainer and actor do with a step's rows (seamoke/DPH-RL
+``ray_trainer.py``, ``dp_actor.py``), for users who must reproduce the paper's numbers:
+
+1. the step's reference rows are appended after its rollouts;
+2. the rows are cut into ``algorithm.authors_gpus`` contiguous chunks (their data-parallel
+   split), each chunk in order into mini-batches of ``rollouts / (mini-batches x GPUs)``
+   rows: a chunk longer than its rollouts' share gives an extra, smaller optimiser step;
+3. each mini-batch is cut into micro-batches: ``authors_micro_batch_size`` consecutive rows,
+   or, with ``authors_dynamic_batch``, Karmarkar-Karp partitions balancing prompt + response
+   tokens, as many as the most any GPU needs for ``train.micro_batch_tokens``;
+4. a micro-batch is typed by its first row: reference -> ``eta x`` the token-mean
+   divergence, otherwise the token-mean clipped loss on all its rows, reference rows
+   included (old log-probs = their stored ones, advantage ``1 / (1 + 1e-6)``: a one-sample
+   group has mean 0 and std 1 in verl's GRPO, and a stored response is correct);
+5. each micro-batch loss is divided by the accumulation count ``mini-batch rows //
+   micro-batch rows`` (fixed) or multiplied by ``rows / mini-batch rows`` (dynamic), and
+   the GPUs' gradients are averaged.
+
+The virtual GPUs' micro-batches are dealt round-robin to divrl's processes, so the gradient
+is the same on any number of processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from divrl.algorithms import reference_divergence_loss, token_log_probs
+from divrl.algorithms.dph_weighting import REFERENCE, ROLLOUT, AuthorsLayout
+from divrl.training.batch import Experience, PaddedPairs, ReferenceSamples, concat_pairs, pad_right
+from divrl.training.forward import response_logits, to_device
+from divrl.training.metrics import MetricMeter
+
+__all__ = [
+    "REFERENCE_ADVANTAGE",
+    "AuthorsAssembly",
+    "MicroBatch",
+    "karmarkar_karp",
+    "schedule",
+]
+
+#: a reference row's advantage in the authors' runs: score 1 in a group of one (verl's GRPO
+#: gives such a group mean 0 and std 1, and divides by std + 1e-6)
+REFERENCE_ADVANTAGE = 1.0 / (1.0 + 1e-6)
+
+
+def karmarkar_karp(lengths: Sequence[int], parts: int) -> list[list[int]]:
+    """``range(len(lengths))`` in ``parts`` sets of balanced length sums, by the largest
+    differencing method (the partition verl's dynamic batch size uses, sizes unequal).
+
+    Each set is sorted ascending; sets come in order of decreasing sum. Every set is
+    non-empty when ``parts <= len(lengths)``.
+    """
+    if not 1 <= parts <= len(lengths):
+        raise ValueError(f"parts must be in [1, {len(lengths)}], got {parts}")
+    heap = []
+    for i in sorted(range(len(lengths)), key=lambda i: (lengths[i], i)):
+        sets = [(int(lengths[i]), [i])] + [(0, []) for _ in range(parts - 1)]
+        heapq.heappush(heap, (-int(lengths[i]), -int(lengths[i]), i, sets))
+    order = len(lengths)
+    while len(heap) > 1:
+        _, _, _, a = heapq.heappop(heap)
+        _, _, _, b = heapq.heappop(heap)
+        # the largest set of one state joins the smallest of the other
+        merged = [(sa + sb, ia + ib) for (sa, ia), (sb, ib) in zip(a, reversed(b), strict=True)]
+        merged.sort(key=lambda s: (-s[0], -len(s[1])))
+        spread = merged[0][0] - merged[-1][0]
+        heapq.heappush(heap, (-spread, -merged[0][0], order, merged))
+        order += 1
+    return [sorted(items) for _, items in heap[0][3]]
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    """One micro-batch of one virtual GPU: ``rows`` (positions in the step's row list,
+    ascending), the authors' ``scale`` of its loss, and whether it is typed reference."""
+
+    rows: tuple[int, ...]
+    scale: float
+    reference: bool
+
+
+def _pieces(rows: Sequence[int], size: int) -> list[list[int]]:
+    return [list(rows[i : i + size]) for i in range(0, len(rows), size)]
+
+
+def _micro_count(rows: Sequence[int], lengths: Sequence[int], budget: int) -> int:
+    return min(len(rows), math.ceil(sum(lengths[r] for r in rows) / budget))
+
+
+def _micro_batches(
+    rows: list[int], kinds: Sequence[str], lengths: Sequence[int], layout: AuthorsLayout, count
+) -> list[MicroBatch]:
+    m = layout.mini_batch_rows
+    if layout.dynamic:
+        parts = karmarkar_karp([lengths[r] for r in rows], count)
+        pieces = [[rows[i] for i in p] for p in parts]
+        scales = [len(p) / m for p in pieces]
+    else:
+        accumulation = m // layout.micro_batch_size
+        if accumulation < 1:
+            raise ValueError(
+                f"the authors' mini-batch of {m} rows per GPU is smaller than their "
+                f"micro-batch of {layout.micro_batch_size} rows"
+            )
+        pieces = _pieces(rows, layout.micro_batch_size)
+        scales = [1.0 / accumulation] * len(pieces)
+    return [
+        MicroBatch(tuple(p), s, kinds[p[0]] == REFERENCE)
+        for p, s in zip(pieces, scales, strict=True)
+    ]
+
+
+def schedule(
+    kinds: Sequence[str],
+    lengths: Sequence[int],
+    layout: AuthorsLayout,
+    token_budget: int | None = None,
+) -> list[list[list[MicroBatch]]]:
+    """The authors' optimiser steps over a step's rows: ``[step][gpu][micro-batch]``.
+
+    Args:
+        kinds: ``rollout`` / ``reference`` per row, rollouts first.
+        lengths: prompt + response tokens per row (dynamic batch sizes balance these).
+        layout: the authors' layout (GPUs, mini-batch rows, micro-batching).
+        token_budget: tokens per micro-batch per GPU, required when ``layout.dynamic``.
+    """
+    if layout.dynamic and token_budget is None:
+        raise ValueError("dynamic batch sizes need a token budget per micro-batch")
+    chunk = -(-len(kinds) // layout.gpus)  # torch.chunk's split of the rows over the GPUs
+    minis = [_pieces(g, layout.mini_batch_rows) for g in _pieces(range(len(kinds)), chunk)]
+    steps = []
+    for k in range(max(len(g) for g in minis)):
+        here = [g[k] for g in minis if k < len(g)]
+        # one micro-batch count for all GPUs: the most any of them needs
+        count = max(_micro_count(mb, lengths, token_budget) for mb in here) if layout.dynamic else 0
+        steps.append([_micro_batches(mb, kinds, lengths, layout, count) for mb in here])
+    return steps
+
+
+@dataclass
+class _StepRows:
+    """A step's rows in the authors' order, on every process."""
+
+    pairs: PaddedPairs
+    old_log_probs: torch.Tensor  # [T, R]: rollouts' old log-probs, references' stored ones
+    advantages: torch.Tensor  # [T]
+    kinds: list[str]
+
+    @property
+    def lengths(self) -> list[int]:
+        return (self.pairs.prompt_lengths + self.pairs.response_lengths).tolist()
+
+
+class AuthorsAssembly:
+    """Runs a step's optimiser steps the authors' way through ``update`` (a
+    :class:`~divrl.training.update.PolicyUpdate`: its model, optimiser and step end)."""
+
+    def __init__(self, update, layout: AuthorsLayout) -> None:
+        self.update, self.layout = update, layout
+        self.config = update.config
+
+    @torch.no_grad()
+    def _old_log_probs(self, exp: Experience) -> torch.Tensor:
+        """The rollouts' log-probs under the policy before this step's updates (a step that
+        divrl runs on-policy is not one here: the reference rows add optimiser steps)."""
+        update = self.update
+        policy = update.accelerator.unwrap_model(update.model)
+        out = torch.zeros(exp.responses.shape)
+        for idx in update.micro_batches(exp, range(len(exp))):
+            data = to_device(exp.model_inputs(idx), update.accelerator.device)
+            lp = token_log_probs(
+                response_logits(policy, data),
+                data["responses"],
+                self.config.rollout.temperature,
+                update.chunk,
+            )
+            lp = torch.where(data["response_mask"] > 0, lp.float(), torch.zeros_like(lp.float()))
+            out[idx, : lp.shape[1]] = lp.cpu()
+        return out
+
+    def _gather(self, exp: Experience) -> tuple[PaddedPairs, torch.Tensor, torch.Tensor]:
+        """Every process's rollouts, in prompt order (independent of the process count)."""
+        old = exp.old_log_probs if exp.old_log_probs is not None else self._old_log_probs(exp)
+        mine = {
+            "pairs": PaddedPairs(exp.prompts, exp.prompt_mask, exp.responses, exp.response_mask),
+            "old": old,
+            "advantages": exp.advantages,
+            "groups": exp.groups,
+        }
+        parts = self.update.collective.all_gather_object(mine)
+        keys = [(int(g), r, i) for r, p in enumerate(parts) for i, g in enumerate(p["groups"])]
+        order = [j for j, _ in sorted(enumerate(keys), key=lambda x: x[1])]
+        pad = self.update.pad_id
+        pairs = concat_pairs([p["pairs"] for p in parts], pad).select(order)
+        width = pairs.responses.shape[1]
+        old = torch.cat([pad_right(p["old"], width) for p in parts])[order]
+        advantages = torch.cat([p["advantages"].float() for p in parts])[order]
+        return pairs, old, advantages
+
+    def step_rows(self, exp: Experience, references: Sequence[int]) -> _StepRows:
+        """The rollouts of all processes, then the step's reference rows."""
+        pairs, old, advantages = self._gather(exp)
+        samples: ReferenceSamples = self.update.reference_samples
+        refs = samples.select(list(references))
+        both = concat_pairs([pairs, refs], self.update.pad_id)
+        width = both.responses.shape[1]
+        return _StepRows(
+            pairs=both,
+            old_log_probs=torch.cat([pad_right(old, width), pad_right(refs.ref_log_probs, width)]),
+            advantages=torch.cat([advantages, torch.full((len(refs),), REFERENCE_ADVANTAGE)]),
+            kinds=[ROLLOUT] * len(pairs) + [REFERENCE] * len(refs),
+        )
+
+    def _loss(self, rows: _StepRows, mb: MicroBatch) -> tuple[torch.Tensor, dict, int]:
+        cfg, algo, update = self.config, self.config.algorithm, self.update
+        data = to_device(rows.pairs.model_inputs(mb.rows), update.accelerator.device)
+        lp = token_log_probs(
+            response_logits(update.model, data),
+            data["responses"],
+            cfg.rollout.temperature,
+            update.chunk,
+        )
+        old = rows.old_log_probs[list(mb.rows), : lp.shape[1]].to(lp.device)
+        mask = data["response_mask"]
+        if mb.reference:
+            loss, metrics = reference_divergence_loss(
+                lp, old, mask, algo.divergence, algo.divergence_alpha, update.agg
+            )
+            loss = algo.divergence_coef * loss
+        else:
+            loss, metrics = update.loss_spec.fn(
+                log_prob=lp,
+                old_log_prob=old,
+                advantages=rows.advantages[list(mb.rows)].to(lp.device),
+                mask=mask,
+                **update.loss_options.loss_kwargs(),
+            )
+        return loss, dict(metrics), int(mask.sum().item())
+
+    def _optimiser_step(self, rows: _StepRows, gpus, meter: MetricMeter, step: int) -> bool:
+        update, world = self.update, self.update.collective.world
+        every = [mb for gpu in gpus for mb in gpu]
+        mine = every[update.collective.rank :: world]
+        if not mine:
+            raise ValueError(
+                f"train.batch_assembly=authors: an optimiser step has {len(every)} micro-batches, "
+                f"fewer than the {world} processes; run on fewer processes"
+            )
+        nonfinite = objective = 0.0
+        for j, mb in enumerate(mine):
+            sync = j == len(mine) - 1
+            # the authors average their GPUs' gradients; DDP averages divrl's processes'
+            scale = mb.scale / self.layout.gpus * world
+            with contextlib.nullcontext() if sync else update.accelerator.no_sync(update.model):
+                loss, metrics, ntok = self._loss(rows, mb)
+                update.accelerator.backward(loss * scale)
+            value = float(loss.detach())
+            nonfinite = max(nonfinite, 0.0 if math.isfinite(value) else 1.0)
+            objective += value * scale / world
+            meter.add(metrics, weight=ntok)
+        return update._apply(step, nonfinite, objective, meter)
+
+    def run(self, exp: Experience, references: Sequence[int], meter: MetricMeter, step: int) -> int:
+        """All optimiser steps of a training step; returns how many were skipped."""
+        rows = self.step_rows(exp, references)
+        plan = schedule(rows.kinds, rows.lengths, self.layout, self.config.train.micro_batch_tokens)
+        under_policy = sum(
+            rows.kinds[r] == REFERENCE
+            for s in plan
+            for gpu in s
+            for mb in gpu
+            if not mb.reference
+            for r in mb.rows
+        )
+        meter.add(
+            {
+                "dph/reference_rows_under_policy_loss": float(under_policy),
+                "dph/optimiser_steps": float(len(plan) * self.config.train.ppo_epochs),
+            }
+        )
+        skipped = 0
+        for _ in range(self.config.train.ppo_epochs):
+            for gpus in plan:
+                skipped += not self._optimiser_step(rows, gpus, meter, step)
+        return skipped
