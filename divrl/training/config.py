@@ -11,6 +11,7 @@ naming the key and the closest valid one.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import typing
 from dataclasses import dataclass, field
@@ -213,7 +214,6 @@ class RolloutConfig:
 
 
 _UNSET = "null = the policy loss's own default (divrl.algorithms.loss_options)"
-_ALIAS = "deprecated alias of algorithm.loss_options."
 
 
 @dataclass
@@ -294,15 +294,6 @@ class AlgorithmConfig:
         2,
     )
     entropy_coef: float = _help("entropy bonus: loss -= coef * aggregate(H)", 0.0)
-    lp_reg_rho: float | None = _help(f"{_ALIAS}rho (lp_reg)", None)
-    lp_reg_beta: float | None = _help(f"{_ALIAS}beta (lp_reg)", None)
-    lp_reg_kappa: float | None = _help(f"{_ALIAS}kappa (lp_reg)", None)
-    kl_cov_ratio: float | None = _help(f"{_ALIAS}kl_cov_ratio (kl_cov)", None)
-    kl_cov_coef: float | None = _help(f"{_ALIAS}ppo_kl_coef (kl_cov)", None)
-    clip_cov_ratio: float | None = _help(f"{_ALIAS}clip_ratio (clip_cov)", None)
-    clip_cov_lb: float | None = _help(f"{_ALIAS}clip_cov_lb (clip_cov)", None)
-    clip_cov_ub: float | None = _help(f"{_ALIAS}clip_cov_ub (clip_cov)", None)
-    high_entropy_fraction: float | None = _help(f"{_ALIAS}top_fraction (high_entropy)", None)
     dynamic_sampling: bool = _help(
         "DAPO: drop groups whose rewards are all equal and refill the batch", False
     )
@@ -361,10 +352,20 @@ class AlgorithmConfig:
         for key, value in resolved.items():
             setattr(self, key, value)
 
-    @property
+    @functools.cached_property
     def options(self) -> LossOptions:
-        """The policy loss's validated options (``loss_kwargs()`` are its keyword args)."""
+        """The policy loss's validated options (``loss_kwargs()`` are its keyword args),
+        built once: the section is not changed after loading."""
         return loss_config.resolve_loss_options(self.policy_loss, {}, self.loss_options)
+
+    @staticmethod
+    def migrate(raw: dict[str, Any]) -> dict[str, Any]:
+        """Refuse the per-loss keys of earlier versions, naming where each went."""
+        removed = {k: v for k, v in loss_config.REMOVED_KEYS.items() if k in raw}
+        if removed:
+            moved = ", ".join(f"algorithm.{k} -> algorithm.loss_options.{v}" for k, v in removed.items())
+            raise ConfigError(f"removed keys (CHANGELOG.md): {moved}")
+        return raw
 
 
 @dataclass

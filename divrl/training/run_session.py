@@ -236,6 +236,11 @@ class RunSession:
             raise RunDirError(f"{run.root} already holds a run ({describe_run(run)})")
         if present:
             event["overwrote"] = describe_run(run)
+            # the replaced run's evaluation (divrl eval --out RUN/eval) would otherwise be
+            # read by divrl report as the new run's
+            if (run.root / "eval").is_dir():
+                present.append(run.root / "eval")
+                event["overwrote"] += ", eval/"
             logger.warning("--overwrite: deleting %s in %s", event["overwrote"], run.root)
             for path in present:
                 shutil.rmtree(path) if path.is_dir() else path.unlink()

@@ -53,6 +53,8 @@ def test_a_rerun_in_a_used_folder_is_refused_and_overwrite_starts_clean(
             "checkpoint.keep_last": 2,
         },
     )
+    (run / "eval" / "test").mkdir(parents=True)  # the first run's divrl eval --out run/eval
+    (run / "eval" / "test" / "summary.json").write_text("{}")
     capsys.readouterr()
     # the reported data loss: exit 0, its own checkpoints pruned, metrics 1,2,3,4,1,2
     assert main(["train", *second]) == 2
@@ -61,13 +63,16 @@ def test_a_rerun_in_a_used_folder_is_refused_and_overwrite_starts_clean(
     assert "checkpoints of steps [1, 2, 3, 4]" in err and "metrics.jsonl (4 records)" in err
     assert _steps(run) == [1, 2, 3, 4] and _ckpts(run) == [1, 2, 3, 4]
     assert yaml.safe_load((run / "config.yaml").read_text())["train"]["seed"] == 0
+    assert (run / "eval" / "test" / "summary.json").is_file()  # refused: nothing deleted
 
     assert main(["train", *second, "--overwrite"]) == 0
+    assert not (run / "eval").exists()  # the replaced run's evaluation went with it
     assert _steps(run) == [1, 2] and _ckpts(run) == [1, 2]
     assert yaml.safe_load((run / "config.yaml").read_text())["train"]["seed"] == 7
     events = _history(run)
     assert [e["event"] for e in events] == ["start", "finish"]
     assert "checkpoints of steps [1, 2, 3, 4]" in events[0]["overwrote"]
+    assert events[0]["overwrote"].endswith(", eval/")
     run_id = json.loads((run / "run.json").read_text())["run_id"]
     assert {c.run_id() for c in RunDir(run).checkpoints()} == {run_id}
     assert not (run / ".lock").exists()
@@ -82,8 +87,10 @@ def test_eval_says_which_checkpoint_of_a_run_it_loads(tiny_world, tmp_path, capl
     assert main(["train", *args]) == 0
     with caplog.at_level("INFO"):
         resolved = resolve_model_path(tmp_path)
+    from divrl.evaluation.pinning import origin_of
+
     expected = RunDir(tmp_path).checkpoint(2)
-    assert resolved == str(expected.model_dir)
+    assert origin_of(resolved) == str(expected.model_dir)  # loaded from a pin of it
     assert f"evaluating its checkpoint {expected.path}" in caplog.text
 
 
