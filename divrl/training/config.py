@@ -363,7 +363,9 @@ class AlgorithmConfig:
         """Refuse the per-loss keys of earlier versions, naming where each went."""
         removed = {k: v for k, v in loss_config.REMOVED_KEYS.items() if k in raw}
         if removed:
-            moved = ", ".join(f"algorithm.{k} -> algorithm.loss_options.{v}" for k, v in removed.items())
+            moved = ", ".join(
+                f"algorithm.{k} -> algorithm.loss_options.{v}" for k, v in removed.items()
+            )
             raise ConfigError(f"removed keys (CHANGELOG.md): {moved}")
         return raw
 

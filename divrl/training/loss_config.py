@@ -2,11 +2,10 @@
 
 ``algorithm.loss_options`` holds options by the loss's own names (``LossOptions`` fields of
 ``algorithm.policy_loss``, see :mod:`divrl.algorithms.loss_options`). The flat keys below
-are shortcuts that mean the same option: the clip range, dual clip and aggregation (shared
-by several losses), and, kept for configs written before ``loss_options`` existed
-(deprecated), one flat key per loss-specific option. A key left null means "the loss's own
-default" (GSPO: 3e-4 / 4e-4 and sequence-level aggregation). Setting an option that the
-configured loss does not take is an error naming the loss and its options.
+are shortcuts that mean the same option, for the settings several losses share: the clip
+range, dual clip and aggregation. A key left null means "the loss's own default" (GSPO:
+3e-4 / 4e-4 and sequence-level aggregation). Setting an option that the configured loss
+does not take is an error naming the loss and its options.
 
 A preset's option keys are written for the preset's own loss: when a command-line override
 switches ``algorithm.policy_loss``, :func:`stale_preset_options` finds the preset's keys
@@ -24,6 +23,7 @@ from divrl.algorithms import LossOptions, policy_loss_options, policy_loss_spec
 
 __all__ = [
     "FLAT_OPTION_KEYS",
+    "REMOVED_KEYS",
     "flat_option_values",
     "resolve_loss_options",
     "resolved_option_fields",
@@ -36,16 +36,19 @@ FLAT_OPTION_KEYS: dict[str, tuple[str | None, str]] = {
     "clip_high": (None, "clip_high"),
     "dual_clip": (None, "dual_clip"),
     "loss_agg": (None, "agg"),
-    # deprecated aliases: prefer algorithm.loss_options
-    "lp_reg_rho": ("lp_reg", "rho"),
-    "lp_reg_beta": ("lp_reg", "beta"),
-    "lp_reg_kappa": ("lp_reg", "kappa"),
-    "kl_cov_ratio": ("kl_cov", "kl_cov_ratio"),
-    "kl_cov_coef": ("kl_cov", "ppo_kl_coef"),
-    "clip_cov_ratio": ("clip_cov", "clip_ratio"),
-    "clip_cov_lb": ("clip_cov", "clip_cov_lb"),
-    "clip_cov_ub": ("clip_cov", "clip_cov_ub"),
-    "high_entropy_fraction": ("high_entropy", "top_fraction"),
+}
+
+# the per-loss flat keys of 0.1, removed: algorithm.<key> -> its algorithm.loss_options name
+REMOVED_KEYS: dict[str, str] = {
+    "lp_reg_rho": "rho",
+    "lp_reg_beta": "beta",
+    "lp_reg_kappa": "kappa",
+    "kl_cov_ratio": "kl_cov_ratio",
+    "kl_cov_coef": "ppo_kl_coef",
+    "clip_cov_ratio": "clip_ratio",
+    "clip_cov_lb": "clip_cov_lb",
+    "clip_cov_ub": "clip_cov_ub",
+    "high_entropy_fraction": "top_fraction",
 }
 
 
