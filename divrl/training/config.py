@@ -250,11 +250,18 @@ class AlgorithmConfig:
         f"seq-mean-token-mean)",
         None,
     )
-    lp_reg_scope: Literal["micro_batch", "mini_batch", "step"] = _help(
+    lp_reg_scope: Literal["micro_batch", "mini_batch", "step", "group"] = _help(
         "Lp-Reg: the tokens over which the rho-quantile selection is taken: each micro-batch "
-        "(the authors' code), each mini-batch, or the whole step's rollouts (the last two "
-        "cost one extra no-grad forward per mini-batch)",
+        "(the authors' code), each mini-batch, the whole step's rollouts, or groups of "
+        "lp_reg_group_size sequences (the last three cost one extra no-grad forward per "
+        "mini-batch)",
         "micro_batch",
+    )
+    lp_reg_group_size: int | None = _help(
+        "Lp-Reg with lp_reg_scope=group: sequences per selection group, consecutive rows of "
+        "a mini-batch (the same groups on any number of processes; docs/fidelity.md gives "
+        "the authors' populations)",
+        None,
     )
     kl_coef: float = _help(
         "beta of the online reverse-KL term on policy samples (> 0 loads a frozen reference model)",
@@ -329,6 +336,13 @@ class AlgorithmConfig:
                 f"algorithm.policy_loss={self.policy_loss!r} (not lp_reg): remove it"
             )
         _positive("algorithm.max_refill_rounds", self.max_refill_rounds, allow_zero=True)
+        if (self.lp_reg_scope == "group") != (self.lp_reg_group_size is not None):
+            raise ConfigError(
+                "algorithm.lp_reg_scope=group and algorithm.lp_reg_group_size go together: "
+                "set both (a group size >= 1) or neither"
+            )
+        if self.lp_reg_group_size is not None:
+            _positive("algorithm.lp_reg_group_size", self.lp_reg_group_size)
         _positive("algorithm.gen_batch_factor", self.gen_batch_factor)
         if self.gen_batch_factor > 1 and not self.dynamic_sampling:
             raise ConfigError(
@@ -615,6 +629,13 @@ def check_divisibility(config: Config, world: int) -> None:
         )
     # Under FSDP every forward is a collective: each process must run as many
     # micro-batches (rollouts and reference samples) in each mini-batch as the others.
+    group = config.algorithm.lp_reg_group_size
+    if group is not None and (mini * config.rollout.n // world) % group:
+        raise ValueError(
+            f"algorithm.lp_reg_group_size={group} must divide each process's rows of a "
+            f"mini-batch ({mini} prompts x {config.rollout.n} / {world} processes), so that no "
+            "selection group spans two processes"
+        )
     if t.strategy != "fsdp" or world == 1:
         return
     if t.batch_assembly == "authors":

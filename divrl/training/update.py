@@ -248,16 +248,40 @@ class PolicyUpdate:
                 self.chunk,
             )
             _scatter(lp, idx, values, data["response_mask"])
-        rows = torch.as_tensor(population, dtype=torch.long)
-        negative = exp.advantages[rows] < 0
-        candidates = (exp.response_mask[rows] > 0) & negative.view(-1, 1)
-        threshold, population_size = self._lowest_share(lp[rows][candidates])
-        in_population = torch.zeros(exp.responses.shape, dtype=torch.bool)
-        in_population[rows] = candidates & (lp[rows] <= threshold)
+        if self.config.algorithm.lp_reg_scope == "group":
+            in_population, population_size = self._select_in_groups(exp, lp, seqs)
+        else:
+            rows = torch.as_tensor(population, dtype=torch.long)
+            negative = exp.advantages[rows] < 0
+            candidates = (exp.response_mask[rows] > 0) & negative.view(-1, 1)
+            threshold, population_size = self._lowest_share(lp[rows][candidates])
+            in_population = torch.zeros(exp.responses.shape, dtype=torch.bool)
+            in_population[rows] = candidates & (lp[rows] <= threshold)
         # the mini-batch's rows only: the next mini-batch selects again, after this update
         exp.lp_reg_selected = torch.zeros_like(in_population)
         exp.lp_reg_selected[seqs] = in_population[seqs]
         meter.add({"lp_reg/population_negative": population_size})
+
+    def _select_in_groups(
+        self, exp: Experience, lp: torch.Tensor, seqs: list[int]
+    ) -> tuple[torch.Tensor, float]:
+        """(selected, mean candidates per group): the selection within consecutive groups
+        of ``algorithm.lp_reg_group_size`` rows of the mini-batch. A process holds whole
+        groups (checked at launch), so the groups are the same on any number of processes."""
+        rho, min_k = self.loss_options.rho, self.loss_options.min_k
+        selected = torch.zeros(exp.responses.shape, dtype=torch.bool)
+        sizes = []
+        for group in chunks(seqs, self.config.algorithm.lp_reg_group_size):
+            rows = torch.as_tensor(group, dtype=torch.long)
+            negative = exp.advantages[rows] < 0
+            candidates = (exp.response_mask[rows] > 0) & negative.view(-1, 1)
+            values = lp[rows][candidates]
+            k = max(1, math.floor(rho * values.numel()))
+            if values.numel() and k >= min_k:
+                threshold = float(torch.kthvalue(values, k).values)
+                selected[rows] = candidates & (lp[rows] <= threshold)
+            sizes.append(float(values.numel()))
+        return selected, sum(sizes) / max(1, len(sizes))
 
     def _lowest_share(self, values: torch.Tensor) -> tuple[float, float]:
         """(threshold, N): the k-th lowest of the candidates' log-probs of all processes,

@@ -6,12 +6,14 @@ with dynamic batch sizes; and the schedule at the scripts' scale."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
+from pathlib import Path
 
 import pytest
 import torch
-from train_helpers import sevens_reward, tiny_overrides
+from train_helpers import run_torchrun, sevens_reward, tiny_overrides
 
 from divrl.algorithms import token_log_probs
 from divrl.algorithms.dph_weighting import AuthorsLayout, references_under_policy_loss
@@ -241,3 +243,43 @@ def test_replica_config_errors(extra, message):
         load_config(
             None, [f"{k}={v}" for k, v in {"train.batch_assembly": "authors", **extra}.items()]
         )
+
+
+@pytest.mark.slow
+def test_two_processes_run_the_replica_like_one(tiny_world, reference_store, tmp_path):
+    extra = {
+        "train.total_steps": 2,
+        "train.prompts_per_step": 4,
+        "train.mini_batch_size": 2,
+        "rollout.n": 4,
+        "rollout.seeded": True,  # samples independent of the number of processes
+        "algorithm.divergence": "js",
+        "algorithm.divergence_coef": ETA,
+        "reference.store": reference_store,
+        "reference.per_step": 4,
+        "reference.allow_store_mismatch": True,
+        "train.batch_assembly": "authors",
+        "algorithm.authors_gpus": 2,
+        "algorithm.authors_micro_batch_size": 3,
+    }
+    dist_dir = tmp_path / "dist"
+    dist_dir.mkdir()
+    worker = Path(__file__).parent / "dist_worker.py"
+    overrides = tiny_overrides(tiny_world, dist_dir / "run", **extra)
+    proc = run_torchrun(worker, str(dist_dir), *overrides, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    single = Trainer(
+        load_config(None, tiny_overrides(tiny_world, tmp_path / "single", **extra)),
+        reward_fn=sevens_reward,
+    )
+    expected = single.train()
+    got = json.loads((dist_dir / "history.json").read_text())
+    for a, b in zip(got, expected, strict=True):
+        assert a["reward/score"] == b["reward/score"]
+        assert a["dph/optimiser_steps"] == b["dph/optimiser_steps"] == 3.0
+        for key in ("loss/total", "actor/grad_norm"):
+            assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
+    rank0 = torch.load(dist_dir / "rank0.pt")
+    ref = single.accelerator.unwrap_model(single.model).state_dict()
+    for k, v in ref.items():
+        torch.testing.assert_close(rank0[k], v, rtol=1e-4, atol=1e-5)
