@@ -320,8 +320,19 @@ def copy_shipped_model(pretrained_dir: Path, model_dir: Path) -> dict[str, Any]:
     for name in _SHIPPED_FILES:
         shutil.copy2(pretrained_dir / name, model_dir / name)
     stats = json.loads((pretrained_dir / "sft_stats.json").read_text())
-    stats["model_source"] = str(pretrained_dir)
+    # by its place in the package, not this checkout's absolute path: the cache is shared
+    # by every checkout and virtual environment of the user
+    stats["model_source"] = f"shipped with divrl (divrl/toy/{pretrained_dir.name})"
     return stats
+
+
+def model_source_label(source: str) -> str:
+    """A manifest's ``model_source`` as shown: caches built by older versions recorded the
+    absolute path of the checkout that built them, shown by its place in the package."""
+    p = Path(source)
+    if p.is_absolute() and p.parent.name == "toy" and p.parent.parent.name == "divrl":
+        return f"shipped with divrl (divrl/toy/{p.name})"
+    return source
 
 
 def ship_model(world: ToyWorld, pretrained_dir: Path = PRETRAINED_DIR) -> Path:
