@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from divrl.evaluation.pinning import pin_newest_model
 from divrl.runs import Checkpoint, RunDir
 
 __all__ = [
@@ -33,8 +34,9 @@ def resolve_model_path(path: str | Path) -> str:
     """A ``from_pretrained`` directory for ``path``.
 
     Accepts a model directory, a checkpoint (``step_N/`` holding ``model/``), or a training
-    run directory (its newest ``checkpoints/step_*/model``); anything else is passed on as
-    is (a hub name). A run or checkpoint trained with ``train.strategy=fsdp`` has a
+    run directory (its newest ``checkpoints/step_*/model``, pinned so that pruning cannot
+    remove it while it loads: :mod:`divrl.evaluation.pinning`); anything else is passed on
+    as is (a hub name). A run or checkpoint trained with ``train.strategy=fsdp`` has a
     ``model/`` without weights: they are exported into it once, from the sharded state.
     """
     p = Path(path)
@@ -43,10 +45,11 @@ def resolve_model_path(path: str | Path) -> str:
         return str(p)
     if Checkpoint.at(p).has_model():
         return str(Checkpoint.at(p).model_dir)
-    final = RunDir(p).final_model() if p.is_dir() else None
-    if final is not None:
-        logger.info("%s is a run directory: evaluating its checkpoint %s", p, final.parent)
-        return str(final)
+    # a running training may prune the checkpoint while it loads: load a pinned copy
+    pinned = pin_newest_model(p) if p.is_dir() else None
+    if pinned is not None:
+        logger.info("%s is a run directory: evaluating its checkpoint %s", p, pinned[1].path)
+        return str(pinned[0])
     if p.exists():
         raise FileNotFoundError(
             f"{p} is neither a model directory (config.json), a checkpoint (model/) nor a "

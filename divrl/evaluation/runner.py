@@ -34,6 +34,8 @@ from divrl.evaluation.model_loading import (
     model_context,
     resolve_model_path,
 )
+from divrl.evaluation.pinning import origin_of
+from divrl.evaluation.reuse import read_eval_meta, read_samples_for_reuse
 from divrl.evaluation.stats import cluster_correctness
 from divrl.evaluation.styles import solution_style
 from divrl.fileio import atomic_write_lines, atomic_write_text
@@ -421,8 +423,6 @@ def evaluate(
             raise FileNotFoundError(
                 f"--reuse: no {SAMPLES_FILE} in {out}; run without --reuse first"
             )
-        from divrl.evaluation.reuse import read_eval_meta, read_samples_for_reuse
-
         meta = read_eval_meta(out / CONFIG_FILE)
         records = read_samples_for_reuse(samples_path, meta)  # every prompt, n samples each
         # the samples were drawn with the recorded settings, whatever this call says
@@ -460,7 +460,9 @@ def evaluate(
         write_jsonl(records, samples_path)
         meta = {
             "model": None if model_path is None else str(model_path),
-            "resolved_model": None if model_path is None else resolve_model_path(model_path),
+            "resolved_model": (
+                None if model_path is None else origin_of(resolve_model_path(model_path))
+            ),
             "data": str(data_path),
             "prompts": len(records),  # --reuse checks that they are all there
             "config": asdict(cfg),

@@ -1,0 +1,70 @@
+"""`divrl eval --model RUN_DIR` while training prunes checkpoints: the chosen checkpoint is
+pinned (hard links), so its deletion under the loader does not matter, and a checkpoint
+that vanishes while being pinned is replaced by the then-newest one
+(docs/reliability.md, "Evaluation")."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+
+import pytest
+
+import divrl.evaluation.pinning as pinning
+import divrl.rollout.model_source as model_source
+from divrl.evaluation.model_loading import load_model, resolve_model_path
+from divrl.runs import RunDir
+
+
+@pytest.fixture
+def run(tmp_path, tiny_lm):
+    model, tokenizer = tiny_lm
+    root = tmp_path / "run"
+    for step in (1, 2):
+        folder = RunDir(root).checkpoint(step).model_dir
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+    yield root
+    for pin in list(pinning._pins):  # the pins of this process live until it exits
+        pinning._cleanup(pinning._pins.pop(pin)[0])
+
+
+def test_a_checkpoint_pruned_while_it_loads_is_still_loaded(run, monkeypatch):
+    real = model_source.check_model_source
+
+    def prune_then_check(path):  # training deletes the chosen checkpoint under the loader
+        shutil.rmtree(RunDir(run).checkpoint(2).path)
+        return real(path)
+
+    monkeypatch.setattr(model_source, "check_model_source", prune_then_check)
+    model, _ = load_model(run)
+    assert model is not None
+    assert pinning.origin_of(resolve_model_path(run)).endswith("step_000002/model")
+
+
+def test_a_checkpoint_vanishing_while_pinned_falls_back_to_the_newest(run, monkeypatch, caplog):
+    real = pinning._link_tree
+
+    def pruned_midway(src, dst):
+        if "step_000002" in str(src):
+            real(src, dst)
+            shutil.rmtree(src.parent)  # pruned after some files were linked
+            raise FileNotFoundError(src / "model.safetensors")
+        real(src, dst)
+
+    monkeypatch.setattr(pinning, "_link_tree", pruned_midway)
+    with caplog.at_level(logging.INFO):
+        pinned, ckpt = pinning.pin_newest_model(run)
+    assert ckpt.step == 1 and (pinned / "config.json").is_file()
+    assert "vanished while it was being pinned" in caplog.text
+
+
+def test_pins_are_removed_and_dead_processes_pins_swept(run):
+    pinned, _ = pinning.pin_newest_model(run)
+    stale = pinned.parent / "999999999-step_000001"
+    stale.mkdir()
+    pinning._sweep(pinned.parent)
+    assert not stale.exists() and pinned.exists()
+    pinning._cleanup(pinning._pins.pop(run.resolve())[0])
+    assert not (run / pinning.PIN_DIR).exists()
+    assert RunDir(run).run_files() == [run / "checkpoints"]  # a pin is not a run file
