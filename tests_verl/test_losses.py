@@ -222,5 +222,12 @@ def test_the_authors_weighting_needs_the_layout():
     with pytest.raises(ValueError, match="authors' layout"):
         DivRLLoss(actor_config(), settings)
     assert isinstance(settings.authors_layout(rollouts=16, mini_batches=1), AuthorsLayout)
+    bad = DivRLVerlSettings(
+        divergence="js",
+        divergence_coef=0.2,
+        reference_store="unused",
+        reference_per_step=8,
+        authors_gpus=0,
+    )
     with pytest.raises(ValueError, match=r"divrl\.authors_"):
-        settings.authors_layout(rollouts=12, mini_batches=1)
+        bad.authors_layout(rollouts=16, mini_batches=1)

@@ -1,7 +1,7 @@
 """The ``verl.plugins`` entry point: verl imports this module when it starts.
 
-It registers ``divrl_vanilla`` in verl's policy-loss registry (in the driver and in every
-worker, since each imports verl). verl swallows an entry point's exceptions at debug
+It registers ``divrl_vanilla`` in verl's policy-loss registry and the ``divrl_sync`` v1
+trainer mode (in the driver and in every worker, since each imports verl). verl swallows an entry point's exceptions at debug
 level, so an unsupported verl is reported here with a warning, and the losses are then
 left unregistered (``loss_mode=divrl_vanilla`` fails with verl's list of the registered
 ones).
@@ -23,8 +23,12 @@ def register() -> bool:
     except UnsupportedVerlError as e:
         logger.warning("divrl's verl plugin is not registered: %s", e)
         return False
-    import divrl.integrations.verl.losses  # noqa: F401  (registers divrl_vanilla)
+    import divrl.integrations.verl.losses
 
+    try:  # the v1 trainer needs TransferQueue (divrl[verl] installs it)
+        import divrl.integrations.verl.trainer  # noqa: F401  (registers divrl_sync)
+    except ImportError as e:
+        logger.warning("divrl's verl trainer mode divrl_sync is not registered: %s", e)
     return True
 
 

@@ -17,6 +17,7 @@ verl's own token count of the mini-batch.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -52,6 +53,8 @@ class JoinLayout:
     mini_batch_rows: int  # rows per mini-batch, all ranks (verl's ``mini_batch_size``)
     rollouts_per_cell: int  # rollout rows per (rank, mini-batch)
     references_per_cell: int  # rehearsal rows per (rank, mini-batch)
+    #: where each joined row comes from: ``i >= 0`` rollout row i, ``-(j + 1)`` sample j
+    order: tuple[int, ...] = ()
 
 
 class RehearsalSource:
@@ -153,6 +156,7 @@ def join_rehearsal(
     keys = list(UPDATE_KEYS) + [k for k in OPTIONAL_KEYS if k in batch]
     layout = plan_layout(len(batch), len(samples), dp_size, mini_batches, micro_batch_size)
     rows: list[dict] = []
+    order: list[int] = []
     kinds: list[bool] = []
     cell_of: list[int] = []  # the mini-batch index of each joined row
     per_roll, per_ref = layout.rollouts_per_cell, layout.references_per_cell
@@ -161,10 +165,12 @@ def join_rehearsal(
             cell = rank * mini_batches + k
             for i in range(cell * per_roll, (cell + 1) * per_roll):
                 rows.append(_rollout_row(batch, i, keys))
+                order.append(i)
                 kinds.append(False)
                 cell_of.append(k)
             for j in range(cell * per_ref, (cell + 1) * per_ref):
                 rows.append(_reference_row(samples[j], keys))
+                order.append(-(j + 1))
                 kinds.append(True)
                 cell_of.append(k)
     for row, is_ref in zip(rows, kinds, strict=True):
@@ -175,7 +181,7 @@ def join_rehearsal(
     stream = _stream_tokens(rows, kinds, cell_of, mini_batches)
     for row, k in zip(rows, cell_of, strict=True):
         row[STREAM] = stream[k]
-    return tu.list_of_dict_to_tensordict(rows), layout
+    return tu.list_of_dict_to_tensordict(rows), dataclasses.replace(layout, order=tuple(order))
 
 
 def _stream_tokens(rows, kinds, cell_of, mini_batches: int) -> torch.Tensor:
