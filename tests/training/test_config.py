@@ -134,7 +134,7 @@ def test_preset_methods():
     assert cfg("dph_js").algorithm.kl_coef == 0.0
     assert cfg("dph_alpha").algorithm.divergence_alpha == 0.2
     lp = cfg("lp_reg").algorithm
-    assert (lp.policy_loss, lp.clip_low, lp.clip_high, lp.lp_reg_kappa) == (
+    assert (lp.policy_loss, lp.clip_low, lp.clip_high, lp.options.kappa) == (
         "lp_reg",
         1.0,
         9.0,
@@ -196,20 +196,21 @@ def test_gspo_runs_with_its_own_clip_range_and_aggregation():
             "policy loss 'vanilla' has no option 'rho'; its options: clip_low, clip_high, dual_clip, agg",
         ),
         (
-            ["algorithm.lp_reg_kappa=0.1"],
-            "algorithm.lp_reg_kappa is an option of policy loss 'lp_reg'",
-        ),
-        (
-            ["algorithm.policy_loss=lp_reg", "algorithm.lp_reg_kappa=1.5"],
+            ["algorithm.policy_loss=lp_reg", "algorithm.loss_options.kappa=1.5"],
             "kappa=1.5 must be in [0, 1]",
         ),
         (
             [
                 "algorithm.policy_loss=lp_reg",
-                "algorithm.lp_reg_rho=0.1",
-                "algorithm.loss_options.rho=0.2",
+                "algorithm.clip_high=9",
+                "algorithm.loss_options.clip_high=8",
             ],
             "set the same option differently",
+        ),
+        (
+            ["algorithm.lp_reg_kappa=0.1", "algorithm.high_entropy_fraction=0.2"],
+            "removed keys (CHANGELOG.md): algorithm.lp_reg_kappa -> algorithm.loss_options.kappa, "
+            "algorithm.high_entropy_fraction -> algorithm.loss_options.top_fraction",
         ),
         (["algorithm.dual_clip=1.0"], "dual_clip=1.0 must be > 1"),
         (["algorithm.loss_agg=mean"], "agg='mean' is not an aggregation mode"),
@@ -224,13 +225,14 @@ def test_loss_options_fail_at_config_time_naming_the_loss(overrides, message):
         load_config(None, overrides)
 
 
-def test_deprecated_flat_names_and_loss_options_reach_the_same_option():
-    old = load_config(None, ["algorithm.policy_loss=lp_reg", "algorithm.lp_reg_kappa=0.05"])
+def test_shared_flat_keys_and_loss_options_reach_the_same_option_built_once():
+    old = load_config(None, ["algorithm.policy_loss=lp_reg", "algorithm.clip_high=5.0"])
     new = load_config(
-        None, ["algorithm.policy_loss=lp_reg", "algorithm.loss_options={kappa: 0.05}"]
+        None, ["algorithm.policy_loss=lp_reg", "algorithm.loss_options={clip_high: 5.0}"]
     )
     assert old.algorithm.options == new.algorithm.options
-    assert new.algorithm.options.kappa == 0.05 and new.algorithm.lp_reg_kappa == 0.05
+    assert new.algorithm.options.clip_high == 5.0 and new.algorithm.clip_high == 5.0
+    assert new.algorithm.options is new.algorithm.options  # built once
     # YAML 1.1 reads 3e-4 as a string; a float option takes it as a number
     gspo = load_config(None, ["algorithm.policy_loss=gspo", "algorithm.loss_options.clip_low=3e-3"])
     assert gspo.algorithm.options.clip_low == 3e-3

@@ -25,7 +25,7 @@ COMMON = {
     "train.length_bucketing": False,  # micro-batches = each rank's rows (Lp-Reg selects per one)
     "rollout.seeded": True,  # samples independent of the number of processes
 }
-LP_REG = {"algorithm.policy_loss": "lp_reg", "algorithm.lp_reg_rho": 0.5}
+LP_REG = {"algorithm.policy_loss": "lp_reg", "algorithm.loss_options.rho": 0.5}
 
 
 def _cases(world: dict, store: Path, root: Path) -> dict[str, dict]:

@@ -29,7 +29,7 @@ def _config(world, out, store):
                 "train.total_steps": 6,
                 "train.mini_batch_size": 2,  # off-policy: 2 optimiser steps per batch
                 "algorithm.policy_loss": "lp_reg",
-                "algorithm.lp_reg_rho": 0.5,
+                "algorithm.loss_options.rho": 0.5,
                 "algorithm.divergence": "js",
                 "algorithm.divergence_coef": 0.2,
                 "reference.store": store,

@@ -203,13 +203,13 @@ def test_lp_reg_proxy_needs_no_extra_forward(tiny_world, tmp_path, monkeypatch):
     counts = {}
     for name, extra in [
         ("vanilla_on", {}),
-        ("lp_reg_on", {"algorithm.policy_loss": "lp_reg", "algorithm.lp_reg_rho": 0.5}),
+        ("lp_reg_on", {"algorithm.policy_loss": "lp_reg", "algorithm.loss_options.rho": 0.5}),
         ("vanilla_off", {"train.mini_batch_size": 2}),
         (
             "lp_reg_off",
             {
                 "algorithm.policy_loss": "lp_reg",
-                "algorithm.lp_reg_rho": 0.5,
+                "algorithm.loss_options.rho": 0.5,
                 "train.mini_batch_size": 2,
             },
         ),
@@ -228,7 +228,7 @@ def test_logits_chunking_does_not_change_the_run(tiny_world, tmp_path):
     extra = {
         "train.total_steps": 2,
         "algorithm.policy_loss": "lp_reg",
-        "algorithm.lp_reg_rho": 0.5,
+        "algorithm.loss_options.rho": 0.5,
         "algorithm.entropy_coef": 0.01,
     }
     plain = _trainer(tiny_world, tmp_path / "a", **extra).train()
