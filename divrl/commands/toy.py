@@ -65,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
     # than 1 (only effective when torch is not imported yet)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from divrl.toy.measure import load_measurements
+    from divrl.toy.world import model_source_label
     from divrl.toy.worlds import format_measurements, get_world, measure_world, ship_world
 
     name = args.world
@@ -85,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         f"  model: {world.model_dir} ({man['n_parameters']:,} parameters, SFT loss "
         f"{man['final_loss']:.3f}, built in {man['build_seconds']:.0f} s)"
     )
-    print(f"  model source: {man['model_source']}")
+    print(f"  model source: {model_source_label(man['model_source'])}")
     for split, path in world.splits.items():
         print(f"  {split:<13} {path} ({man['splits'][split]} prompts)")
     if getattr(args, "ship", False):

@@ -245,7 +245,7 @@ def test_shipped_model_searches_with_entropy_and_room(tmp_path):
     from divrl.toy.countdown_measure import CountdownMeasureConfig, measure_countdown_model
 
     world = ensure_countdown_world(tmp_path, size="full", progress=False)
-    assert world.manifest["model_source"] == str(PRETRAINED_DIR)
+    assert world.manifest["model_source"] == f"shipped with divrl (divrl/toy/{PRETRAINED_DIR.name})"
     cfg = CountdownMeasureConfig(n_samples=8, max_prompts=24, splits=("test",))
     stats = measure_countdown_model(world, cfg, progress=False)["splits"]["test"]
     assert 0.04 <= stats["pass@1"] <= 0.4, stats  # full size: 0.137 (256 x 32)

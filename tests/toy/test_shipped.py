@@ -23,7 +23,7 @@ def test_full_world_uses_the_shipped_model(tmp_path):
     start = time.time()
     world = ensure_toy_world(tmp_path, size="full", progress=False)
     assert time.time() - start < 60  # data only: the model is copied, not trained
-    assert world.manifest["model_source"] == str(PRETRAINED_DIR)
+    assert world.manifest["model_source"] == f"shipped with divrl (divrl/toy/{PRETRAINED_DIR.name})"
     model = AutoModelForCausalLM.from_pretrained(world.model_dir).eval()
     tok = AutoTokenizer.from_pretrained(world.model_dir)
     rows = read_rows(world.splits["test"])[:32]
@@ -42,3 +42,12 @@ def test_full_world_uses_the_shipped_model(tmp_path):
     ]
     # greedy decoding picks the majority style, which is right on most easy prompts
     assert sum(scores) >= 10, texts
+
+
+def test_a_shared_cache_names_the_shipped_model_not_another_checkout():
+    from divrl.toy.world import model_source_label
+
+    # what an older version recorded when another checkout built the shared cache
+    old = "/home/someone/other-checkout/divrl/toy/pretrained_countdown"
+    assert model_source_label(old) == "shipped with divrl (divrl/toy/pretrained_countdown)"
+    assert model_source_label("trained") == "trained"
