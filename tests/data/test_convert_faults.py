@@ -150,3 +150,16 @@ def test_a_non_utf8_math_line_names_the_line(tmp_path):
         f.write(b'{"problem": "\xff", "answer": "1"}\n')
     with pytest.raises(ValueError, match=r"test\.jsonl: line 3: invalid UTF-8 at byte column 14"):
         get_converter("math").convert(src, "test")
+
+
+def test_a_template_file_that_is_not_utf8_is_one_error(tmp_path, capsys):
+    src = make_math500(tmp_path / "m500")
+    template = tmp_path / "t.txt"
+    template.write_bytes(b"{problem} caf\xe9")
+    out = tmp_path / "o.jsonl"
+    code, cap = _convert(
+        capsys, "math", "--src", str(src), "--split", "test", "--out", str(out),
+        "--template", f"@{template}",
+    )  # fmt: skip
+    assert code == 2 and f"--template @{template}: cannot read it as UTF-8 text" in cap.err
+    assert "Traceback" not in cap.err and not out.exists()
