@@ -16,6 +16,7 @@ empties it as those changes merge. A stale entry fails too, so the list only shr
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,7 @@ LAYERS: dict[str, int] = {
     "divrl.rollout": 0,
     "divrl.fileio": 0,  # writing files whole; imports nothing from divrl, any layer may use it
     "divrl.distributed": 0,  # reductions over processes, the process group's end
+    "divrl.profiles": 0,  # benchmark profiles: hooks by data source, imported lazily
     "divrl.data": 1,
     "divrl.runs": 1,  # the run-directory layout, below training and evaluation
     "divrl.checkpoint": 1,  # checkpoint formats and export, beside the run layout
@@ -182,6 +184,62 @@ def top_level_modules(package: Path) -> list[str]:
 def test_every_top_level_module_has_a_layer():
     missing = [m for m in top_level_modules(ROOT / "divrl") if m not in LAYERS]
     assert not missing, f"add these to LAYERS in {__file__} (and docs/architecture.md): {missing}"
+
+
+def private_imports(tree: ast.AST) -> list[str]:
+    """``module._name`` for each private name a file imports from a project module (a
+    private name is its module's own; another module that needs it needs a public one)."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and _layer(node.module) is not None:
+            out += [
+                f"{node.module}.{a.name}"
+                for a in node.names
+                if a.name.startswith("_") and not a.name.startswith("__")
+            ]
+    return out
+
+
+def test_no_private_name_is_imported_from_another_module():
+    found = {
+        _rel(path): names
+        for path in _source_files()
+        if (names := private_imports(ast.parse(path.read_text())))
+    }
+    assert not found, f"private names imported across modules: {found}"
+    caught = private_imports(ast.parse("from divrl.toy.world import _row, ok\n"))
+    assert caught == ["divrl.toy.world._row"]
+
+
+DOC = ROOT / "docs" / "architecture.md"
+
+
+def doc_layers(text: str) -> dict[str, int]:
+    """``module -> layer`` from the "## Layers" table of docs/architecture.md (a row: ``|
+    N | `a`, `b` | what it is |``)."""
+    section = text.split("## Layers", 1)[1].split("\n## ", 1)[0]
+    found: dict[str, int] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 2 and cells[0].isdigit():
+            for name in re.findall(r"`([\w.]+)`", cells[1]):
+                found[name] = int(cells[0])
+    return found
+
+
+def test_the_doc_layer_table_is_the_tests():
+    doc = doc_layers(DOC.read_text())
+    wrong = {m: (doc.get(m), n) for m, n in LAYERS.items() if doc.get(m) != n}
+    extra = sorted(set(doc) - set(LAYERS))
+    assert not wrong and not extra, (
+        f"docs/architecture.md's layer table differs from LAYERS: (doc, test) {wrong}; "
+        f"in the doc only: {extra}"
+    )
+
+
+def test_the_doc_table_parser_reads_rows():
+    text = "## Layers\n\n| layer | m | w |\n|---|---|---|\n| 0 | `divrl.a`, `b` | x |\n## Next\n| 9 | `c` | y |"
+    assert doc_layers(text) == {"divrl.a": 0, "b": 0}
 
 
 def test_the_checks_catch_what_they_look_for(tmp_path):

@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from divrl.data.converters import CONVERTERS, get_converter
+from divrl.data.converters import converter_names, get_converter
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="convert a benchmark's official files to verl-schema rows",
         description="Convert a benchmark's official files to verl-schema rows (docs/data.md).",
     )
-    convert.add_argument("name", choices=sorted(CONVERTERS), help="which benchmark layout")
+    convert.add_argument("name", choices=converter_names(), help="which benchmark layout")
     convert.add_argument("--src", required=True, help="the benchmark's folder, as shipped")
     convert.add_argument("--split", required=True, help="split to convert, e.g. train, dev, test")
     convert.add_argument(

@@ -309,9 +309,12 @@ def _to_example(row: Any, path: Path, row_no: int, db_dir, get_verifier) -> Exam
         except ValueError as e:
             raise fail("extra_info.answer_pattern", str(e)) from None
 
+    from divrl.profiles import get_profile
     from divrl.rewards import SqlVerifier
 
-    if isinstance(verifier, SqlVerifier) or "db_path" in extra or "db_id" in extra:
+    profile = get_profile(data_source)
+    needs_db = isinstance(verifier, SqlVerifier) or (profile is not None and profile.needs_database)
+    if needs_db or "db_path" in extra or "db_id" in extra:
         extra["db_path"] = _resolve_db(extra, path, db_dir, fail)
 
     return Example(

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from divrl.profiles import profile_hook
 from divrl.rewards import MathVerifier, SqlVerifier, Verifier, get_verifier, score_batch
 
 __all__ = [
@@ -192,7 +193,11 @@ def register_equivalence(
 
 
 def get_equivalence(data_source: str) -> AnswerEquivalence:
-    """The equivalence for ``data_source`` (exact string equality when none is registered)."""
+    """The equivalence for ``data_source``: its benchmark profile's (:mod:`divrl.profiles`),
+    else by its verifier's type, else exact string equality."""
+    factory = profile_hook(data_source, "equivalence")
+    if factory is not None:
+        return factory()
     _, verifier = get_verifier(data_source)
     for verifier_type, factory in _REGISTRY:
         if isinstance(verifier, verifier_type):

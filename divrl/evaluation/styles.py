@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from divrl.profiles import profile_hook, update_profile
+
 __all__ = ["get_style_fn", "register_style", "solution_style", "sql_shape"]
 
 # (response text, extracted answer) -> style label or None
@@ -134,19 +136,16 @@ def _sql_style(text: str, extracted: str | None) -> str | None:
     return sql_shape(extracted)
 
 
-# data source (lower case) -> style function; SQL verifiers fall back to sql_shape
-_REGISTRY: dict[str, StyleFn] = {}
-
-
 def register_style(data_source: str, fn: StyleFn) -> None:
-    """Use ``fn(response_text, extracted_answer) -> label | None`` for ``data_source``."""
-    _REGISTRY[data_source.lower()] = fn
+    """Use ``fn(response_text, extracted_answer) -> label | None`` for ``data_source``: the
+    ``style`` hook of its benchmark profile (:mod:`divrl.profiles`)."""
+    update_profile(data_source, style=fn)
 
 
 def get_style_fn(data_source: str) -> StyleFn | None:
-    """The style function of ``data_source``: registered, else SQL shape for any data source
-    scored by the SQL verifier, else None (no style)."""
-    fn = _REGISTRY.get(data_source.lower())
+    """The style function of ``data_source``: its benchmark profile's, else SQL shape for
+    any data source scored by the SQL verifier, else None (no style)."""
+    fn = profile_hook(data_source, "style")
     if fn is not None:
         return fn
     from divrl.rewards import SqlVerifier, get_verifier

@@ -6,7 +6,8 @@ wording, a ``str.format`` string with the converter's fields, or ``None`` for it
 ``limit``: keep a random sample of that many rows, chosen with ``seed``, in source order).
 ``divrl data convert <name>`` runs one and writes the rows (see docs/data.md).
 
-Add one by adding a line to :data:`CONVERTERS`.
+The built-in ones are listed in :data:`CONVERTERS`; a benchmark profile's ``converter``
+(:func:`divrl.profiles.register_profile`) adds one under the profile's name.
 """
 
 from __future__ import annotations
@@ -36,11 +37,25 @@ class LayoutError(ValueError):
         self.field = fieldname
 
 
+def converter_names() -> list[str]:
+    """The built-in converters and those of registered benchmark profiles, sorted."""
+    from divrl.profiles import get_profile, profile_names
+
+    extra = [n for n in profile_names() if get_profile(n).converter is not None]
+    return sorted({*CONVERTERS, *extra})
+
+
 def get_converter(name: str) -> ModuleType:
-    """The converter module for ``name``; ``ValueError`` listing the known names."""
-    if name not in CONVERTERS:
-        raise ValueError(f"unknown converter {name!r}; available: {', '.join(sorted(CONVERTERS))}")
-    return importlib.import_module(CONVERTERS[name])
+    """The converter module (anything with ``convert``) for ``name``; ``ValueError``
+    listing the known names."""
+    from divrl.profiles import profile_hook
+
+    if name in CONVERTERS:
+        return importlib.import_module(CONVERTERS[name])
+    hook = profile_hook(name, "converter")
+    if hook is None:
+        raise ValueError(f"unknown converter {name!r}; available: {', '.join(converter_names())}")
+    return importlib.import_module(hook) if isinstance(hook, str) else hook
 
 
 def sample_rows(rows: list[Any], limit: int | None, seed: int) -> list[Any]:
