@@ -23,7 +23,7 @@ import torch
 FILTERED_LOG_PROB = torch.finfo(torch.float32).min
 
 
-def _validate(logits: torch.Tensor, tokens: torch.Tensor | None, temperature: float) -> None:
+def validate_logits(logits: torch.Tensor, tokens: torch.Tensor | None, temperature: float) -> None:
     if logits.dim() < 2:
         raise ValueError(f"logits must be [..., vocab], got {tuple(logits.shape)}")
     if tokens is not None and tuple(tokens.shape) != tuple(logits.shape[:-1]):
@@ -184,7 +184,7 @@ def logit_stats(
         with_entropy: also return the entropy.
         minp_kappa: when given (in [0, 1]), also return the proxy log-prob and ``log Z``.
     """
-    _validate(logits, tokens, temperature)
+    validate_logits(logits, tokens, temperature)
     if minp_kappa is not None and not 0.0 <= minp_kappa <= 1.0:
         raise ValueError(f"minp_kappa must be in [0, 1] (the paper uses 0.02), got {minp_kappa}")
     log_kappa = None

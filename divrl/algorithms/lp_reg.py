@@ -24,7 +24,7 @@ from divrl.algorithms._utils import (
     to_float,
 )
 from divrl.algorithms.aggregation import aggregate
-from divrl.algorithms.logits import FILTERED_LOG_PROB, _validate, map_rows
+from divrl.algorithms.logits import FILTERED_LOG_PROB, map_rows, validate_logits
 from divrl.algorithms.loss_options import LpRegOptions
 from divrl.algorithms.policy_loss import clipped_surrogate, register_policy_loss, surrogate_metrics
 
@@ -70,7 +70,7 @@ def minp_log_normalizer(
         ``[...]`` fp32.
     """
     _check_kappa(kappa)
-    _validate(logits, None, temperature)
+    validate_logits(logits, None, temperature)
 
     def fn(rows: torch.Tensor) -> torch.Tensor:
         return _kept_and_scaled(rows, kappa, temperature)[3]
@@ -102,7 +102,7 @@ def proxy_log_prob(
         ``[...]`` fp32.
     """
     _check_kappa(kappa)
-    _validate(logits, tokens, temperature)
+    validate_logits(logits, tokens, temperature)
 
     def fn(rows: torch.Tensor, toks: torch.Tensor) -> torch.Tensor:
         keep, xt, lse_all, log_z = _kept_and_scaled(rows, kappa, temperature)
@@ -121,7 +121,7 @@ def proxy_log_prob_rows(
     """The whole proxy distribution ``[..., vocab]`` in log space (filtered entries get
     :data:`FILTERED_LOG_PROB`), for the full-vocabulary option of :func:`lp_reg_loss`."""
     _check_kappa(kappa)
-    _validate(logits, None, temperature)
+    validate_logits(logits, None, temperature)
     keep, xt, lse_all, log_z = _kept_and_scaled(logits, kappa, temperature)
     rows = xt - (lse_all + log_z).unsqueeze(-1)
     return rows.masked_fill(~keep, FILTERED_LOG_PROB)

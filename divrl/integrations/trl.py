@@ -38,28 +38,28 @@ from divrl.algorithms import (
 from divrl.distributed import warn_if_ddp_wrappers_live
 from divrl.integrations.trl_config import LP_REG_LOSS_TYPES, DivRLGRPOConfig
 from divrl.integrations.trl_data import exploration_dataset, trl_dataset, verifier_reward
-from divrl.integrations.trl_dph import _ReferenceStream
+from divrl.integrations.trl_dph import ReferenceStream
 from divrl.integrations.trl_hooks import (
     ALLOW_UNTESTED_ENV,
     REQUIRED_INPUT_KEYS,
     REQUIRED_TRAINER_ATTRIBUTES,
     TESTED_TRL_VERSIONS,
     TRL_HOOKS,
-    _raise_on_internal_problems,
     check_trl_internals,
     check_trl_version,
+    raise_on_internal_problems,
 )
 from divrl.integrations.trl_lp_reg import (
     LOG_Z_KEY,
     PROXY_CHUNK_POSITIONS,
     PROXY_CONSISTENCY_TOL,
     PROXY_KEY,
-    _Capture,
-    _hidden_state_hook,
-    _proxy_from_hidden,
-    _unwrapped_causal_lm,
+    HiddenCapture,
     full_lm_head,
+    hidden_state_hook,
+    proxy_from_hidden,
     refuse_sharded_training,
+    unwrapped_causal_lm,
 )
 from divrl.rollout import pad_token_id
 
@@ -98,32 +98,32 @@ class DivRLGRPOTrainer(GRPOTrainer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         check_trl_version()
-        _raise_on_internal_problems(check_trl_internals(GRPOTrainer))
+        raise_on_internal_problems(check_trl_internals(GRPOTrainer))
         super().__init__(*args, **kwargs)
         if not isinstance(self.args, DivRLGRPOConfig):
             raise TypeError(
                 f"DivRLGRPOTrainer needs args=DivRLGRPOConfig(...), got {type(self.args).__name__}"
             )
         missing = [a for a in REQUIRED_TRAINER_ATTRIBUTES if not hasattr(self, a)]
-        _raise_on_internal_problems([f"GRPOTrainer no longer sets {missing}"] if missing else [])
-        self._divrl_capture: _Capture | None = None
-        self._reference: _ReferenceStream | None = None
+        raise_on_internal_problems([f"GRPOTrainer no longer sets {missing}"] if missing else [])
+        self._divrl_capture: HiddenCapture | None = None
+        self._reference: ReferenceStream | None = None
         if self.args.divergence is not None:
             tokenizer = getattr(self.processing_class, "tokenizer", self.processing_class)
-            self._reference = _ReferenceStream(
+            self._reference = ReferenceStream(
                 self.args.reference_store,
                 self.temperature,
                 self.args.seed,
                 pad_token_id(tokenizer),
                 model_path=getattr(
-                    _unwrapped_causal_lm(self.accelerator, self.model), "name_or_path", ""
+                    unwrapped_causal_lm(self.accelerator, self.model), "name_or_path", ""
                 ),
                 allow_mismatch=self.args.allow_store_mismatch,
             )
             self._reference_seeked = False
         if self.args.lp_reg:
             refuse_sharded_training(self.accelerator)
-            config = _unwrapped_causal_lm(self.accelerator, self.model).config
+            config = unwrapped_causal_lm(self.accelerator, self.model).config
             text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
             scaled = [
                 name
@@ -170,19 +170,19 @@ class DivRLGRPOTrainer(GRPOTrainer):
             )
             cap.log_probs = out[0]
             return out
-        lm = _unwrapped_causal_lm(self.accelerator, model)
+        lm = unwrapped_causal_lm(self.accelerator, model)
         hidden: list[torch.Tensor] = []
-        with _hidden_state_hook(lm.base_model, logits_to_keep, hidden):
+        with hidden_state_hook(lm.base_model, logits_to_keep, hidden):
             out = super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
             )
         logps = out[0]
         if not hidden or sum(h.shape[0] for h in hidden) != logps.shape[0]:
-            _raise_on_internal_problems(
+            raise_on_internal_problems(
                 ["the policy forward no longer runs the backbone module (Lp-Reg proxy hook)"]
             )
         tokens = input_ids[:, -logits_to_keep:]
-        proxy, log_z, check = _proxy_from_hidden(
+        proxy, log_z, check = proxy_from_hidden(
             full_lm_head(lm),
             torch.cat(hidden),
             tokens,
@@ -193,7 +193,7 @@ class DivRLGRPOTrainer(GRPOTrainer):
         mask = attention_mask[:, -logits_to_keep:].float()
         gap = ((check - logps.detach().float()).abs() * mask).sum() / mask.sum().clamp(min=1)
         if gap > PROXY_CONSISTENCY_TOL:
-            _raise_on_internal_problems(
+            raise_on_internal_problems(
                 [
                     f"the LM-head projection of the hooked hidden states differs from TRL's "
                     f"log-probs by {float(gap):.3g} nats per token (Lp-Reg proxy)"
@@ -207,7 +207,7 @@ class DivRLGRPOTrainer(GRPOTrainer):
             return super()._generate_and_score_completions(inputs)
         # TRL computes old log-probs (off-policy) with a no-grad forward of self.model here:
         # the proxy comes from that forward, i.e. from pi_old.
-        cap = _Capture(want_proxy=True, only_model=self.model)
+        cap = HiddenCapture(want_proxy=True, only_model=self.model)
         self._divrl_capture = cap
         try:
             output = super()._generate_and_score_completions(inputs)
@@ -215,7 +215,7 @@ class DivRLGRPOTrainer(GRPOTrainer):
             self._divrl_capture = None
         if output.get("old_per_token_logps") is not None:
             if cap.proxy is None:
-                _raise_on_internal_problems(
+                raise_on_internal_problems(
                     ["old_per_token_logps were computed without a policy forward the adapter saw"]
                 )
             output[PROXY_KEY], output[LOG_Z_KEY] = cap.proxy, cap.log_z
@@ -224,12 +224,12 @@ class DivRLGRPOTrainer(GRPOTrainer):
     def _compute_loss(self, model, inputs):
         missing = sorted(REQUIRED_INPUT_KEYS - set(inputs))
         if missing:
-            _raise_on_internal_problems([f"the GRPO batch no longer has the keys {missing}"])
+            raise_on_internal_problems([f"the GRPO batch no longer has the keys {missing}"])
         train = self.model.training
         cap = None
         if self.args.lp_reg and train:
             # On-policy TRL computes no old log-probs: take the proxy from this forward.
-            cap = _Capture(want_proxy=PROXY_KEY not in inputs)
+            cap = HiddenCapture(want_proxy=PROXY_KEY not in inputs)
             self._divrl_capture = cap
         try:
             loss = super()._compute_loss(model, inputs)
@@ -237,7 +237,7 @@ class DivRLGRPOTrainer(GRPOTrainer):
             self._divrl_capture = None
         if cap is not None:
             if cap.log_probs is None:
-                _raise_on_internal_problems(["_compute_loss no longer computes log-probs"])
+                raise_on_internal_problems(["_compute_loss no longer computes log-probs"])
             loss = loss + self._lp_reg_replacement(inputs, cap)
         if self._reference is not None and train:
             loss = loss + self._dph_term(model, int(inputs["completion_ids"].shape[0]))
@@ -248,7 +248,7 @@ class DivRLGRPOTrainer(GRPOTrainer):
     def _grad_accum(self) -> float:
         return float(self.current_gradient_accumulation_steps)
 
-    def _lp_reg_replacement(self, inputs: dict[str, Any], cap: _Capture) -> torch.Tensor:
+    def _lp_reg_replacement(self, inputs: dict[str, Any], cap: HiddenCapture) -> torch.Tensor:
         """``L_lp_reg - L_clipped`` under TRL's reduction of ``self.loss_type``.
 
         TRL's loss already holds the clipped surrogate on every token; adding the difference

@@ -22,7 +22,7 @@ class _ReferenceBatch:
     mask: torch.Tensor  # [B, R]
 
 
-class _ReferenceStream:
+class ReferenceStream:
     """Seeded, cycling draws from a divrl reference store, identical on every process.
 
     Draw ``n`` (counted over the run, all processes together) is a pure function of the seed

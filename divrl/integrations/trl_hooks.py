@@ -110,7 +110,7 @@ def check_trl_internals(trainer_cls: type = GRPOTrainer) -> list[str]:
     return problems
 
 
-def _raise_on_internal_problems(problems: list[str]) -> None:
+def raise_on_internal_problems(problems: list[str]) -> None:
     if problems:
         raise RuntimeError(
             f"trl {trl.__version__} changed internals divrl's TRL integration relies on: "

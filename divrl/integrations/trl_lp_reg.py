@@ -23,7 +23,7 @@ PROXY_CONSISTENCY_TOL = 0.05
 
 
 @dataclass
-class _Capture:
+class HiddenCapture:
     """What one wrapped ``_get_per_token_logps_and_entropies`` call records."""
 
     want_proxy: bool
@@ -35,7 +35,7 @@ class _Capture:
 
 
 @contextmanager
-def _hidden_state_hook(backbone: torch.nn.Module, logits_to_keep: int, out: list) -> Iterator:
+def hidden_state_hook(backbone: torch.nn.Module, logits_to_keep: int, out: list) -> Iterator:
     """Collect the detached hidden states that predict the last ``logits_to_keep`` tokens."""
 
     def hook(module, args, output):
@@ -52,7 +52,7 @@ def _hidden_state_hook(backbone: torch.nn.Module, logits_to_keep: int, out: list
 
 
 @torch.no_grad()
-def _proxy_from_hidden(
+def proxy_from_hidden(
     lm_head: torch.nn.Module,
     hidden: torch.Tensor,
     tokens: torch.Tensor,
@@ -85,7 +85,7 @@ def _proxy_from_hidden(
     return tuple(torch.cat(p).view(tokens.shape) for p in zip(*parts, strict=True))  # type: ignore[return-value]
 
 
-def _unwrapped_causal_lm(accelerator, model: torch.nn.Module) -> torch.nn.Module:
+def unwrapped_causal_lm(accelerator, model: torch.nn.Module) -> torch.nn.Module:
     unwrapped = accelerator.unwrap_model(model)
     get_base = getattr(unwrapped, "get_base_model", None)  # PEFT
     return get_base() if callable(get_base) else unwrapped

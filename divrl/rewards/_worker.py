@@ -40,11 +40,11 @@ def _setup() -> None:
     import sqlglot  # noqa: F401  (SQL: the gold's outer ORDER BY is decided by parsing)
 
     import divrl.rewards  # noqa: F401  (registers the built-in verifiers)
-    from divrl.rewards.math_reward import _math_verify
+    from divrl.rewards.math_reward import math_verify_score
 
     # math-verify builds its parsers on first use (~0.3 s): do it once here, so that
     # workers forked from the spawner start warm
-    _math_verify("\\boxed{\\frac{\\sqrt{2}}{2}}", "\\frac{1}{\\sqrt{2}}")
+    math_verify_score("\\boxed{\\frac{\\sqrt{2}}{2}}", "\\frac{1}{\\sqrt{2}}")
 
 
 _PR_SET_PDEATHSIG = 1

@@ -243,7 +243,7 @@ class MathVerifier(Verifier):
                 return ScoreResult(0.0, None, "no_answer")
             m = matches[-1]
             answer = m.group(1) if m.re.groups else m.group(0)
-            return _math_verify(answer or "", ground_truth, boxed=True)
+            return math_verify_score(answer or "", ground_truth, boxed=True)
         if self.profile == "gsm8k":
             pred = _gsm8k_number(solution_str)
             gold = _gsm8k_number(ground_truth) if "####" in ground_truth else None
@@ -257,7 +257,7 @@ class MathVerifier(Verifier):
             if _last_box_unclosed(solution_str):
                 # math-verify would fall back to an earlier box: a cut-off answer is no answer
                 return ScoreResult(0.0, None, "no_answer", "the last \\boxed{ is not closed")
-            return _math_verify(solution_str, ground_truth)
+            return math_verify_score(solution_str, ground_truth)
         answer, how = final_answer(solution_str)
         if how == "cut_off_box":
             return ScoreResult(0.0, None, "no_answer", "the last \\boxed{ is not closed")
@@ -289,7 +289,7 @@ def _parse_gold(ground_truth: str) -> list:
     )
 
 
-def _math_verify(text: str, ground_truth: str, boxed: bool = False) -> ScoreResult:
+def math_verify_score(text: str, ground_truth: str, boxed: bool = False) -> ScoreResult:
     """verl's math_verify rule; ``boxed`` wraps ``text`` (an extracted answer) in a box."""
     # Imported lazily: workers preload it, the caller's process never needs it.
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify

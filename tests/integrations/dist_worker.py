@@ -29,7 +29,7 @@ from divrl.integrations import trl as integration  # noqa: E402
 
 def main(out: Path) -> None:
     first: list[list[int]] = []
-    next_batch = integration._ReferenceStream.next_batch
+    next_batch = integration.ReferenceStream.next_batch
 
     def recording(self, *args, **kwargs):
         batch = next_batch(self, *args, **kwargs)
@@ -37,7 +37,7 @@ def main(out: Path) -> None:
             first.append(batch.input_ids.tolist())
         return batch
 
-    integration._ReferenceStream.next_batch = recording
+    integration.ReferenceStream.next_batch = recording
     args = make_args(
         out,
         max_steps=2,

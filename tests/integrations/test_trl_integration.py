@@ -489,7 +489,7 @@ def test_reference_draws_cycle_split_by_rank_and_resume(store):
     cpu = torch.device("cpu")
 
     def stream():
-        return integration._ReferenceStream(str(store), 1.0, seed=5, pad_token_id=0)
+        return integration.ReferenceStream(str(store), 1.0, seed=5, pad_token_id=0)
 
     n = len(ReferenceStore(store))
     # two processes, 2 samples each per micro-batch, 4 micro-batches: 16 draws over a 6-sample store
