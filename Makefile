@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.divrl-installed
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup test test-verl lint format clean bench demo
+.PHONY: setup test test-verl lint format clean bench demo gpu-wheels
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,11 @@ bench: $(STAMP)
 # The toy world end to end (GRPO vs DPH-JS vs Lp-Reg vs the base model); see docs/evaluation.md.
 demo: $(STAMP)
 	$(BIN)/divrl demo
+
+# Wheels of the small dependencies a GPU image without network lacks, into wheels/ (git-ignored):
+# carried to the GPU machine for benchmarks/gpu_acceptance.sh (docs/scaling.md).
+gpu-wheels: $(STAMP)
+	PY=$(BIN)/python bash benchmarks/gpu_wheels.sh wheels
 
 clean:
 	rm -rf $(VENV) $(VERL_VENV) build *.egg-info .pytest_cache .ruff_cache

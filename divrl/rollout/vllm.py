@@ -16,8 +16,11 @@ built (:data:`SUPPORTED_VERSIONS`).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
-from collections.abc import Iterable, Sequence
+import socket
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -77,6 +80,30 @@ class WeightSyncExtension:
 WORKER_EXTENSION = f"{__name__}.WeightSyncExtension"
 
 
+@contextlib.contextmanager
+def _single_process_rendezvous() -> Iterator[None]:
+    """``external_launcher`` reads the launcher's RANK / WORLD_SIZE / MASTER_* variables
+    while the engine is built; a plain ``python`` process (no torchrun) gets those of a
+    one-process group for that time (left set, they would make accelerate think it was
+    launched by torchrun)."""
+    added = {}
+    if "MASTER_PORT" not in os.environ:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            added["MASTER_PORT"] = str(s.getsockname()[1])
+    for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1")):
+        if key not in os.environ:
+            added[key] = value
+    if "MASTER_ADDR" not in os.environ:
+        added["MASTER_ADDR"] = "127.0.0.1"
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
+
+
 class VLLMEngine(RolloutEngine):
     """A colocated ``vllm.LLM`` on this process's GPU.
 
@@ -119,21 +146,22 @@ class VLLMEngine(RolloutEngine):
         rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
         self._context_length = max_model_len
         extra = {} if max_num_seqs is None else {"max_num_seqs": max_num_seqs}
-        self.llm = vllm.LLM(
-            model=model_path,
-            gpu_memory_utilization=gpu_memory_utilization,
-            dtype=dtype,
-            seed=seed + rank,
-            max_model_len=max_model_len,
-            trust_remote_code=trust_remote_code,
-            enforce_eager=enforce_eager,
-            # one engine per training process, launched by torchrun/accelerate
-            distributed_executor_backend="external_launcher",
-            worker_extension_cls=WORKER_EXTENSION,
-            # log-probs after temperature (vLLM's default reports them before it)
-            logprobs_mode="processed_logprobs",
-            **extra,
-        )
+        with _single_process_rendezvous():
+            self.llm = vllm.LLM(
+                model=model_path,
+                gpu_memory_utilization=gpu_memory_utilization,
+                dtype=dtype,
+                seed=seed + rank,
+                max_model_len=max_model_len,
+                trust_remote_code=trust_remote_code,
+                enforce_eager=enforce_eager,
+                # one engine per training process, launched by torchrun/accelerate
+                distributed_executor_backend="external_launcher",
+                worker_extension_cls=WORKER_EXTENSION,
+                # log-probs after temperature (vLLM's default reports them before it)
+                logprobs_mode="processed_logprobs",
+                **extra,
+            )
 
     batched_seeds = True  # a seed per request, in one generate call
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import sys
 import types
 from dataclasses import dataclass, field
@@ -181,6 +182,8 @@ class LLM:
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        # what external_launcher would read for its process group
+        self.env_at_init = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "MASTER_PORT")}
         unknown = set(kwargs) - ENGINE_ARGS
         if unknown:
             raise TypeError(f"EngineArgs.__init__() got unexpected keyword arguments {unknown}")

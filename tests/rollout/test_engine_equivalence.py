@@ -9,6 +9,7 @@ log-probs at the sampling temperature; near-zero temperature: the greedy result 
 from __future__ import annotations
 
 import inspect
+import os
 
 import fake_vllm
 import pytest
@@ -185,3 +186,17 @@ def test_fake_vllm_signatures_match_vllm():
         assert fake_names <= real_names | {"priority", "lora_request"}, (fake, real_names)
     params = set(inspect.signature(vllm.SamplingParams).parameters)
     assert set(inspect.signature(fake_vllm.SamplingParams).parameters) <= params
+
+
+def test_a_plain_process_gets_a_one_process_group_only_while_vllm_starts(monkeypatch, world):
+    """external_launcher reads RANK / WORLD_SIZE / MASTER_PORT; left set, they would make
+    accelerate believe torchrun launched the process."""
+    from divrl.rollout.vllm import VLLMEngine
+
+    fake_vllm.install(monkeypatch)
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    engine = VLLMEngine(str(world.model_dir), dtype="float32")
+    seen = engine.llm.env_at_init
+    assert seen["RANK"] == "0" and seen["WORLD_SIZE"] == "1" and int(seen["MASTER_PORT"]) > 0
+    assert "RANK" not in os.environ and "MASTER_PORT" not in os.environ
