@@ -84,18 +84,19 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     return atomic_write_lines(path, (text,))
 
 
-def atomic_write_lines(path: str | Path, chunks: Iterable[str]) -> Path:
+def atomic_write_lines(path: str | Path, chunks: Iterable[str], *, errors: str = "strict") -> Path:
     """Replace ``path`` by the concatenated ``chunks`` (UTF-8; e.g. JSONL lines, each with
     its newline) atomically, without holding the whole text in memory: a temp file beside
     ``path`` with a unique name (two writers of one path never share it), fsync, rename.
-    On any failure the temp file is removed and ``path`` is left as it was."""
+    On any failure the temp file is removed and ``path`` is left as it was. ``errors`` is
+    the encoder's (``backslashreplace`` writes a lone surrogate as ``\\udcff``)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}.{secrets.token_hex(4)}")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             for chunk in chunks:
-                _write_all(fd, chunk.encode("utf-8"))
+                _write_all(fd, chunk.encode("utf-8", errors))
             os.fsync(fd)
         finally:
             os.close(fd)

@@ -10,14 +10,12 @@ string or a list of strings). Output (``--out``): one line per input line with `
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
-import tempfile
 from collections import Counter
 from pathlib import Path
 
 from divrl.data import load_examples
+from divrl.fileio import atomic_write_lines
 from divrl.rewards import ScoreRequest, score_batch
 from divrl.rewards.scoring import check_timeout
 from divrl.rewards.types import DECIDED_REASONS
@@ -63,18 +61,8 @@ def _write_scores(out: Path, records: list[dict]) -> None:
     escapes (``backslashreplace``), which JSON readers decode back to the same string.
     """
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    try:
-        with open(fd, "w", encoding="utf-8", errors="backslashreplace") as f:
-            for record in records:
-                f.write(json.dumps(record, ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, out)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    lines = (json.dumps(record, ensure_ascii=False) + "\n" for record in records)
+    atomic_write_lines(out, lines, errors="backslashreplace")
 
 
 def _read_completions(path: Path) -> list[tuple[int, str, list[str]]]:

@@ -224,14 +224,7 @@ def generate_samples(
     engine = engine or make_engine(cfg, model, tokenizer)
     texts = [render_prompt(ex, template=cfg.template, tokenizer=tokenizer) for ex in examples]
     prompt_ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
-    params = SamplingParams(
-        n=cfg.n,
-        temperature=cfg.temperature,
-        top_p=cfg.top_p,
-        top_k=cfg.top_k,
-        max_new_tokens=cfg.max_new_tokens,
-        stop=cfg.stop,
-    )
+    params = SamplingParams.from_settings(cfg)
     # the engines end a response at the model's context; such samples are flagged
     context = getattr(engine, "context_length", None) or model_context(model)
     per_prompt_seeds = getattr(engine, "batched_seeds", False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,16 @@ class SamplingParams:
     top_k: int = 0
     max_new_tokens: int = 256
     stop: tuple[str, ...] = ()
+
+    @classmethod
+    def from_settings(cls, settings: Any, **changes: Any) -> SamplingParams:
+        """The sampling settings of any object with these fields (``rollout.*`` of a
+        training config, an eval config), with ``changes`` applied: the one way every
+        caller builds them, so a new field reaches all of them."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        values = {name: getattr(settings, name) for name in names if hasattr(settings, name)}
+        values["stop"] = tuple(values.get("stop", ()))
+        return cls(**{**values, **changes})
 
     def __post_init__(self) -> None:
         if self.n < 1 or self.max_new_tokens < 1:

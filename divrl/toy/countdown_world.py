@@ -26,18 +26,18 @@ from divrl.data import Example, write_examples
 from divrl.rewards.countdown_reward import format_ground_truth
 from divrl.toy import countdown, toy_math
 from divrl.toy import world as sql_world
-from divrl.toy.model import ToyModelConfig, build_model
-from divrl.toy.sft import SFTConfig, train_sft
+from divrl.toy.model import ToyModelConfig
+from divrl.toy.sft import SFTConfig
 from divrl.toy.tokenizer import ANSWER_MARKER, build_tokenizer
 from divrl.toy.world import (
     ToyWorld,
-    _count_parameters,
-    _distinct_problems,
-    _math_row,
     build_in_cache,
-    copy_shipped_model,
     default_cache_dir,
-    encode_pairs,
+    distinct_problems,
+    math_row,
+    shipped_or_trained,
+    train_and_save,
+    write_manifest,
 )
 
 #: Bump when generated data or training would change for the same settings.
@@ -152,12 +152,12 @@ def make_splits(cfg: CountdownWorldConfig, seed: int) -> tuple[dict[str, list[Ex
 
     train, test = distinct(cfg.n_train, False), distinct(cfg.n_test, False)
     cross = distinct(cfg.n_cross, True)
-    math_ps = _distinct_problems(rng, cfg.n_math, exclude=set())
+    math_ps = distinct_problems(rng, cfg.n_math, exclude=set())
     rows = {
         "train": [_row(p, i, "train") for i, p in enumerate(train)],
         "test": [_row(p, i, "test") for i, p in enumerate(test)],
         "cross_domain": [_row(p, i, "cross_domain") for i, p in enumerate(cross)],
-        "ood_math": [_math_row(p, i) for i, p in enumerate(math_ps)],
+        "ood_math": [math_row(p, i) for i, p in enumerate(math_ps)],
     }
     held_out = {countdown.prompt_text(p) for p in test} | {toy_math.prompt_text(p) for p in math_ps}
     return rows, held_out
@@ -182,36 +182,28 @@ def build_countdown_world(
     data_seconds = time.time() - start
 
     key = world_key(seed, size, cfg)
-    if use_shipped and shipped_key() == key:
-        stats = copy_shipped_model(PRETRAINED_DIR, out / "model")
-    else:
-        tokenizer = build_tokenizer(cfg.model.max_length, extra_pieces=countdown.PIECES)
-        corpus = sft_corpus(cfg, seed, held_out)
-        pairs = encode_pairs(tokenizer, corpus, cfg.model.max_length)
-        model = build_model(cfg.model, tokenizer, seed)
-        stats = train_sft(model, pairs, cfg.sft, tokenizer.pad_token_id, seed, progress=progress)
-        stats["model_source"] = "trained"
-        stats["sft_examples"] = len(pairs)
-        stats["sft_solved_share"] = sum("ok" in r[-3:] for _, r in corpus) / len(corpus)
-        model.save_pretrained(out / "model")
-        tokenizer.save_pretrained(out / "model")
-        (out / "model" / "sft_stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+    stats = shipped_or_trained(
+        out / "model",
+        key,
+        PRETRAINED_DIR if use_shipped else None,
+        lambda: _train_base_model(out / "model", seed, cfg, held_out, progress),
+    )
+    counts = {name: len(r) for name, r in rows.items()}
+    timings = {"data_seconds": data_seconds}
+    write_manifest(
+        out, "countdown", seed, size, key, BUILD_VERSION, cfg, counts, timings, stats, start
+    )
 
-    manifest = {
-        "world": "countdown",
-        "seed": seed,
-        "size": size,
-        "key": key,
-        "build_version": BUILD_VERSION,
-        "config": cfg.to_dict(),
-        "n_parameters": _count_parameters(out / "model"),
-        "splits": {name: len(r) for name, r in rows.items()},
-        "answer_marker": ANSWER_MARKER,
-        "data_seconds": data_seconds,
-        **stats,
-        "build_seconds": time.time() - start,
-    }
-    (out / "world.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+def _train_base_model(
+    model_dir: Path, seed: int, cfg: CountdownWorldConfig, held_out: set[str], progress: bool
+) -> dict[str, Any]:
+    tokenizer = build_tokenizer(cfg.model.max_length, extra_pieces=countdown.PIECES)
+    corpus = sft_corpus(cfg, seed, held_out)
+    solved = sum("ok" in r[-3:] for _, r in corpus) / len(corpus)
+    return train_and_save(
+        model_dir, tokenizer, corpus, cfg.model, cfg.sft, seed, progress, sft_solved_share=solved
+    )
 
 
 def sft_corpus(cfg: CountdownWorldConfig, seed: int, held_out: set[str]) -> list[tuple[str, str]]:

@@ -228,19 +228,49 @@ def build_world(
     data = _generate_data(out, final, seed, cfg)
     timings = {"data_seconds": time.time() - start}
     key = world_key(seed, size, cfg)
-    if use_shipped and shipped_key() == key:
-        stats = copy_shipped_model(PRETRAINED_DIR, out / "model")
-    else:
-        stats = _train_base_model(out / "model", seed, cfg, data, progress)
+    stats = shipped_or_trained(
+        out / "model",
+        key,
+        PRETRAINED_DIR if use_shipped else None,
+        lambda: _train_base_model(out / "model", seed, cfg, data, progress),
+    )
+    counts = {name: len(r) for name, r in data.rows.items()}
+    write_manifest(out, "sql", seed, size, key, BUILD_VERSION, cfg, counts, timings, stats, start)
+
+
+def shipped_or_trained(
+    model_dir: Path, key: str, pretrained_dir: Path | None, train: Callable[[], dict[str, Any]]
+) -> dict[str, Any]:
+    """The base model's SFT stats: copied from ``pretrained_dir`` when the model shipped
+    there was built for world ``key`` (None: always train), else ``train()``'s."""
+    if pretrained_dir is not None and shipped_key(pretrained_dir) == key:
+        return copy_shipped_model(pretrained_dir, model_dir)
+    return train()
+
+
+def write_manifest(
+    out: Path,
+    world: str,
+    seed: int,
+    size: str,
+    key: str,
+    build_version: str,
+    cfg: Any,
+    splits: dict[str, int],
+    timings: dict[str, float],
+    stats: dict[str, Any],
+    start: float,
+) -> None:
+    """``world.json``: what was built (every world kind writes the same fields)."""
     manifest = {
-        "world": "sql",
+        "world": world,
         "seed": seed,
         "size": size,
         "key": key,
-        "build_version": BUILD_VERSION,
+        "build_version": build_version,
         "config": cfg.to_dict(),
-        "n_parameters": _count_parameters(out / "model"),
-        "splits": {name: len(r) for name, r in data.rows.items()},
+        "n_parameters": count_parameters(out / "model"),
+        "splits": splits,
         "answer_marker": ANSWER_MARKER,
         **timings,
         **stats,
@@ -268,14 +298,14 @@ def _generate_data(out: Path, final: Path, seed: int, cfg: ToyWorldConfig) -> _G
     cross_qs = toy_sql.sample_questions(
         rng, cross_dbs, cfg.n_cross, cfg.sql, cfg.sql.cross_hard_share
     )
-    math_ps = _distinct_problems(rng, cfg.n_math, exclude=set())
+    math_ps = distinct_problems(rng, cfg.n_math, exclude=set())
     rows = {
         "train": [_sql_row(q, i, "train", final) for i, (q, _) in enumerate(train_qs)],
         "test": [_sql_row(q, i, "test", final) for i, (q, _) in enumerate(test_qs)],
         "cross_domain": [
             _sql_row(q, i, "cross_domain", final) for i, (q, _) in enumerate(cross_qs)
         ],
-        "ood_math": [_math_row(p, i) for i, p in enumerate(math_ps)],
+        "ood_math": [math_row(p, i) for i, p in enumerate(math_ps)],
     }
     for name, examples in rows.items():
         write_examples(examples, out / "data" / f"{name}.jsonl")
@@ -297,11 +327,27 @@ def _train_base_model(
     """
     tokenizer = build_tokenizer(cfg.model.max_length)
     corpus = sft_corpus(cfg, seed, data.train_dbs, data.held_out, data.held_out_math)
-    pairs = encode_pairs(tokenizer, corpus, cfg.model.max_length)
-    model = build_model(cfg.model, tokenizer, seed)
-    stats = train_sft(model, pairs, cfg.sft, tokenizer.pad_token_id, seed, progress=progress)
+    return train_and_save(model_dir, tokenizer, corpus, cfg.model, cfg.sft, seed, progress)
+
+
+def train_and_save(
+    model_dir: Path,
+    tokenizer: Any,
+    corpus: list[tuple[str, str]],
+    model_cfg: ToyModelConfig,
+    sft_cfg: SFTConfig,
+    seed: int,
+    progress: bool,
+    **extra_stats: Any,
+) -> dict[str, Any]:
+    """Supervised training of a fresh base model on ``corpus`` into ``model_dir`` (model,
+    tokenizer, ``sft_stats.json``: the SFT stats with ``extra_stats``); the stats."""
+    pairs = encode_pairs(tokenizer, corpus, model_cfg.max_length)
+    model = build_model(model_cfg, tokenizer, seed)
+    stats = train_sft(model, pairs, sft_cfg, tokenizer.pad_token_id, seed, progress=progress)
     stats["model_source"] = "trained"
     stats["sft_examples"] = len(pairs)
+    stats.update(extra_stats)
     model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     (model_dir / "sft_stats.json").write_text(json.dumps(stats, indent=2) + "\n")
@@ -345,7 +391,7 @@ def ship_model(world: ToyWorld, pretrained_dir: Path = PRETRAINED_DIR) -> Path:
     return pretrained_dir
 
 
-def _count_parameters(model_dir: Path) -> int:
+def count_parameters(model_dir: Path) -> int:
     from safetensors import safe_open
 
     with safe_open(str(model_dir / "model.safetensors"), framework="pt") as f:
@@ -395,7 +441,7 @@ def encode_pairs(
     return pairs
 
 
-def _distinct_problems(rng: random.Random, n: int, exclude: set[str]) -> list[toy_math.MathProblem]:
+def distinct_problems(rng: random.Random, n: int, exclude: set[str]) -> list[toy_math.MathProblem]:
     seen, out = set(exclude), []
     while len(out) < n:
         p = toy_math.sample_problem(rng)
@@ -422,7 +468,7 @@ def _sql_row(q: toy_sql.Question, index: int, split: str, root: Path) -> Example
     )
 
 
-def _math_row(p: toy_math.MathProblem, index: int) -> Example:
+def math_row(p: toy_math.MathProblem, index: int) -> Example:
     return Example(
         id=f"ood_math-{index}",
         prompt=toy_math.prompt_text(p) + ANSWER_MARKER,

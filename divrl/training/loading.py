@@ -151,15 +151,7 @@ def make_engine(
 
 def rollout_params(config: Config) -> SamplingParams:
     """The training rollouts' sampling settings."""
-    r = config.rollout
-    return SamplingParams(
-        n=r.n,
-        temperature=r.temperature,
-        top_p=r.top_p,
-        top_k=r.top_k,
-        max_new_tokens=r.max_new_tokens,
-        stop=tuple(r.stop),
-    )
+    return SamplingParams.from_settings(config.rollout)
 
 
 def build_optimizer(config: Config, model: torch.nn.Module) -> tuple[torch.optim.Optimizer, Any]:

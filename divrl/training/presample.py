@@ -314,13 +314,8 @@ def _warn_if_small(config: Config, manifest: dict, n_samples: int) -> None:
 
 def _presample_params(config: Config) -> SamplingParams:
     ref = config.reference
-    return SamplingParams(
-        n=ref.k,
-        temperature=ref.temperature,
-        top_p=ref.top_p,
-        top_k=0,
-        max_new_tokens=config.rollout.max_new_tokens,
-        stop=tuple(config.rollout.stop),
+    return SamplingParams.from_settings(
+        config.rollout, n=ref.k, temperature=ref.temperature, top_p=ref.top_p, top_k=0
     )
 
 
@@ -369,9 +364,7 @@ def presample(
     near = [i for i, c in enumerate(n_correct) if c >= expect.threshold]
 
     # One more response per near-perfect prompt, kept only if correct.
-    extra_params = SamplingParams(
-        **{**params.__dict__, "n": 1, "top_p": ref.reference_response_top_p}
-    )
+    extra_params = SamplingParams.from_settings(params, n=1, top_p=ref.reference_response_top_p)
     near_prompts = [prompts[i] for i in near]
     desc = "presample: 1 reference response per near-perfect prompt"
     extra = _generate(

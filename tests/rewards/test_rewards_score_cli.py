@@ -103,7 +103,7 @@ def test_lone_surrogate_is_written_and_scored_as_the_model_failure(tmp_path):
 
 
 def test_out_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
-    import divrl.commands.score as score_cmd
+    from divrl import fileio  # the command writes through divrl.fileio
 
     comps = _math_completions(tmp_path, "\\boxed{85}")
     out = tmp_path / "scored.jsonl"
@@ -113,8 +113,8 @@ def test_out_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
     def disk_full(fd):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(score_cmd.os, "fsync", disk_full)
-    with pytest.raises(OSError, match="No space"):
+    monkeypatch.setattr(fileio.os, "fsync", disk_full)
+    with pytest.raises(OSError, match="disk full while writing .*scored.jsonl"):
         main([*argv, "--out", str(out)])
     assert out.read_text() == "previous results\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonl", "scored.jsonl"]
