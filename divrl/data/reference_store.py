@@ -326,11 +326,12 @@ class ReferenceStore:
                 "(or set reference.store)"
             )
         self.manifest: dict[str, Any] = read_manifest(self.path / MANIFEST)
-        samples = read_table(self.path / SAMPLES, SAMPLE_COLUMNS)
+        self._table = read_table(self.path / SAMPLES, SAMPLE_COLUMNS)  # checked vectorised
+        samples = self._table.to_pydict()
         self.samples = [
             ReferenceSample(*row) for row in zip(*(samples[c] for c in SAMPLE_COLUMNS), strict=True)
         ]
-        self.prompts = read_table(self.path / PROMPTS, PROMPT_COLUMNS)
+        self.prompts = read_table(self.path / PROMPTS, PROMPT_COLUMNS).to_pydict()
 
     def check_samples(
         self,
@@ -342,7 +343,7 @@ class ReferenceStore:
         unusable for training: non-finite log-probs, log-probs not one per response token,
         token ids outside ``vocab_size``, and prompt ids not in ``prompt_ids`` (the
         training data; only a warning with ``allow_other_prompts``)."""
-        found = sample_problems(self.samples, vocab_size)
+        found = sample_problems(self._table, vocab_size)
         other = None if prompt_ids is None else missing_prompts(self.samples, prompt_ids)
         if other is not None and allow_other_prompts:
             logger.warning("the reference store %s: %s (allowed)", self.path, other)

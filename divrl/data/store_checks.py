@@ -9,12 +9,12 @@ one :class:`~divrl.data.store_files.ReferenceStoreError` naming the file and the
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from divrl.data.store_files import ReferenceStoreError
@@ -49,9 +49,9 @@ def read_manifest(path: Path) -> dict[str, Any]:
     return manifest
 
 
-def read_table(path: Path, columns: Sequence[str]) -> dict[str, list]:
-    """The parquet file's ``columns`` as lists; a missing, damaged or truncated file, or a
-    missing column, is a :class:`ReferenceStoreError` naming the file."""
+def read_table(path: Path, columns: Sequence[str]) -> pa.Table:
+    """The parquet file's ``columns``; a missing, damaged or truncated file, or a missing
+    column, is a :class:`ReferenceStoreError` naming the file."""
     try:
         table = pq.read_table(path)
     except FileNotFoundError:
@@ -63,7 +63,7 @@ def read_table(path: Path, columns: Sequence[str]) -> dict[str, list]:
     absent = [c for c in columns if c not in table.column_names]
     if absent:
         raise ReferenceStoreError(f"{path}: no column {', '.join(absent)}; {AGAIN}")
-    return table.select(list(columns)).to_pydict()
+    return table.select(list(columns))
 
 
 def _rows(rows: list[int]) -> str:
@@ -71,28 +71,32 @@ def _rows(rows: list[int]) -> str:
     return f"rows {shown}{', ...' if len(rows) > 5 else ''}"
 
 
-def _bad_token(ids: Iterable[int | None], vocab_size: int) -> int | None:
-    for t in ids:
-        if t is None or not 0 <= t < vocab_size:
-            return -1 if t is None else t
-    return None
+def _rows_of(column: pa.ChunkedArray, bad) -> list[int]:
+    """The rows of a list column with a value for which ``bad`` (on the flat values) is
+    true; a null value counts as bad."""
+    flat = pc.list_flatten(column)
+    mask = pc.fill_null(bad(flat), True)
+    rows = pc.filter(pc.list_parent_indices(column), mask)
+    return sorted(set(rows.to_pylist()))
 
 
-def sample_problems(samples: Sequence[Any], vocab_size: int | None = None) -> list[str]:
-    """One phrase per kind of fault in ``samples`` (``ReferenceSample`` rows), with the
-    0-based rows of the first few."""
-    nonfinite, lengths, tokens, worst = [], [], [], None
-    for row, s in enumerate(samples):
-        lps, resp = s.ref_log_probs or [], s.response_ids or []
-        if len(lps) != len(resp):
-            lengths.append(row)
-        if any(x is None or not math.isfinite(x) for x in lps):
-            nonfinite.append(row)
-        if vocab_size is not None:
-            bad = _bad_token([*(s.prompt_ids or []), *resp], vocab_size)
-            if bad is not None:
-                tokens.append(row)
-                worst = bad if worst is None else max(worst, bad)
+def sample_problems(table: pa.Table, vocab_size: int | None = None) -> list[str]:
+    """One phrase per kind of fault in a ``samples.parquet`` table, with the 0-based rows
+    of the first few (vectorised with ``pyarrow.compute``: no Python loop over tokens)."""
+    lps, resp = table.column("ref_log_probs"), table.column("response_ids")
+    differ = pc.not_equal(pc.list_value_length(lps), pc.list_value_length(resp))
+    lengths = pc.indices_nonzero(pc.fill_null(differ, True)).to_pylist()
+    nonfinite = _rows_of(lps, lambda v: pc.invert(pc.is_finite(v)))
+    tokens, worst = [], None
+    if vocab_size is not None:
+        outside = lambda v: pc.or_(pc.less(v, 0), pc.greater_equal(v, vocab_size))  # noqa: E731
+        tokens = sorted(
+            set(_rows_of(resp, outside)) | set(_rows_of(table.column("prompt_ids"), outside))
+        )
+        flat = pa.concat_arrays(
+            [pc.list_flatten(c).combine_chunks() for c in (resp, table.column("prompt_ids"))]
+        )
+        worst = pc.max(pc.filter(flat, pc.fill_null(outside(flat), False))).as_py()
     found = []
     if nonfinite:
         found.append(f"{len(nonfinite)} samples have non-finite ref_log_probs ({_rows(nonfinite)})")
