@@ -112,10 +112,12 @@ class SqlVerifier(Verifier):
         self.max_result_bytes = max_result_bytes
         self.default_timeout = 3 * self.query_timeout + 1.0
         self._gold_cache: ByteBoundedCache | None = None
+        self._folders: dict[tuple[str, int], list[str]] = {}  # test-suite database listings
 
     def __getstate__(self):
         state = self.__dict__.copy()
         state["_gold_cache"] = None  # caches stay in their process
+        state["_folders"] = {}
         return state
 
     @property
@@ -141,6 +143,12 @@ class SqlVerifier(Verifier):
         if distinct is not None and str(distinct).lower() not in DISTINCT_RULES:
             raise ValueError(
                 f"extra_info['sql_distinct'] = {distinct!r}; use one of {list(DISTINCT_RULES)}"
+            )
+        databases = extra_info.get("sql_databases")
+        if databases is not None and str(databases).lower() not in ("folder", "one"):
+            raise ValueError(
+                f"extra_info['sql_databases'] = {databases!r}; use 'folder' (every SQLite "
+                "file beside db_path, test-suite's rule) or 'one'"
             )
         order = extra_info.get("sql_order")
         if order is not None and str(order).lower() not in ORDER_RULES:
@@ -170,12 +178,21 @@ class SqlVerifier(Verifier):
         sql = split_statements(self.extract(solution_str, extra_info))[0]
         db_path = str(extra_info["db_path"])
         mode = COMPARE_ALIASES[str(extra_info.get("sql_compare", self.profile.compare)).lower()]
-        text_errors = TEXT_ERRORS[mode]
         gold_sql, run_sql = str(ground_truth), sql
         if mode == "spider":
             gold_sql, run_sql = normalise_like_test_suite(gold_sql), normalise_like_test_suite(sql)
         if str(extra_info.get("sql_distinct", self.distinct)).lower() == "strip":
             gold_sql, run_sql = strip_distinct(gold_sql), strip_distinct(run_sql)
+        ordered = self._ordered(mode, gold_sql, extra_info)
+        for path in self._databases(db_path, mode, extra_info):
+            failed = self._differs_on(path, gold_sql, run_sql, sql, mode, ordered, deadline)
+            if failed is not None:
+                return failed
+        return ScoreResult(1.0, sql, "correct")
+
+    def _differs_on(self, db_path, gold_sql, run_sql, sql, mode, ordered, deadline):
+        """The failing result on one database, or None when the prediction matches there."""
+        text_errors = TEXT_ERRORS[mode]
         gold = self._gold_rows(db_path, gold_sql, deadline, text_errors)
         if isinstance(gold, QueryError):
             return ScoreResult(0.0, _printable(sql), "gold_error", f"gold query: {gold.detail}")
@@ -194,8 +211,37 @@ class SqlVerifier(Verifier):
         except MemoryError:
             self.gold_cache.clear()  # free what we can; the pool decides about the item
             raise
-        ok = rows_equal(pred, gold, mode, self._ordered(mode, gold_sql, extra_info))
-        return ScoreResult(float(ok), sql, "correct" if ok else "wrong")
+        if rows_equal(pred, gold, mode, ordered):
+            return None
+        return ScoreResult(0.0, sql, "wrong")
+
+    def _databases(self, db_path: str, mode: str, extra_info) -> list[str]:
+        """``db_path``, then for test-suite's rule every other SQLite file beside it.
+
+        test-suite runs both queries on every file whose name contains ``.sqlite`` in the
+        database's folder (its distilled test-suite databases): the prediction must match
+        on all. Files that are not SQLite databases (``-wal``, ``-journal``) are skipped.
+        """
+        default = "folder" if mode == "spider" else "one"
+        if str(extra_info.get("sql_databases", default)).lower() == "one":
+            return [db_path]
+        folder = os.path.dirname(os.path.abspath(db_path))
+        key = (folder, os.stat(folder).st_mtime_ns)
+        if key not in self._folders:
+            found = []
+            for name in sorted(os.listdir(folder)):
+                path = os.path.join(folder, name)
+                if ".sqlite" in name and os.path.isfile(path):
+                    try:
+                        check_sqlite_file(path)
+                    except ValueError:
+                        continue
+                    found.append(path)
+            if len(self._folders) > 1000:
+                self._folders.clear()
+            self._folders[key] = found
+        here = os.path.abspath(db_path)
+        return [db_path] + [p for p in self._folders[key] if p != here]
 
     def _ordered(self, mode: str, gold_sql: str, extra_info) -> bool:
         """Whether row order is compared: the row's ``sql_order``, the verifier's, the mode's."""

@@ -116,3 +116,22 @@ def test_test_suites_distinct_stripping_is_an_option(db):
         score("spider", pred, gold, db, sql_distinct="sometimes")
     with pytest.raises(ValueError, match="distinct"):
         SqlVerifier(distinct="sometimes")
+
+
+def test_spider_checks_every_test_suite_database_beside_db_path(tmp_path):
+    folder = tmp_path / "concert"
+    folder.mkdir()
+    for name, rows in (("concert.sqlite", "(1),(2)"), ("concert_v2.sqlite", "(1),(0)")):
+        conn = sqlite3.connect(folder / name)
+        conn.executescript(f"CREATE TABLE t(x INTEGER); INSERT INTO t VALUES {rows};")
+        conn.close()
+    (folder / "concert.sqlite.notes").write_text("not a database: skipped")
+    db = str(folder / "concert.sqlite")
+    gold, pred = "SELECT x FROM t WHERE x < 3", "SELECT x FROM t WHERE x IN (1, 2)"
+    # equal on concert.sqlite, different on the distilled variant: test-suite says wrong
+    assert score("spider", pred, gold, db).score == 0
+    assert score("spider", pred, gold, db, sql_databases="one").score == 1
+    assert score("bird", pred, gold, db).score == 1  # BIRD runs on the one database
+    assert score("spider", "SELECT x FROM t WHERE x < 3", gold, db).score == 1
+    with pytest.raises(ValueError, match=r"extra_info\['sql_databases'\]"):
+        score("spider", pred, gold, db, sql_databases="all")
