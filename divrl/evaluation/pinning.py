@@ -120,7 +120,11 @@ def pin_newest_model(run_dir: str | Path) -> tuple[Path, Checkpoint] | None:
         if ckpt is None:
             break
         seen.append(ckpt.path.name)
-        pins.mkdir(exist_ok=True)
+        try:
+            pins.mkdir(exist_ok=True)
+        except OSError as exc:  # a run folder we cannot write: loaded in place, unpinned
+            logger.info("%s: cannot pin a checkpoint here (%s); loading it in place", run.root, exc)
+            return ckpt.model_dir, ckpt
         _sweep(pins)
         pin = pins / f"{os.getpid()}-{ckpt.path.name}"
         shutil.rmtree(pin, ignore_errors=True)

@@ -68,3 +68,16 @@ def test_pins_are_removed_and_dead_processes_pins_swept(run):
     pinning._cleanup(pinning._pins.pop(run.resolve())[0])
     assert not (run / pinning.PIN_DIR).exists()
     assert RunDir(run).run_files() == [run / "checkpoints"]  # a pin is not a run file
+
+
+def test_a_run_folder_that_cannot_be_written_is_loaded_in_place(run, monkeypatch):
+    real_mkdir = pinning.Path.mkdir
+
+    def read_only(self, *args, **kwargs):
+        if self.name == pinning.PIN_DIR:
+            raise PermissionError(13, "Read-only file system", str(self))
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(pinning.Path, "mkdir", read_only)
+    model_dir, ckpt = pinning.pin_newest_model(run)
+    assert model_dir == RunDir(run.resolve()).checkpoint(2).model_dir and ckpt.step == 2
