@@ -226,10 +226,14 @@ class SqlVerifier(Verifier):
         if str(extra_info.get("sql_databases", default)).lower() == "one":
             return [db_path]
         folder = os.path.dirname(os.path.abspath(db_path))
-        key = (folder, os.stat(folder).st_mtime_ns)
+        try:
+            key = (folder, os.stat(folder).st_mtime_ns)
+            names = sorted(os.listdir(folder)) if key not in self._folders else []
+        except OSError:  # an unlistable folder: the one database that was given
+            return [db_path]
         if key not in self._folders:
             found = []
-            for name in sorted(os.listdir(folder)):
+            for name in names:
                 path = os.path.join(folder, name)
                 if ".sqlite" in name and os.path.isfile(path):
                     try:
