@@ -1,0 +1,131 @@
+"""The rollout-engine registry: names, typed options, errors, entry points, old config keys."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from divrl.rollout import (
+    EngineContext,
+    EngineError,
+    build_engine,
+    engine_names,
+    engine_options,
+    get_engine,
+    register_engine,
+    unregister_engine,
+)
+from divrl.rollout.registry import ENTRY_POINT_GROUP
+from divrl.training.config import ConfigError, load_config
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "scaling.md"
+
+
+@dataclass(frozen=True)
+class _Options:
+    size: int = 2
+    ratio: float = 0.5
+    mode: str | None = None
+
+
+@pytest.fixture
+def probe():
+    @register_engine("probe", options=_Options, summary="test", uses_model=False)
+    def build(context, options):
+        return ("built", context.model_path, options)
+
+    yield
+    unregister_engine("probe")
+
+
+def test_built_ins_are_registered_and_documented():
+    assert {"hf", "static", "vllm"} <= set(engine_names())
+    table = DOCS.read_text()
+    for name in ("hf", "static", "vllm"):
+        assert f"| `{name}` " in table, f"docs/scaling.md's engine table lacks {name}"
+    assert get_engine("vllm").uses_model is False and get_engine("hf").uses_model is True
+
+
+def test_options_are_typed_and_checked(probe):
+    assert engine_options("probe", {"size": 3, "ratio": 1}) == _Options(3, 1.0)
+    assert engine_options("probe", None) == _Options()
+    assert engine_options("probe", _Options(5)) == _Options(5)
+    with pytest.raises(EngineError, match=r"takes no option 'sise'; its options: size, ratio"):
+        engine_options("probe", {"sise": 3})
+    with pytest.raises(EngineError, match="option size='3' must be int"):
+        engine_options("probe", {"size": "3"})
+    with pytest.raises(EngineError, match="option size=True must be int"):
+        engine_options("probe", {"size": True})
+    assert build_engine("probe", EngineContext(model_path="m"), {"mode": "x"})[2].mode == "x"
+
+
+def test_a_taken_name_is_refused_unless_replaced(probe):
+    with pytest.raises(EngineError, match="'probe' is already registered"):
+        register_engine("probe")(lambda c, o: None)
+    register_engine("probe", options=_Options, replace=True)(lambda c, o: "new")
+    assert build_engine("probe", EngineContext(model_path="m")) == "new"
+    with pytest.raises(EngineError, match="options must be a dataclass"):
+        register_engine("other", options=dict)
+
+
+def test_an_unknown_engine_names_the_registered_ones():
+    with pytest.raises(EngineError, match=r"unknown rollout engine 'vlm' \(did you mean 'vllm'"):
+        get_engine("vlm")
+
+
+def test_an_engine_of_another_package_loads_through_its_entry_point(monkeypatch, tmp_path):
+    """``rollout.engine=third``: the package's module is imported when the name is first
+    asked for, and registers itself."""
+    (tmp_path / "third_party_engine.py").write_text(
+        "from divrl.rollout import register_engine\n"
+        "from dataclasses import dataclass\n"
+        "@dataclass(frozen=True)\n"
+        "class Options:\n"
+        "    level: int = 1\n"
+        "register_engine('third', options=Options)(lambda c, o: ('third', o.level))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    point = types.SimpleNamespace(name="third", value="third_party_engine")
+    monkeypatch.setattr(
+        "importlib.metadata.entry_points",
+        lambda group: [point] if group == ENTRY_POINT_GROUP else [],
+    )
+    try:
+        assert "third" not in engine_names()
+        cfg = load_config(None, ["rollout.engine=third", "rollout.engine_options.level=3"])
+        assert build_engine("third", EngineContext(model_path="m"), cfg.rollout.engine_options) == (
+            "third",
+            3,
+        )
+    finally:
+        unregister_engine("third")
+        sys.modules.pop("third_party_engine", None)
+
+
+def test_old_flat_keys_are_read_as_engine_options(caplog):
+    with caplog.at_level(logging.WARNING):
+        cfg = load_config(None, ["rollout.batch_size=8", "rollout.gpu_memory_utilization=0.5"])
+    assert cfg.rollout.engine_options == {"batch_size": 8}
+    assert "rollout.batch_size is now rollout.engine_options.batch_size" in caplog.text
+    assert "rollout.engine=hf never read it: ignored" in caplog.text
+    cfg = load_config(None, ["rollout.engine=vllm", "rollout.gpu_memory_utilization=0.5"])
+    assert cfg.rollout.options.gpu_memory_utilization == 0.5
+    with pytest.raises(ConfigError, match=r"disagree: rollout\.batch_size is the old name"):
+        load_config(None, ["rollout.batch_size=8", "rollout.engine_options.batch_size=4"])
+
+
+def test_config_errors_name_the_key_and_the_valid_options():
+    with pytest.raises(ConfigError, match="takes no option 'gpu_memory_utilization'; its options"):
+        load_config(None, ["rollout.engine_options.gpu_memory_utilization=0.5"])
+    with pytest.raises(ConfigError, match=r"gpu_memory_utilization=1\.5 must be in \(0, 1\)"):
+        load_config(
+            None, ["rollout.engine=vllm", "rollout.engine_options.gpu_memory_utilization=1.5"]
+        )
+    # every option is written out with its value (config.yaml shows what ran)
+    cfg = load_config(None, ["rollout.engine=vllm"])
+    assert cfg.rollout.engine_options["enforce_eager"] is False
