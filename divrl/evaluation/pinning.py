@@ -74,14 +74,17 @@ def _link_tree(src: Path, dst: Path) -> None:
         dirs.sort()
 
 
+def _weights(folder: Path) -> list[Path]:
+    return [*folder.glob("*.safetensors"), *folder.glob("*.bin")]
+
+
 def _complete(pin: Path, source: Path) -> bool:
-    """The pin holds a config, weights, every shard its index names, and (if the source is
-    still there) every file of the source."""
+    """The pin holds a config, weights (unless the source itself has none), every shard
+    its index names, and (if the source is still there) every file of the source."""
     if not (pin / "config.json").is_file():
         return False
-    weights = list(pin.glob("*.safetensors")) + list(pin.glob("*.bin"))
-    if not weights:
-        return False
+    if not _weights(pin) and not (source.is_dir() and not _weights(source)):
+        return False  # pruned mid-way (a folder saved without weights is pinned as it is)
     for index in pin.glob("*.index.json"):
         try:
             shards = set(json.loads(index.read_text()).get("weight_map", {}).values())

@@ -1,6 +1,7 @@
 """``divrl eval`` end to end on the tiny toy world, and ``--reuse`` without resampling."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -135,7 +136,10 @@ def test_resolve_model_path(tmp_path):
     older = tmp_path / "run" / "checkpoints" / "step_000005" / "model"
     older.mkdir(parents=True)
     (older / "config.json").write_text("{}")
-    assert resolve_model_path(tmp_path / "run") == str(model)
+    from divrl.evaluation.pinning import origin_of
+
+    pinned = resolve_model_path(tmp_path / "run")  # a run's checkpoint is loaded from a pin
+    assert origin_of(pinned) == str(model) and (Path(pinned) / "config.json").is_file()
     assert resolve_model_path(model.parent) == str(model)
     assert resolve_model_path(model) == str(model)
     with pytest.raises(FileNotFoundError):
