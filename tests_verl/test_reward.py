@@ -82,3 +82,29 @@ def test_the_batch_reward_manager_scores_in_divrls_pool():
 def test_verls_extra_info_keys_are_ignored():
     out = compute_score("math", "so \\boxed{4}", "4", {"num_turns": 2, "rollout_reward_scores": {}})
     assert out == {"score": 1.0, "acc": 1.0}
+
+
+def test_the_reward_loop_manager_of_verls_v1_trainer_scores_concurrently():
+    """verl's v1 trainer scores through its reward loop, which calls the function from
+    executor threads, several rows at once."""
+    import asyncio
+
+    from omegaconf import OmegaConf
+    from verl.experimental.reward_loop.reward_manager.naive import (
+        NaiveRewardManager as LoopManager,
+    )
+
+    tok = build_tokenizer()
+    data, gold = toy_batch(tok)
+
+    async def score_all():
+        manager = LoopManager(OmegaConf.create({}), tok, compute_score)
+        results = await asyncio.gather(
+            *(manager.run_single(data[i : i + 1]) for i in range(len(gold)))
+        )
+        return [r["reward_score"] for r in results], [
+            r["reward_extra_info"]["acc"] for r in results
+        ]
+
+    scores, acc = asyncio.run(score_all())
+    assert scores == gold and acc == [float(g >= 1.0) for g in gold]

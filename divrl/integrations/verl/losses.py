@@ -162,7 +162,7 @@ def _stream_weights(
             f"a micro-batch holds more tokens ({n_roll} rollout, {n_ref} reference) than its "
             f"mini-batch's stream statistics ({total_roll}, {total_ref}): the rows were "
             "regrouped after divrl's rehearsal join (set actor_rollout_ref.actor.shuffle="
-            "False and trainer.balance_batch=False)"
+            "False)"
         )
     weights = micro_batch_weights(kinds, tokens, eta, mode, layout=layout)
     effective = stream_weights(kinds, tokens, eta, mode, layout=layout).effective_eta
@@ -299,8 +299,8 @@ class DivRLLoss:
             raise ValueError(
                 f"verl counts {int(verl_total)} loss tokens in this mini-batch but divrl's "
                 f"rehearsal join planned {ours}: the rows were regrouped after the join (set "
-                "actor_rollout_ref.actor.shuffle=False, trainer.balance_batch=False, and "
-                "join with the mini-batch and data-parallel sizes of the update)"
+                "actor_rollout_ref.actor.shuffle=False, and join with the mini-batch and "
+                "data-parallel sizes of the update)"
             )
 
     def _padded(self, model_output: dict, data: Any) -> dict[str, torch.Tensor]:
