@@ -74,7 +74,12 @@ def check_store_target(path: str | Path, overwrite: bool = False, flag: str = "-
     path = Path(path)
     if overwrite or not (path.exists() or path.is_symlink()):
         return
-    if path.is_symlink() or not path.is_dir():
+    if path.is_symlink():
+        raise StoreTargetError(
+            f"reference.store {path} is a symbolic link (to {os.readlink(path)}); set "
+            f"reference.store to the folder it points to, or pass {flag} to replace the link"
+        )
+    if not path.is_dir():
         raise StoreTargetError(
             f"reference.store {path} is a file, not a reference store folder: set "
             f"reference.store to another path, or pass {flag} to replace it"

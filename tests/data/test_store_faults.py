@@ -56,6 +56,11 @@ def test_a_folder_that_is_not_a_store_is_refused_and_kept(tmp_path):
     with pytest.raises(StoreTargetError, match="is a file"):
         _store(a_file)
     assert a_file.read_text() == "keep"
+    link = tmp_path / "link"
+    link.symlink_to(run)
+    with pytest.raises(StoreTargetError, match=rf"is a symbolic link \(to {run}\)"):
+        _store(link)
+    assert (run / "notes.txt").read_text() == "my notes"
     # a folder holding only a manifest.json that divrl did not write is not a store either
     foreign = tmp_path / "foreign"
     foreign.mkdir()
