@@ -13,7 +13,6 @@ target in SFT or RL) and ``ood_math`` (the toy math problems, 15% of the SFT cor
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import random
@@ -30,9 +29,9 @@ from divrl.toy.model import ToyModelConfig
 from divrl.toy.sft import SFTConfig
 from divrl.toy.tokenizer import ANSWER_MARKER, build_tokenizer
 from divrl.toy.world import (
+    SplitSizes,
     ToyWorld,
-    build_in_cache,
-    default_cache_dir,
+    cached_world,
     distinct_problems,
     math_row,
     shipped_or_trained,
@@ -47,8 +46,9 @@ PRETRAINED_DIR = Path(__file__).parent / "pretrained_countdown"
 
 
 @dataclass(frozen=True)
-class CountdownWorldConfig:
-    """Everything that determines a countdown world besides the seed."""
+class CountdownWorldConfig(SplitSizes):
+    """Everything that determines a countdown world besides the seed (cross domain: the
+    same numbers with larger targets)."""
 
     countdown: countdown.CountdownConfig = field(default_factory=countdown.CountdownConfig)
     math: toy_math.ToyMathConfig = field(default_factory=toy_math.ToyMathConfig)
@@ -60,22 +60,14 @@ class CountdownWorldConfig:
     sft: SFTConfig = field(
         default_factory=lambda: SFTConfig(steps=600, batch_size=128, lr=3e-3, threads=1)
     )
-    n_train: int = field(default=1024, metadata={"help": "RL training prompts"})
-    n_test: int = field(default=256, metadata={"help": "in-domain test prompts"})
-    n_cross: int = field(default=256, metadata={"help": "cross-domain prompts (larger targets)"})
-    n_math: int = field(default=256, metadata={"help": "out-of-domain math prompts"})
     sft_math_share: float = field(
         default=0.15, metadata={"help": "share of toy math problems in the supervised corpus"}
     )
 
     def __post_init__(self) -> None:
-        if min(self.n_train, self.n_test, self.n_cross, self.n_math) < 1:
-            raise ValueError("every split needs at least one prompt")
+        super().__post_init__()
         if not 0.0 <= self.sft_math_share < 1.0:
             raise ValueError("sft_math_share must be in [0, 1)")
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 SIZES: dict[str, CountdownWorldConfig] = {
@@ -124,13 +116,11 @@ def ensure_countdown_world(
     if size not in SIZES:
         raise ValueError(f"unknown countdown world size {size!r}; choose one of {sorted(SIZES)}")
     cfg = SIZES[size]
-    cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    final = (cache / f"countdown-{size}-seed{seed}-{world_key(seed, size, cfg)}").resolve()
-    if (final / "world.json").exists():
-        return ToyWorld.load(final)
-    return build_in_cache(
-        final,
-        lambda tmp: build_countdown_world(
+    name = f"countdown-{size}-seed{seed}-{world_key(seed, size, cfg)}"
+    return cached_world(
+        cache_dir,
+        name,
+        lambda tmp, _final: build_countdown_world(
             tmp, seed=seed, size=size, cfg=cfg, progress=progress, use_shipped=use_shipped
         ),
     )

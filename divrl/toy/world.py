@@ -54,29 +54,41 @@ SPLITS = ("train", "test", "cross_domain", "ood_math")
 
 
 @dataclass(frozen=True)
-class ToyWorldConfig:
-    """Everything that determines a toy world besides the seed."""
+class SplitSizes:
+    """The prompts of each split, as every world kind has them (``train``, ``test`` in
+    domain, ``cross_domain``, ``ood_math``). A world's key hashes its config with sorted
+    keys, so where these fields sit in a subclass does not change it."""
+
+    n_train: int = field(default=1024, metadata={"help": "RL training prompts"})
+    n_test: int = field(default=256, metadata={"help": "in-domain test prompts"})
+    n_cross: int = field(default=256, metadata={"help": "cross-domain prompts"})
+    n_math: int = field(default=256, metadata={"help": "out-of-domain math prompts"})
+
+    def __post_init__(self) -> None:
+        if min(self.n_train, self.n_test, self.n_cross, self.n_math) < 1:
+            raise ValueError("every split needs at least one prompt")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class ToyWorldConfig(SplitSizes):
+    """Everything that determines a toy world besides the seed (SQL splits: the held-out
+    databases are the cross-domain ones)."""
 
     sql: toy_sql.ToySQLConfig = field(default_factory=toy_sql.ToySQLConfig)
     math: toy_math.ToyMathConfig = field(default_factory=toy_math.ToyMathConfig)
     model: ToyModelConfig = field(default_factory=ToyModelConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
-    n_train: int = field(default=1024, metadata={"help": "RL training prompts (SQL)"})
-    n_test: int = field(default=256, metadata={"help": "in-domain test prompts (SQL)"})
-    n_cross: int = field(default=256, metadata={"help": "cross-domain prompts (held-out dbs)"})
-    n_math: int = field(default=256, metadata={"help": "out-of-domain math prompts"})
     sft_math_share: float = field(
         default=0.3, metadata={"help": "share of math problems in the supervised corpus"}
     )
 
     def __post_init__(self) -> None:
-        if min(self.n_train, self.n_test, self.n_cross, self.n_math) < 1:
-            raise ValueError("every split needs at least one prompt")
+        super().__post_init__()
         if not 0.0 <= self.sft_math_share <= 1.0:
             raise ValueError("sft_math_share must be in [0, 1]")
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 SIZES: dict[str, ToyWorldConfig] = {
@@ -169,16 +181,27 @@ def ensure_toy_world(
     if size not in SIZES:
         raise ValueError(f"unknown toy world size {size!r}; choose one of {sorted(SIZES)}")
     cfg = SIZES[size]
-    cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    final = (cache / f"{size}-seed{seed}-{world_key(seed, size, cfg)}").resolve()
-    if (final / "world.json").exists():
-        return ToyWorld.load(final)
-    return build_in_cache(
-        final,
-        lambda tmp: build_world(
+    name = f"{size}-seed{seed}-{world_key(seed, size, cfg)}"
+    return cached_world(
+        cache_dir,
+        name,
+        lambda tmp, final: build_world(
             tmp, final, seed=seed, size=size, cfg=cfg, progress=progress, use_shipped=use_shipped
         ),
     )
+
+
+def cached_world(
+    cache_dir: str | Path | None, name: str, build: Callable[[Path, Path], Any]
+) -> ToyWorld:
+    """The world ``<cache_dir>/<name>``: loaded when built, else ``build(tmp, final)`` in
+    a temporary directory first (:func:`build_in_cache`). ``cache_dir`` defaults to
+    ``$DIVRL_CACHE_DIR/toy`` or ``~/.cache/divrl/toy``."""
+    cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    final = (cache / name).resolve()
+    if (final / "world.json").exists():
+        return ToyWorld.load(final)
+    return build_in_cache(final, lambda tmp: build(tmp, final))
 
 
 def build_in_cache(final: Path, build: Callable[[Path], Any]) -> ToyWorld:
