@@ -226,3 +226,16 @@ def test_registered_as_static_with_its_options():
         build_engine("static", context, {"batch_size": 0})
     with pytest.raises(ValueError, match="policy loaded in this process"):
         build_engine("static", EngineContext(model_path="x"))
+
+
+def test_auto_is_static_for_a_supported_cpu_policy_else_hf():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from divrl.rollout import EngineContext, build_engine
+
+    llama = EngineContext(model_path="", model=_random_model("llama"), tokenizer=_Tok())
+    engine = build_engine("auto", llama, {"batch_size": 5})
+    assert type(engine) is StaticCacheEngine and engine.batch_size == 5
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50))
+    other = build_engine("auto", EngineContext(model_path="", model=gpt2, tokenizer=_Tok()))
+    assert type(other) is HFEngine and other.batch_size == 64
