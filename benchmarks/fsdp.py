@@ -14,7 +14,7 @@ between phases through ``/proc/self/clear_refs``):
   :func:`divrl.training.fsdp.full_parameters` (unshard/reshard) and once with
   :func:`divrl.training.fsdp.gathered_copy`; the figure is the peak above the RSS before.
 
-Goals (issue 15): per-rank training peak fsdp / ddp <= 0.65x; step time <= 1.3x. The
+Goals: per-rank training peak fsdp / ddp <= 0.65x; step time <= 1.3x. The
 trainer's GRPO / DPH-JS / Lp-Reg steps under ``train.strategy=fsdp`` vs ``ddp``:
 :mod:`benchmarks.fsdp_trainer`.
 

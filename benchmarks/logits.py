@@ -9,7 +9,7 @@ Each case runs in its own process (peak RSS belongs to it alone): bf16 logits
 - chunked: :func:`divrl.algorithms.logit_stats` with ``chunk_size`` positions per chunk,
   recomputed in backward.
 
-Goal (issue 9): chunked peak memory <= 1/4 of naive at equal or better time.
+Goal: chunked peak memory <= 1/4 of naive at equal or better time.
 
     python -m benchmarks.logits [--lengths 1024 2048 4096 8192] [--repeats 3]
 """

@@ -9,7 +9,7 @@ Gradient checkpointing is set the same in both, and both settings are measured b
 TRL's ``GRPOConfig`` turns it on by default (less activation memory, a second forward in
 the backward), divrl's ``model.gradient_checkpointing`` defaults to off.
 
-Goal (issue 9): divrl at least as fast as TRL.
+Goal: divrl at least as fast as TRL.
 
     python -m benchmarks.trl_compare [--steps 3] [--repeats 2]
 """

@@ -1,4 +1,4 @@
-"""Toy-scale reproduction of the DPH-RL and Lp-Reg papers' claims, side by side (issue 7).
+"""Toy-scale reproduction of the DPH-RL and Lp-Reg papers' claims, side by side.
 
 For every method (base, GRPO, DAPO, GRPO + reverse KL, DPH-F, DPH-JS, DPH-alpha, Lp-Reg,
 entropy bonus, 80/20, KL-Cov, DPH-JS + Lp-Reg) and every seed, on a toy world chosen by name

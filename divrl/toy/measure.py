@@ -162,7 +162,7 @@ def load_measurements(world: ToyWorld) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-#: acceptance ranges of the issue: (split, statistic, low, high)
+#: the toy world's design targets: (split, statistic, low, high)
 TARGETS: tuple[tuple[str, str, float, float], ...] = (
     ("test", "pass@1", 0.2, 0.7),
     ("train", "all_correct_share", 0.05, 0.40),
@@ -171,7 +171,7 @@ TARGETS: tuple[tuple[str, str, float, float], ...] = (
 
 
 def check_targets(m: dict[str, Any]) -> list[tuple[str, float, str, bool]]:
-    """(name, value, wanted, ok) for each acceptance property of the issue."""
+    """(name, value, wanted, ok) for each design target of the toy world."""
     out = []
     for split, stat, lo, hi in TARGETS:
         v = m["splits"][split][stat]
