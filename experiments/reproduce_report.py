@@ -36,11 +36,13 @@ from typing import Any
 METHODS: dict[str, str] = {
     "base": "base",
     "grpo": "GRPO",
+    "grpo_math": "GRPO, Lp-Reg side (on-policy: Lp-Reg without its regulariser)",
     "dapo": "DAPO",
     "grpo_rkl": "GRPO + reverse KL",
     "dph_f": "DPH-F",
     "dph_js": "DPH-JS",
     "dph_js_paper": "DPH-JS (paper weighting)",
+    "dph_js_replica": "DPH-JS (the authors' batch assembly)",
     "dph_alpha": "DPH-alpha (0.5)",
     "lp_reg": "Lp-Reg (on-policy)",
     "lp_reg_toy": "Lp-Reg (toy variant: whole-batch selection, kappa 0.002)",

@@ -98,7 +98,7 @@ def _micro_count(rows: Sequence[int], lengths: Sequence[int], budget: int) -> in
 
 
 def _micro_batches(
-    rows: list[int], kinds: Sequence[str], lengths: Sequence[int], layout: AuthorsLayout, count
+    rows: list[int], kinds: Sequence[str], lengths: Sequence[int], layout: AuthorsLayout, count: int
 ) -> list[MicroBatch]:
     m = layout.mini_batch_rows
     if layout.dynamic:

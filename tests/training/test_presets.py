@@ -21,6 +21,7 @@ SIGNATURE = {
     "dph_f": "dph/divergence",
     "dph_js": "dph/divergence",
     "dph_js_paper": "dph/divergence",
+    "dph_js_replica": "dph/optimiser_steps",
     "dph_alpha": "dph/divergence",
     "lp_reg": "lp_reg/num_selected",
     "lp_reg_offpolicy": "lp_reg/num_selected",
