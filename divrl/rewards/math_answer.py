@@ -5,7 +5,8 @@ Extraction (the training profiles ``math`` and ``gsm8k``; first rule that finds 
 1. The LAST box: ``\boxed{...}``, ``\boxed {...}`` (spaces before the brace),
    ``\fbox{...}`` or ``\boxed 5`` (to the next space or ``$``), as the MATH grader's
    ``last_boxed_only_string`` reads it. A self-correction ("\boxed{2} ... so \boxed{3}")
-   answers 3. A last box that is never closed is a cut-off answer: no answer.
+   answers 3. A last box that is never closed is a cut-off answer: no answer. A non-empty
+   ``<answer>`` tag opened after the last box wins over it (a draft box while thinking).
 2. The last ``<answer>...</answer>`` tag (unclosed: to the end of the text, as a rollout
    stopped at a ``</answer>`` stop string ends); an answer phrase inside it is unwrapped.
 3. The last answer phrase: "final answer is X", "the answer is X", "Answer: X" (X to the
@@ -69,6 +70,11 @@ def _box_at(text: str, pos: int, cmd: str) -> tuple[str | None, bool]:
 
 def last_box(text: str) -> tuple[str | None, bool]:
     """(content of the last box, whether a box was found); content None when cut off."""
+    content, is_box, _ = _last_box(text)
+    return content, is_box
+
+
+def _last_box(text: str) -> tuple[str | None, bool, int]:
     positions = []
     for cmd in _BOX_COMMANDS:
         end = len(text)
@@ -81,8 +87,8 @@ def last_box(text: str) -> tuple[str | None, bool]:
     for pos, cmd in sorted(positions, reverse=True)[:_MAX_BOX_TRIES]:
         content, is_box = _box_at(text, pos, cmd)
         if is_box:
-            return content, True
-    return None, False
+            return content, True, pos
+    return None, False, -1
 
 
 def _phrase_answer(text: str) -> str | None:
@@ -103,7 +109,8 @@ def _phrase_answer(text: str) -> str | None:
     return _HOPE.sub("", found)
 
 
-def _last_tag(text: str) -> str | None:
+def _last_tag(text: str) -> tuple[str, int] | None:
+    """(content of the last ``<answer>`` tag, where it opens), or None."""
     lower = text.lower()
     opened = lower.rfind(_TAG_OPEN)
     if opened < 0:
@@ -112,7 +119,7 @@ def _last_tag(text: str) -> str | None:
     close = lower.find(_TAG_CLOSE, opened)
     content = text[opened + len(_TAG_OPEN) : close if close >= 0 else len(text)]
     phrase = _phrase_answer(content)
-    return phrase if phrase is not None else content
+    return (phrase if phrase is not None else content), opened
 
 
 def _unwrap(text: str) -> str:
@@ -146,13 +153,17 @@ def final_answer(text: str) -> tuple[str | None, str]:
     ``how`` is ``box``, ``cut_off_box``, ``answer_tag``, ``phrase``, ``gsm8k``, ``whole``
     or ``none``; the answer is None for ``cut_off_box`` and ``none``.
     """
-    content, is_box = last_box(text)
-    if is_box:
+    content, is_box, box_pos = _last_box(text)
+    tag = _last_tag(text)
+    # a tag written after the last box (a draft box while thinking) holds the answer
+    tag_later = tag is not None and tag[1] > box_pos and tag[0].strip()
+    if is_box and not tag_later:
         return (content, "box") if content is not None else (None, "cut_off_box")
-    for how, find in (("answer_tag", _last_tag), ("phrase", _phrase_answer)):
-        found = find(text)
-        if found is not None and found.strip():
-            return found, how
+    if tag is not None and tag[0].strip():
+        return tag[0], "answer_tag"
+    phrase = _phrase_answer(text)
+    if phrase is not None and phrase.strip():
+        return phrase, "phrase"
     m = _GSM8K_END.search(text[-400:])
     if m:
         return m.group(1), "gsm8k"

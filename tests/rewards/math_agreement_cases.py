@@ -256,6 +256,10 @@ FINAL_ANSWER_CASES = [
     ("<answer>7 or 8</answer>", "8", 0.0, "answer_tags"),
     ("<answer>\\boxed{3}</answer>", "3", 1.0, "answer_tags"),
     ("<think>2+2</think> <answer> 4 ", "4", 1.0, "answer_tags"),
+    ("<think>a draft: \\boxed{3}</think> <answer>4</answer>", "4", 1.0, "answer_tags"),
+    ("<think>a draft: \\boxed{3}</think> <answer>4</answer>", "3", 0.0, "answer_tags"),
+    ("<answer>4</answer> Checking again: \\boxed{5}", "5", 1.0, "boxes"),
+    ("<answer>The answer is \\boxed{4}.</answer>", "4", 1.0, "answer_tags"),
     ("<answer>4</answer> wait, <answer> 5", "4", 0.0, "answer_tags"),
     # answer phrases
     ("The final answer is $3$. I hope it is correct.", "3", 1.0, "phrases"),
