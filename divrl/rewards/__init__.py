@@ -1,8 +1,9 @@
 """Verifiable rewards: ``compute_score(data_source, solution_str, ground_truth, extra_info)``.
 
-Built-in verifiers: ``math`` (math-verify, answer in ``\\boxed{}``) and ``sql`` (execution
-match on SQLite), with aliases for common dataset names. Add one with
-:func:`register_verifier`. See docs/rewards.md.
+Built-in verifiers: ``math`` (the final answer, compared by math-verify), ``gsm8k``,
+``math_verify`` (verl's math-verify rule), ``bird``/``spider``/``sql`` (execution match on
+SQLite, as each benchmark's official evaluator judges) and ``countdown``, with aliases for
+common dataset names. Add one with :func:`register_verifier`. See docs/rewards.md.
 """
 
 from divrl.rewards import countdown_reward, math_reward, sql_reward  # noqa: F401  (built-ins)
