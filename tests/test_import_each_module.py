@@ -58,34 +58,46 @@ def _preload(entry: str) -> None:
             getattr(loaded, name)
 
 
+def _import_in_child(module: str, write: int) -> int:
+    """Import ``module``; on failure write the traceback's end to ``write``; exit code."""
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        # an optional extra (vllm, verl) that is not installed is not a circle
+        if (exc.name or "").split(".")[0] != "divrl":
+            return 0
+        os.write(write, traceback.format_exc().encode()[-4000:])
+        return 1
+    except BaseException:
+        os.write(write, traceback.format_exc().encode()[-4000:])
+        return 1
+    return 0
+
+
 def import_alone(modules: list[str], preload: list[str]) -> dict[str, str]:
-    """Import each of ``modules`` in its own forked child; ``{module: traceback}`` of the
-    ones that fail. Must run in a process that has imported no divrl module."""
+    """Import each of ``modules`` in its own forked child (as many at once as there are
+    CPUs); ``{module: traceback}`` of the ones that fail. Must run in a process that has
+    imported no divrl module."""
     assert not any(m == "divrl" or m.startswith("divrl.") for m in sys.modules)
     for entry in preload:
         _preload(entry)
-    failures = {}
-    for module in modules:
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: import, report, leave without running atexit hooks
-            os.close(read)
-            code = 0
-            try:
-                importlib.import_module(module)
-            except ModuleNotFoundError as exc:
-                # an optional extra (vllm, verl) that is not installed is not a circle
-                if (exc.name or "").split(".")[0] == "divrl":
-                    os.write(write, traceback.format_exc().encode()[-4000:])
-                    code = 1
-            except BaseException:
-                os.write(write, traceback.format_exc().encode()[-4000:])
-                code = 1
-            os._exit(code)
-        os.close(write)
-        with os.fdopen(read, "rb") as pipe:
+    failures: dict[str, str] = {}
+    running: dict[int, tuple[str, int]] = {}  # pid -> (module, read end of its pipe)
+    pending = list(modules)
+    while pending or running:
+        while pending and len(running) < (os.cpu_count() or 1):
+            module = pending.pop(0)
+            read, write = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the child: import, report, leave without running atexit hooks
+                os.close(read)
+                os._exit(_import_in_child(module, write))
+            os.close(write)
+            running[pid] = (module, read)
+        pid, status = os.wait()
+        module, read = running.pop(pid)
+        with os.fdopen(read, "rb") as pipe:  # a report is at most 4 kB: never blocks
             report = pipe.read().decode()
-        _, status = os.waitpid(pid, 0)
         if status != 0:
             failures[module] = report or f"exit status {status}"
     return failures
