@@ -118,12 +118,13 @@ def final_checkpoint(run_dir: Path, steps: int) -> Path | None:
 
 def reference_store_stats(store: Path) -> dict[str, Any] | None:
     """The split statistics in a reference store's manifest (None: not presampled)."""
-    from divrl.data.reference_store import MANIFEST  # pyarrow: only when asked
+    from divrl.data.store_checks import read_manifest  # pyarrow: only when asked
+    from divrl.data.store_files import MANIFEST
 
     manifest = Path(store) / MANIFEST
     if not manifest.is_file():
         return None
-    return json.loads(manifest.read_text()).get("stats", {})
+    return read_manifest(manifest).get("stats", {})  # a damaged one: an error naming it
 
 
 def reference_samples(store: Path) -> int | None:

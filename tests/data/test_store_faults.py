@@ -212,3 +212,13 @@ def test_an_empty_store_says_what_to_change(tmp_path):
     assert "holds no samples" in message and "now 8 of 8" in message
     assert "reference.keep_presampled=true" in message and "--overwrite" in message
     assert json.loads((store / MANIFEST).read_text())["format"] == "divrl reference store"
+
+
+def test_the_demo_reading_a_damaged_manifest_names_it(tmp_path):
+    from divrl.pipeline import reference_samples
+
+    store = _store(tmp_path / "s")
+    assert reference_samples(store) == 0  # this manifest has no stats
+    (store / MANIFEST).write_text('{"stats": {"reference_')
+    with pytest.raises(ReferenceStoreError, match=rf"{store / MANIFEST}: damaged or truncated"):
+        reference_samples(store)
