@@ -114,3 +114,19 @@ def test_reference_divergence_loss_aggregates_masked_values(device):
     assert metrics["dph/u_mean"] == pytest.approx((1 + u) / 2, rel=1e-6)
     loss.backward()
     assert lp.grad[0, 2].item() == 0.0
+
+
+def test_every_divergence_is_documented_and_offered_by_name():
+    """The help texts list the registry; the docs name every built-in kind."""
+    from pathlib import Path
+
+    from divrl.integrations.trl_config import DivRLGRPOConfig
+    from divrl.training.config import AlgorithmConfig
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    config_help = AlgorithmConfig.__dataclass_fields__["divergence"].metadata["help"]
+    trl_help = DivRLGRPOConfig.__dataclass_fields__["divergence"].metadata["help"]
+    for name, spec in DIVERGENCES.items():
+        assert f"{name} ({spec.summary})" in config_help and f"{name} (" in trl_help
+        for page in ("algorithms.md", "trl.md"):
+            assert f"`{name}`" in (docs / page).read_text(), (name, page)
