@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# DPH-JS on BIRD in upstream verl: js_kl.sh's values with the paper's main eta 0.2
+# (docs/fidelity.md, "DPH-JS"). Not run by the project (8 GPUs); see docs/verl.md.
+set -euo pipefail
+source "$(dirname "$0")/dph_bird_common.sh"
+python -m verl.trainer.main_ppo "${DPH_BIRD_ARGS[@]}" \
+  actor_rollout_ref.actor.use_dynamic_bsz=True \
+  actor_rollout_ref.actor.ppo_max_token_len_per_gpu=32384 \
+  +divrl.divergence=js \
+  +divrl.divergence_coef=0.2 \
+  +divrl.authors_dynamic_batch=True \
+  "$@"
