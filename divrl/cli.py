@@ -74,6 +74,14 @@ class UsageError(ValueError):
     """A command's input is wrong in a way its message explains (raised by the commands)."""
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with divrl's one error format: ``divrl COMMAND: message`` on one line, as
+    every command prints its own input errors (argparse's is a usage block and ``error:``)."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USER_ERROR, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
 class HelpFormatter(argparse.HelpFormatter):
     """Appends ``(default: X)`` to every option that has a default and does not name it."""
 
@@ -280,13 +288,17 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse
         args.overrides += overrides
         extra = [a for a in extra if a not in overrides]
     if extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        # the subcommand's parser, so that the error names the command
+        actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        command = getattr(args, "command", None)
+        sub = actions[0].choices.get(command) if actions and command else None
+        (sub or parser).error(f"unrecognized arguments: {' '.join(extra)}")
     return args
 
 
 def build_parser_for(argv: Sequence[str]) -> argparse.ArgumentParser:
     """Build the parser, importing only the module of the subcommand named in ``argv``."""
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="divrl",
         description="RLVR that keeps diversity: DPH-RL, Lp-Reg and their baselines.",
         epilog="`divrl --debug COMMAND ...` shows the traceback of an input error; exit codes: "

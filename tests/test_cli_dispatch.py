@@ -211,3 +211,16 @@ def test_progress_bars_in_a_log_are_lines_without_cursor_control(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "scoring" in out.stderr
     assert "\r" not in out.stderr and "\x1b[" not in out.stderr
+
+
+def test_every_error_has_the_one_prefix_divrl_command(tmp_path, capsys):
+    import pytest
+
+    with pytest.raises(SystemExit) as exit_info:  # argparse's own errors
+        main(["train", "configs/toy/grpo.yaml", "--bogus"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err == "divrl train: unrecognized arguments: --bogus (see `divrl train --help`)\n"
+    assert main(["data", "convert", "math", "--src", str(tmp_path / "no"), "--split", "x",
+                 "--out", str(tmp_path / "o.jsonl")]) == 2  # fmt: skip
+    assert capsys.readouterr().err.startswith(f"divrl data: --src {tmp_path / 'no'} is not a")

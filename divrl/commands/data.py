@@ -49,18 +49,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.suffix not in (".jsonl", ".parquet"):
-        print(f"error: --out must end in .jsonl or .parquet, got {out}", file=sys.stderr)
+        print(f"divrl data: --out must end in .jsonl or .parquet, got {out}", file=sys.stderr)
         return 2
     if args.limit is not None and args.limit < 0:
-        print(f"error: --limit must be >= 0, got {args.limit}", file=sys.stderr)
+        print(f"divrl data: --limit must be >= 0, got {args.limit}", file=sys.stderr)
         return 2
     src = Path(args.src)
     if not src.is_dir():
-        print(f"error: --src {src} is not a folder", file=sys.stderr)
+        print(f"divrl data: --src {src} is not a folder", file=sys.stderr)
         return 2
     refused = _refuse_out(out, src, args.overwrite)
     if refused:
-        print(f"error: {refused}", file=sys.stderr)
+        print(f"divrl data: {refused}", file=sys.stderr)
         return 2
     template = args.template
     if template is not None and template.startswith("@"):
@@ -68,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
             template = Path(template[1:]).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
             print(
-                f"error: --template {template}: cannot read it as UTF-8 text ({e})", file=sys.stderr
+                f"divrl data: --template {template}: cannot read it as UTF-8 text ({e})",
+                file=sys.stderr,
             )
             return 2
     try:
@@ -76,16 +77,16 @@ def run(args: argparse.Namespace) -> int:
             src, args.split, template=template, limit=args.limit, seed=args.seed
         )
     except ValueError as e:  # LayoutError and template errors name the file and field
-        print(f"error: {e}", file=sys.stderr)
+        print(f"divrl data: {e}", file=sys.stderr)
         return 2
     if not examples:
-        print(f"error: {src} has no rows for split {args.split!r}", file=sys.stderr)
+        print(f"divrl data: {src} has no rows for split {args.split!r}", file=sys.stderr)
         return 2
     try:
         _write_atomically(examples, out, args.overwrite)
     except FileExistsError:
         print(
-            f"error: {out} appeared while converting; pass --overwrite to replace it",
+            f"divrl data: {out} appeared while converting; pass --overwrite to replace it",
             file=sys.stderr,
         )
         return 2

@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
             use_shipped=not getattr(args, "retrain", False),
         )
     except ValueError as exc:  # e.g. a size this world does not have
-        raise SystemExit(f"divrl toy --world {name}: {exc}") from None
+        raise SystemExit(f"divrl toy: --world {name}: {exc}") from None
     man = world.manifest
     print(f"toy world: {world.root}")
     print(

@@ -152,7 +152,7 @@ def _train(args: argparse.Namespace, config: Config) -> int:
         return 1
     except KeyboardInterrupt:
         step = trainer.step if trainer is not None else 0
-        print(f"interrupted at step {step}; resume with --resume", file=sys.stderr)
+        print(f"divrl train: interrupted at step {step}; resume with --resume", file=sys.stderr)
         return 130
     if history and _every_step_skipped(trainer.config, history):
         if trainer.accelerator.is_main_process:

@@ -219,8 +219,8 @@ _UNSET = "null = the policy loss's own default (divrl.algorithms.loss_options)"
 @dataclass
 class AlgorithmConfig:
     policy_loss: str = _help(
-        "policy-gradient term, a name in divrl.algorithms.POLICY_LOSSES: vanilla (the clipped "
-        "surrogate of GRPO/DAPO), lp_reg, kl_cov, clip_cov, high_entropy (80/20), gspo",
+        "policy-gradient term, a name in divrl.algorithms.POLICY_LOSSES (vanilla: the clipped "
+        f"surrogate of GRPO/DAPO): {', '.join(sorted(POLICY_LOSSES))}",
         "vanilla",
     )
     adv_scale: Literal["group", "batch", "none"] = _help(

@@ -196,7 +196,9 @@ def test_ctrl_c_prints_one_line_and_exits_130(tiny_world, tmp_path, capsys, monk
     args = tiny_overrides(tiny_world, tmp_path, **{"train.total_steps": 4})
     assert main(["train", *args, "checkpoint.save_every=2"]) == 130
     err = capsys.readouterr().err
-    assert err.strip().splitlines()[-1] == "interrupted at step 2; resume with --resume"
+    assert (
+        err.strip().splitlines()[-1] == "divrl train: interrupted at step 2; resume with --resume"
+    )
     assert "Traceback" not in err
     assert [e["event"] for e in _history(tmp_path)] == ["start", "interrupted"]
     assert not (tmp_path / ".lock").exists()
@@ -249,7 +251,8 @@ def test_a_real_sigint_exits_130_with_one_line(tiny_world, tmp_path):
     err = err_path.read_text()
     assert proc.returncode == 130, err[-2000:]
     last = err.strip().splitlines()[-1]
-    assert last.startswith("interrupted at step ") and last.endswith("; resume with --resume")
+    assert last.startswith("divrl train: interrupted at step ")
+    assert last.endswith("; resume with --resume")
     assert "Traceback" not in err
     assert not (tmp_path / ".lock").exists()
     assert _history(tmp_path)[-1]["event"] == "interrupted"
