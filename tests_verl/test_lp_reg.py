@@ -12,7 +12,7 @@ from verl.utils import tensordict_utils as tu
 from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 from verl.workers.utils.padding import no_padding_2_padding
 
-from divrl.algorithms import lp_reg_loss, minp_log_normalizer, proxy_log_prob
+from divrl.algorithms import logit_stats, lp_reg_loss, proxy_log_prob
 from divrl.integrations.verl.keys import LOG_NORMALIZER, PROXY_LOG_PROB
 from divrl.integrations.verl.losses import DivRLLoss
 from divrl.integrations.verl.settings import DivRLVerlSettings
@@ -74,8 +74,13 @@ def test_lp_reg_loss_equals_divrl_with_the_proxy_of_verls_forward(kappa):
         labels = torch.roll(micro["input_ids"].values(), -1)
         # the log-probs are verl's (its kernel); the proxy is divrl's on the same logits
         lp = no_padding_2_padding(out["log_probs"], micro)
-        proxy = _response(proxy_log_prob(logits.detach(), labels, kappa), micro)
-        log_z = _response(minp_log_normalizer(logits.detach(), kappa), micro)
+        stats = logit_stats(logits.detach(), labels, 1.0, with_entropy=False, minp_kappa=kappa)
+        proxy = _response(stats.proxy_log_prob, micro)
+        log_z = _response(stats.log_normalizer, micro)
+        # divrl's proxy: the same as proxy_log_prob's on these logits, to rounding
+        torch.testing.assert_close(
+            stats.proxy_log_prob, proxy_log_prob(logits.detach(), labels, kappa)
+        )
         t = micro.select("old_log_probs", "advantages", "response_mask").to_padded_tensor()
         mask = t["response_mask"].to(lp.dtype)
         want, want_metrics = lp_reg_loss(

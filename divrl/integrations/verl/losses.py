@@ -32,16 +32,15 @@ from verl.workers.utils.padding import no_padding_2_padding
 
 from divrl.algorithms import (
     aggregate,
+    logit_stats,
     lp_reg_loss,
     micro_batch_weights,
     policy_loss,
-    proxy_log_prob,
     reference_divergence_loss,
     stream_weights,
 )
 from divrl.algorithms.dph_weighting import REFERENCE, ROLLOUT, AuthorsLayout
 from divrl.algorithms.loss_options import VanillaOptions
-from divrl.algorithms.lp_reg import minp_log_normalizer
 from divrl.integrations.verl.keys import (
     IS_REFERENCE,
     LOG_NORMALIZER,
@@ -233,10 +232,14 @@ class DivRLLoss:
             temperature = first
         t = float(temperature)
         raw = logits if t == 1.0 else logits.float() * t
-        kappa = self.options.kappa
-        proxy = proxy_log_prob(raw, labels.to(raw.device), kappa, t)
-        log_z = minp_log_normalizer(raw, kappa, t)
-        return {PROXY_LOG_PROB: proxy.unsqueeze(0), LOG_NORMALIZER: log_z.unsqueeze(0)}
+        # one chunked pass over the logits, as divrl train computes the proxy
+        stats = logit_stats(
+            raw, labels.to(raw.device), t, with_entropy=False, minp_kappa=self.options.kappa
+        )
+        return {
+            PROXY_LOG_PROB: stats.proxy_log_prob.unsqueeze(0),
+            LOG_NORMALIZER: stats.log_normalizer.unsqueeze(0),
+        }
 
     # ------------------------------------------------------------------ the loss
 
