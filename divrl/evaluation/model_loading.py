@@ -28,6 +28,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+# (run directory, checkpoint) pairs already named in the log
+_ANNOUNCED: set[tuple[str, str]] = set()
 
 
 def resolve_model_path(path: str | Path) -> str:
@@ -48,7 +50,10 @@ def resolve_model_path(path: str | Path) -> str:
     # a running training may prune the checkpoint while it loads: load a pinned copy
     pinned = pin_newest_model(p) if p.is_dir() else None
     if pinned is not None:
-        logger.info("%s is a run directory: evaluating its checkpoint %s", p, pinned[1].path)
+        # resolved again per eval set and for eval_config.json: named once per checkpoint
+        if (str(p), str(pinned[1].path)) not in _ANNOUNCED:
+            _ANNOUNCED.add((str(p), str(pinned[1].path)))
+            logger.info("%s is a run directory: evaluating its checkpoint %s", p, pinned[1].path)
         return str(pinned[0])
     if p.exists():
         raise FileNotFoundError(

@@ -87,11 +87,14 @@ def test_eval_says_which_checkpoint_of_a_run_it_loads(tiny_world, tmp_path, capl
     assert main(["train", *args]) == 0
     with caplog.at_level("INFO"):
         resolved = resolve_model_path(tmp_path)
+        # divrl eval resolves the model again for each eval set: it is named once
+        resolve_model_path(tmp_path)
+        resolve_model_path(tmp_path)
     from divrl.evaluation.pinning import origin_of
 
     expected = RunDir(tmp_path).checkpoint(2)
     assert origin_of(resolved) == str(expected.model_dir)  # loaded from a pin of it
-    assert f"evaluating its checkpoint {expected.path}" in caplog.text
+    assert caplog.text.count(f"evaluating its checkpoint {expected.path}") == 1
 
 
 def test_a_reference_store_in_the_folder_is_not_another_run(tiny_world, tmp_path):
