@@ -166,10 +166,13 @@ class SqlVerifier(Verifier):
         statements = split_statements(sql)
         if not statements:
             return ScoreResult(0.0, _printable(sql), "no_answer", "only comments")
-        if len(statements) > 1:
+        if len(statements) > 1 and not self._strips_distinct(extra_info):
             detail = f"{len(statements)} statements; the evaluators run exactly one"
             return ScoreResult(0.0, _printable(sql), "multiple_statements", detail)
         return None
+
+    def _strips_distinct(self, extra_info) -> bool:
+        return str(extra_info.get("sql_distinct", self.distinct)).lower() == "strip"
 
     def verify(self, solution_str, ground_truth, extra_info, deadline):
         early = self.quick(solution_str, ground_truth, extra_info)
@@ -181,8 +184,11 @@ class SqlVerifier(Verifier):
         gold_sql, run_sql = str(ground_truth), sql
         if mode == "spider":
             gold_sql, run_sql = normalise_like_test_suite(gold_sql), normalise_like_test_suite(sql)
-        if str(extra_info.get("sql_distinct", self.distinct)).lower() == "strip":
-            gold_sql, run_sql = strip_distinct(gold_sql), strip_distinct(run_sql)
+        if self._strips_distinct(extra_info):
+            # test-suite's stripping re-joins the tokens of the FIRST statement only
+            first_gold = split_statements(gold_sql)
+            gold_sql = strip_distinct(first_gold[0] if first_gold else gold_sql)
+            run_sql = strip_distinct(run_sql)
         ordered = self._ordered(mode, gold_sql, extra_info)
         for path in self._databases(db_path, mode, extra_info):
             failed = self._differs_on(path, gold_sql, run_sql, sql, mode, ordered, deadline)

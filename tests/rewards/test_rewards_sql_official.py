@@ -135,3 +135,13 @@ def test_spider_checks_every_test_suite_database_beside_db_path(tmp_path):
     assert score("spider", "SELECT x FROM t WHERE x < 3", gold, db).score == 1
     with pytest.raises(ValueError, match=r"extra_info\['sql_databases'\]"):
         score("spider", pred, gold, db, sql_databases="all")
+
+
+def test_distinct_stripping_keeps_only_the_first_statement_like_test_suite(db):
+    # test-suite's stripping re-joins the tokens of sqlparse's first statement only
+    gold = "SELECT COUNT(*) FROM emp"
+    chained = "SELECT COUNT(*) FROM emp; DELETE FROM emp"
+    assert score("spider", chained, gold, db).reason == "multiple_statements"
+    stripped = score("spider", chained, gold, db, sql_distinct="strip")
+    assert (stripped.score, stripped.extracted) == (1.0, "SELECT COUNT(*) FROM emp")
+    assert score("spider", "SELECT COUNT(*) FROM emp", gold, db).score == 1  # nothing deleted
