@@ -3,6 +3,9 @@
 * :func:`atomic_write_text` / :func:`atomic_write_lines`: write a temp file (unique name)
   beside the target, fsync, rename over it (a reader sees the old file or the new one,
   never a mix);
+* :func:`atomic_path`: the same for a writer that wants a path (Parquet, a library's
+  ``save``): write to the yielded temp path, and it is renamed over the target (or, with
+  ``replace=False``, linked to a name that must still be free) when the block ends;
 * :func:`append_record`: append one whole line to a file; a failed write is cut back to the
   file's previous length, so a full disk cannot leave a torn record;
 * :class:`DiskFullError`: what a failed write is re-raised as, naming the path and the free
@@ -16,12 +19,13 @@ import errno
 import os
 import secrets
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 __all__ = [
     "DiskFullError",
     "append_record",
+    "atomic_path",
     "atomic_write_lines",
     "atomic_write_text",
     "free_bytes",
@@ -108,6 +112,32 @@ def atomic_write_lines(path: str | Path, chunks: Iterable[str], *, errors: str =
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path, *, replace: bool = True) -> Iterator[Path]:
+    """Yield a temp path beside ``path`` to write the whole file to; when the block ends
+    without an error, fsync it and rename it to ``path``. ``replace=False`` keeps a file
+    that appeared at ``path`` meanwhile (a hard link, which fails on an existing name, takes
+    the rename's place): ``FileExistsError``. The temp file never outlives the block."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.stem}.tmp{os.getpid()}.{secrets.token_hex(4)}{path.suffix}")
+    try:
+        yield tmp
+        fsync_path(tmp)
+        if replace:
+            os.replace(tmp, path)
+            return
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise
+        except OSError:  # a filesystem without hard links
+            if path.exists() or path.is_symlink():
+                raise FileExistsError(path) from None
+            os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def append_record(path: str | Path, line: str, *, fsync: bool = False) -> None:

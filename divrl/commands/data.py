@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -114,24 +113,9 @@ def _refuse_out(out: Path, src: Path, overwrite: bool) -> str | None:
 
 def _write_atomically(examples, out: Path, overwrite: bool) -> None:
     """Write beside ``out`` and rename: an interrupted run never leaves half a file, and
-    without ``overwrite`` a file created at ``out`` meanwhile is kept (a hard link, which
-    fails on an existing name, instead of the rename)."""
+    without ``overwrite`` a file created at ``out`` meanwhile is kept (FileExistsError)."""
     from divrl.data import write_examples
+    from divrl.fileio import atomic_path
 
-    tmp = out.with_name(f".{out.stem}.tmp{os.getpid()}{out.suffix}")
-    try:
+    with atomic_path(out, replace=overwrite) as tmp:
         write_examples(examples, tmp)
-        if overwrite:
-            os.replace(tmp, out)
-        else:
-            try:
-                os.link(tmp, out)
-            except FileExistsError:
-                raise
-            except OSError:  # a filesystem without hard links
-                if out.exists() or out.is_symlink():
-                    raise FileExistsError(out) from None
-                os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
