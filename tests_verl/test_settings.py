@@ -1,0 +1,54 @@
+"""The divrl section of a verl config and the verl version check."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from divrl.integrations.verl import UnsupportedVerlError, check_verl_version
+from divrl.integrations.verl.settings import DivRLVerlSettings, VerlSettingsError
+
+
+def test_the_installed_verl_is_the_tested_one():
+    assert check_verl_version() == "0.9.1"
+
+
+def test_another_verl_is_refused_unless_allowed(monkeypatch):
+    monkeypatch.delenv("DIVRL_ALLOW_UNTESTED_VERL", raising=False)
+    with pytest.raises(UnsupportedVerlError, match="DIVRL_ALLOW_UNTESTED_VERL=1"):
+        check_verl_version("0.10.0")
+    monkeypatch.setenv("DIVRL_ALLOW_UNTESTED_VERL", "1")
+    assert check_verl_version("0.10.0") == "0.10.0"
+
+
+def test_the_plugin_warns_and_registers_nothing_on_another_verl(monkeypatch, caplog):
+    import divrl.integrations.verl.plugin as plugin
+
+    monkeypatch.delenv("DIVRL_ALLOW_UNTESTED_VERL", raising=False)
+    monkeypatch.setattr(plugin, "check_verl_version", lambda: check_verl_version("0.10.0"))
+    with caplog.at_level(logging.WARNING):
+        assert plugin.register() is False
+    assert "not registered" in caplog.text and "0.10.0" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({"divergnce": "js"}, r"unknown key\(s\) divrl\.divergnce; valid: policy_loss"),
+        ({"policy_loss": "grpo"}, r"divrl\.policy_loss='grpo'; valid: vanilla, lp_reg"),
+        ({"divergence": "alpha", "divergence_coef": 0.1}, r"divergence_alpha in \(0, 1\)"),
+        ({"divergence": "js", "divergence_coef": 0.2}, r"set divrl\.reference_store"),
+        ({"lp_reg_kappa": 2.0}, r"divrl\.lp_reg_\*: .*kappa=2.0"),
+        ({"divergence_weighting": "mean"}, r"valid: authors, paper, concat"),
+    ],
+)
+def test_bad_settings_are_refused_naming_the_key(section, message):
+    with pytest.raises(VerlSettingsError, match=message):
+        DivRLVerlSettings.from_mapping(section)
+
+
+def test_defaults_are_plain_grpo():
+    settings = DivRLVerlSettings.from_mapping(None)
+    assert settings.policy_loss == "vanilla" and not settings.dph
+    assert settings.authors_layout(rollouts=16, mini_batches=1) is None
