@@ -45,3 +45,43 @@ def authors_assembly_problems(config: Any) -> list[str]:
             "budget per micro-batch, theirs 32384)"
         )
     return problems
+
+
+def algorithm_problems(algo: Any) -> list[str]:
+    """Bounds and pairings of the ``algorithm`` keys that reproduce the authors' runs."""
+    problems = [
+        f"algorithm.{name}={getattr(algo, name)} must be >= 1"
+        for name in ("authors_gpus", "authors_micro_batch_size", "gen_batch_factor")
+        if getattr(algo, name) < 1
+    ]
+    if algo.gen_batch_factor > 1 and not algo.dynamic_sampling:
+        problems.append(
+            f"algorithm.gen_batch_factor={algo.gen_batch_factor} needs "
+            "algorithm.dynamic_sampling=true (without it every generated group is kept)"
+        )
+    if (algo.lp_reg_scope == "group") != (algo.lp_reg_group_size is not None):
+        problems.append(
+            "algorithm.lp_reg_scope=group and algorithm.lp_reg_group_size go together: set "
+            "both (a group size >= 1) or neither"
+        )
+    elif algo.lp_reg_group_size is not None and algo.lp_reg_group_size < 1:
+        problems.append(f"algorithm.lp_reg_group_size={algo.lp_reg_group_size} must be >= 1")
+    return problems
+
+
+def launch_problems(config: Any, world: int) -> list[str]:
+    """What the number of processes ``world`` rules out for these keys."""
+    t, problems = config.train, []
+    group = config.algorithm.lp_reg_group_size
+    rows = (t.mini_batch_size or t.prompts_per_step) * config.rollout.n // world
+    if group is not None and rows % group:
+        problems.append(
+            f"algorithm.lp_reg_group_size={group} must divide each process's {rows} rows of "
+            "a mini-batch, so that no selection group spans two processes"
+        )
+    if t.batch_assembly == "authors" and t.strategy == "fsdp" and world > 1:
+        problems.append(
+            "train.batch_assembly=authors deals micro-batches to processes unevenly: use "
+            "train.strategy=ddp (or one process) with it"
+        )
+    return problems

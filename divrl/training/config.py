@@ -21,7 +21,6 @@ from typing import Any, Literal
 from divrl.algorithms import (
     DIVERGENCES,
     POLICY_LOSSES,
-    AuthorsLayout,
     LossOptions,
     divergence_generator,
     divergence_summaries,
@@ -244,24 +243,18 @@ class AlgorithmConfig:
         None,
     )
     loss_agg: str | None = _help(
-        f"loss aggregation mode, verl names, or micro-batch-token-mean (verl's actor: a "
-        f"token-mean per micro-batch, micro-batches weighted by their share of sequences); "
-        f"also aggregates the KL, entropy and DPH terms ({_UNSET}: token-mean, gspo "
-        f"seq-mean-token-mean)",
+        f"loss aggregation mode, verl names or micro-batch-token-mean; also aggregates the "
+        f"KL, entropy and DPH terms ({_UNSET}: token-mean, gspo seq-mean-token-mean)",
         None,
     )
     lp_reg_scope: Literal["micro_batch", "mini_batch", "step", "group"] = _help(
-        "Lp-Reg: the tokens over which the rho-quantile selection is taken: each micro-batch "
-        "(the authors' code), each mini-batch, the whole step's rollouts, or groups of "
-        "lp_reg_group_size sequences (the last three cost one extra no-grad forward per "
-        "mini-batch)",
+        "Lp-Reg: the tokens of the rho-quantile selection: each micro-batch (the authors' "
+        "code), mini-batch, the whole step, or groups of lp_reg_group_size sequences (the "
+        "last three cost one extra no-grad forward per mini-batch)",
         "micro_batch",
     )
     lp_reg_group_size: int | None = _help(
-        "Lp-Reg with lp_reg_scope=group: sequences per selection group, consecutive rows of "
-        "a mini-batch (the same groups on any number of processes; docs/fidelity.md gives "
-        "the authors' populations)",
-        None,
+        "Lp-Reg, lp_reg_scope=group: sequences per selection group (consecutive rows)", None
     )
     kl_coef: float = _help(
         "beta of the online reverse-KL term on policy samples (> 0 loads a frozen reference model)",
@@ -276,41 +269,20 @@ class AlgorithmConfig:
     divergence_alpha: float | None = _help("alpha of the alpha-divergence, in (0, 1)", None)
     divergence_coef: float = _help("eta: weight of the divergence term", 0.0)
     divergence_weighting: Literal["authors", "paper", "concat"] = _help(
-        "DPH-RL weight of the reference stream (docs/algorithms.md): 'authors': the balance "
-        "of the authors' runs, L_pg + eta_a * L_f with eta_a = eta x (reference samples the "
-        "authors' actor trains with the divergence) / rollouts, from the authors_* layout "
-        "below (eta/8 for forward_kl.sh, 0.078 eta for js_kl.sh and alpha.sh); 'paper': "
-        "L_pg + eta * L_f, each stream token-meaned over itself; 'concat': one token-mean "
-        "over both streams",
+        "DPH-RL weight of the reference stream (docs/algorithms.md): 'authors': the authors' "
+        "balance from the authors_* layout (eta/8 forward_kl.sh, 0.078 eta js_kl.sh, alpha.sh); "
+        "'paper': L_pg + eta * L_f; 'concat': one token-mean over both streams",
         "authors",
     )
-    authors_gpus: int = _help(
-        "the DPH-RL authors' GPU count, for divergence_weighting=authors and "
-        "train.batch_assembly=authors (their scripts: 8)",
-        8,
-    )
-    authors_dynamic_batch: bool = _help(
-        "the authors' run used verl's dynamic batch sizes (js_kl.sh, alpha.sh: true; "
-        "forward_kl.sh: false), for divergence_weighting=authors and "
-        "train.batch_assembly=authors",
-        False,
-    )
-    authors_micro_batch_size: int = _help(
-        "the authors' fixed micro-batch rows per GPU (their scripts: 2), used when "
-        "authors_dynamic_batch is false",
-        2,
-    )
+    authors_gpus: int = _help("the DPH-RL authors' GPU count (their scripts: 8)", 8)
+    authors_dynamic_batch: bool = _help("the authors' run had dynamic batch sizes", False)
+    authors_micro_batch_size: int = _help("the authors' fixed micro-batch rows per GPU", 2)
     entropy_coef: float = _help("entropy bonus: loss -= coef * aggregate(H)", 0.0)
     dynamic_sampling: bool = _help(
         "DAPO: drop groups whose rewards are all equal and refill the batch", False
     )
     max_refill_rounds: int = _help("DAPO: extra generation rounds to refill the batch", 4)
-    gen_batch_factor: int = _help(
-        "DAPO: prompts generated per round = this x train.prompts_per_step (verl's "
-        "data.gen_batch_size; the entropy recipe's KL-Cov/Clip-Cov scripts: 3); kept groups "
-        "beyond the step's prompts are dropped. Needs dynamic_sampling",
-        1,
-    )
+    gen_batch_factor: int = _help("DAPO: prompts per round = this x prompts_per_step", 1)
     overlong_buffer: int = _help(
         "DAPO overlong shaping: length of the penalty buffer before max_new_tokens (0 = off)", 0
     )
@@ -336,21 +308,8 @@ class AlgorithmConfig:
                 f"algorithm.policy_loss={self.policy_loss!r} (not lp_reg): remove it"
             )
         _positive("algorithm.max_refill_rounds", self.max_refill_rounds, allow_zero=True)
-        if (self.lp_reg_scope == "group") != (self.lp_reg_group_size is not None):
-            raise ConfigError(
-                "algorithm.lp_reg_scope=group and algorithm.lp_reg_group_size go together: "
-                "set both (a group size >= 1) or neither"
-            )
-        if self.lp_reg_group_size is not None:
-            _positive("algorithm.lp_reg_group_size", self.lp_reg_group_size)
-        _positive("algorithm.gen_batch_factor", self.gen_batch_factor)
-        if self.gen_batch_factor > 1 and not self.dynamic_sampling:
-            raise ConfigError(
-                f"algorithm.gen_batch_factor={self.gen_batch_factor} needs "
-                "algorithm.dynamic_sampling=true (without it every generated group is kept)"
-            )
-        _positive("algorithm.authors_gpus", self.authors_gpus)
-        _positive("algorithm.authors_micro_batch_size", self.authors_micro_batch_size)
+        if problems := authors_config.algorithm_problems(self):
+            raise ConfigError("; ".join(problems))
         _positive("algorithm.overlong_buffer", self.overlong_buffer, allow_zero=True)
 
     def _resolve_loss_options(self) -> None:
@@ -399,10 +358,7 @@ class ReferenceConfig:
     temperature: float = _help("presample: sampling temperature", 1.0)
     top_p: float = _help("presample: nucleus threshold", 0.95)
     response_top_p: float | None = _help(
-        "presample: nucleus threshold of the one extra response per near-perfect prompt "
-        "that becomes its reference sample (null = reference.top_p; the DPH-RL authors drew "
-        "it with the rollout's 0.9)",
-        None,
+        "presample: top_p of the kept reference responses (null = top_p; DPH-RL's: 0.9)", None
     )
     per_step: int = _help("reference samples trained on per step (all processes together)", 0)
     batch_size: int = _help("presample: prompts per generation call", 16)
@@ -436,11 +392,6 @@ class ReferenceConfig:
         _positive("reference.per_step", self.per_step, allow_zero=True)
         _positive("reference.batch_size", self.batch_size)
 
-    @property
-    def reference_response_top_p(self) -> float:
-        """The top_p the reference responses are drawn with."""
-        return self.top_p if self.response_top_p is None else self.response_top_p
-
 
 @dataclass
 class TrainConfig(FSDPConfig):  # strategy, param_dtype, fsdp_*: divrl.training.sharding_config
@@ -466,10 +417,7 @@ class TrainConfig(FSDPConfig):  # strategy, param_dtype, fsdp_*: divrl.training.
     )
     ppo_epochs: int = _help("passes over each rollout batch", 1)
     batch_assembly: Literal["divrl", "authors"] = _help(
-        "DPH-RL: 'divrl' keeps the streams in separate micro-batches (algorithm."
-        "divergence_weighting); 'authors' replicates the DPH-RL authors' batch and steps "
-        "(docs/algorithms.md)",
-        "divrl",
+        "DPH-RL: 'divrl' (separate streams) or 'authors' (their batch, replicated)", "divrl"
     )
     length_bucketing: bool = _help(
         "sort each mini-batch's sequences by length before cutting it into micro-batches, so "
@@ -600,11 +548,6 @@ class Config:
         return self.algorithm.divergence is not None and self.algorithm.divergence_coef > 0
 
     @property
-    def authors_layout(self) -> AuthorsLayout:
-        """The DPH-RL authors' layout of a step of this run (divrl.training.authors_config)."""
-        return authors_config.authors_layout(self)
-
-    @property
     def reference_store(self) -> Path:
         return Path(self.reference.store or Path(self.logging.output_dir) / "reference")
 
@@ -629,20 +572,10 @@ def check_divisibility(config: Config, world: int) -> None:
         )
     # Under FSDP every forward is a collective: each process must run as many
     # micro-batches (rollouts and reference samples) in each mini-batch as the others.
-    group = config.algorithm.lp_reg_group_size
-    if group is not None and (mini * config.rollout.n // world) % group:
-        raise ValueError(
-            f"algorithm.lp_reg_group_size={group} must divide each process's rows of a "
-            f"mini-batch ({mini} prompts x {config.rollout.n} / {world} processes), so that no "
-            "selection group spans two processes"
-        )
+    if problems := authors_config.launch_problems(config, world):
+        raise ValueError("; ".join(problems))
     if t.strategy != "fsdp" or world == 1:
         return
-    if t.batch_assembly == "authors":
-        raise ValueError(
-            "train.batch_assembly=authors deals micro-batches to processes unevenly: use "
-            "train.strategy=ddp (or one process) with it"
-        )
     if config.reference.per_step % (world * t.num_mini_batches):
         raise ValueError(
             f"train.strategy=fsdp: reference.per_step={config.reference.per_step} must be "

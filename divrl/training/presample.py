@@ -211,7 +211,7 @@ def store_expectation(config: Config, model_path: str, prompts) -> StoreExpectat
             "k": ref.k,
             "temperature": ref.temperature,
             "top_p": ref.top_p,
-            "response_top_p": ref.reference_response_top_p,
+            "response_top_p": ref.top_p if ref.response_top_p is None else ref.response_top_p,
             "max_new_tokens": config.rollout.max_new_tokens,
             "stop": list(config.rollout.stop),
         },
@@ -364,7 +364,8 @@ def presample(
     near = [i for i, c in enumerate(n_correct) if c >= expect.threshold]
 
     # One more response per near-perfect prompt, kept only if correct.
-    extra_params = SamplingParams.from_settings(params, n=1, top_p=ref.reference_response_top_p)
+    response_top_p = ref.top_p if ref.response_top_p is None else ref.response_top_p
+    extra_params = SamplingParams.from_settings(params, n=1, top_p=response_top_p)
     near_prompts = [prompts[i] for i in near]
     desc = "presample: 1 reference response per near-perfect prompt"
     extra = _generate(

@@ -29,6 +29,7 @@ from divrl.algorithms import (
     aggregate,
     kl_estimate,
     logit_stats,
+    lp_reg_selection,
     micro_batch_weights,
     policy_loss_spec,
     reference_divergence_loss,
@@ -38,6 +39,7 @@ from divrl.algorithms import (
 from divrl.algorithms.dph_weighting import REFERENCE, ROLLOUT
 from divrl.data.reference_store import ReferenceStore
 from divrl.distributed import Collective
+from divrl.training import authors_config
 from divrl.training.authors_assembly import AuthorsAssembly
 from divrl.training.batch import Experience, PaddedPairs, ReferenceSamples
 from divrl.training.config import Config
@@ -140,11 +142,10 @@ class PolicyUpdate:
         self.agg = self.loss_options.agg  # also aggregates the KL, entropy and DPH terms
         self.kappa = getattr(self.loss_options, "kappa", None)  # Lp-Reg's proxy only
         authors = config.algorithm.divergence_weighting == "authors"
-        self.layout = config.authors_layout if config.uses_reference_samples and authors else None
+        layout = authors_config.authors_layout(config)
+        self.layout = layout if config.uses_reference_samples and authors else None
         self.assembly = (
-            AuthorsAssembly(self, config.authors_layout)
-            if config.train.batch_assembly == "authors"
-            else None
+            AuthorsAssembly(self, layout) if config.train.batch_assembly == "authors" else None
         )
 
     def run(
@@ -265,22 +266,22 @@ class PolicyUpdate:
     def _select_in_groups(
         self, exp: Experience, lp: torch.Tensor, seqs: list[int]
     ) -> tuple[torch.Tensor, float]:
-        """(selected, mean candidates per group): the selection within consecutive groups
-        of ``algorithm.lp_reg_group_size`` rows of the mini-batch. A process holds whole
-        groups (checked at launch), so the groups are the same on any number of processes."""
-        rho, min_k = self.loss_options.rho, self.loss_options.min_k
+        """(selected, mean candidates per group): Lp-Reg's selection (the k lowest of the
+        negative-advantage tokens, as the loss selects in a micro-batch) within consecutive
+        groups of ``algorithm.lp_reg_group_size`` rows of the mini-batch. A process holds
+        whole groups (checked at launch), so the groups are the same on any number of
+        processes."""
+        opts = self.loss_options
         selected = torch.zeros(exp.responses.shape, dtype=torch.bool)
         sizes = []
         for group in chunks(seqs, self.config.algorithm.lp_reg_group_size):
-            rows = torch.as_tensor(group, dtype=torch.long)
-            negative = exp.advantages[rows] < 0
-            candidates = (exp.response_mask[rows] > 0) & negative.view(-1, 1)
-            values = lp[rows][candidates]
-            k = max(1, math.floor(rho * values.numel()))
-            if values.numel() and k >= min_k:
-                threshold = float(torch.kthvalue(values, k).values)
-                selected[rows] = candidates & (lp[rows] <= threshold)
-            sizes.append(float(values.numel()))
+            rows, here = torch.as_tensor(group, dtype=torch.long), lp[group]
+            # the proxy only decides which selected tokens are regularised: not needed here
+            pick = lp_reg_selection(
+                here, here, exp.advantages[rows], exp.response_mask[rows], opts.rho, opts.min_k
+            )
+            selected[rows] = pick.selected
+            sizes.append(float(pick.candidates.sum()))
         return selected, sum(sizes) / max(1, len(sizes))
 
     def _lowest_share(self, values: torch.Tensor) -> tuple[float, float]:
