@@ -73,7 +73,7 @@ def join_in_queue(
     )
     ref_keys = [f"divrl_rehearsal_{step}_{j}" for j in range(len(samples))]
     keys = [batch.keys[i] if i >= 0 else ref_keys[-i - 1] for i in layout.order]
-    tags = [batch.tags[i] if i >= 0 else {"divrl_rehearsal": True} for i in layout.order]
+    tags = [batch.tags[i] if i >= 0 else _rehearsal_tag(samples[-i - 1]) for i in layout.order]
     queue.kv_batch_put(keys=keys, partition_id=batch.partition_id, fields=joined, tags=tags)
     meta = KVBatchMeta(
         keys=keys,
@@ -83,6 +83,18 @@ def join_in_queue(
         extra_info=dict(batch.extra_info or {}),
     )
     return meta, ref_keys
+
+
+def _rehearsal_tag(sample) -> dict:
+    """The tags verl's agent loop gives a row (lengths), marked as a rehearsal row."""
+    prompt, response = len(sample.prompt_ids), len(sample.response_ids)
+    return {
+        "status": "success",
+        "prompt_len": prompt,
+        "response_len": response,
+        "seq_len": prompt + response,
+        "divrl_rehearsal": True,
+    }
 
 
 @register_trainer(TRAINER_MODE)

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# divrl inside upstream verl, end to end on ONE GPU of a user's machine (not run by the
+# project: its GPU machine cannot fetch verl, vLLM or a model). About 10 minutes: it builds
+# an environment, presamples a DPH store with divrl, and runs verl's own trainer
+# (python -m verl.trainer.main_ppo, Ray, FSDP2, vLLM) for 2 steps each of GRPO, DPH-JS and
+# Lp-Reg through divrl's trainer mode, on divrl's math fixture and a 0.5B instruct model.
+#
+#   bash benchmarks/gpu_verl.sh          # from the repository root; needs the internet
+#
+# What it should print, per run (verl's console logger, one line of metrics per step):
+#   GRPO    step:1 ... actor/pg_clipfrac:... actor/ppo_kl:... critic/score/mean:...
+#   DPH-JS  step:1 ... actor/dph/divergence:<about 0 at step 1: u = 1>  actor/dph/effective_eta:0.2
+#   Lp-Reg  step:1 ... actor/lp_reg/num_negative:... actor/lp_reg/num_selected:...
+# then "divrl verl GPU check: 3 runs finished" and the three log files' paths.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-benchmarks/results/gpu_verl}
+MODEL=${MODEL:-Qwen/Qwen2.5-0.5B-Instruct}
+VENV=${VENV:-$OUT/venv}
+mkdir -p "$OUT"
+python3 -m venv "$VENV"
+PY="$VENV/bin/python"
+# verl's vllm extra pins its torch, vLLM and transformers; divrl[verl] pins verl itself
+"$VENV/bin/pip" install --quiet -e ".[verl]" "verl[vllm]==0.9.1"
+"$PY" - <<'PYEOF'
+import torch
+assert torch.cuda.is_available(), "benchmarks/gpu_verl.sh needs a CUDA device"
+print("device:", torch.cuda.get_device_name(0))
+PYEOF
+# the math fixture as verl-schema parquet (train and validation alike: a plumbing check)
+"$PY" - "$OUT" <<'PYEOF'
+import sys
+from importlib import resources
+from divrl.data.loading import load_examples, write_examples
+src = resources.files("divrl.data").joinpath("fixtures", "math.jsonl")
+examples = load_examples(src)
+write_examples(examples, f"{sys.argv[1]}/train.parquet")
+write_examples(examples, f"{sys.argv[1]}/val.parquet")
+print(len(examples), "math prompts")
+PYEOF
+"$VENV/bin/divrl" presample configs/dph_js.yaml --overwrite model.path="$MODEL" \
+  data.train_path="$OUT/train.parquet" reference.store="$OUT/store" reference.k=4 \
+  reference.threshold=1 reference.keep_presampled=true rollout.max_new_tokens=256
+"$PY" -m divrl.integrations.verl.data "$OUT/train.parquet" "$OUT/store" \
+  "$OUT/train_exploration.parquet" --overwrite
+REWARD_FILE=$("$PY" -c "import divrl.integrations.verl.reward as r; print(r.__file__)")
+COMMON=(
+  trainer.use_v1=True trainer.v1.trainer_mode=divrl_sync trainer.n_gpus_per_node=1
+  trainer.nnodes=1 trainer.total_training_steps=2 trainer.logger=[console]
+  trainer.val_before_train=True trainer.test_freq=2 trainer.save_freq=-1
+  data.val_files="$OUT/val.parquet" data.train_batch_size=4 data.max_prompt_length=256
+  data.max_response_length=256 actor_rollout_ref.model.path="$MODEL"
+  actor_rollout_ref.actor.strategy=fsdp2 actor_rollout_ref.actor.ppo_mini_batch_size=4
+  actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4 actor_rollout_ref.actor.shuffle=False
+  actor_rollout_ref.actor.use_kl_loss=False actor_rollout_ref.actor.optim.lr=1e-6
+  actor_rollout_ref.rollout.name=vllm actor_rollout_ref.rollout.n=4
+  actor_rollout_ref.rollout.gpu_memory_utilization=0.4
+  actor_rollout_ref.rollout.tensor_model_parallel_size=1
+  actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4
+  algorithm.adv_estimator=grpo reward.custom_reward_function.path="$REWARD_FILE"
+  reward.custom_reward_function.name=compute_score
+)
+run() {  # name, then extra overrides
+  local name=$1; shift
+  timeout 900 "$PY" -m verl.trainer.main_ppo "${COMMON[@]}" "$@" 2>&1 | tee "$OUT/$name.log"
+  grep -q "step:2" "$OUT/$name.log" || { echo "$name: no second step in $OUT/$name.log" >&2; exit 1; }
+}
+run grpo data.train_files="$OUT/train.parquet"
+run dph_js data.train_files="$OUT/train_exploration.parquet" +divrl.divergence=js \
+  +divrl.divergence_coef=0.2 +divrl.divergence_weighting=paper \
+  +divrl.reference_store="$OUT/store" +divrl.reference_per_step=4
+run lp_reg data.train_files="$OUT/train.parquet" +divrl.policy_loss=lp_reg \
+  actor_rollout_ref.actor.clip_ratio_low=1.0 actor_rollout_ref.actor.clip_ratio_high=9.0
+grep -h -o "actor/dph/divergence:[^ ]*\|actor/lp_reg/num_selected:[^ ]*\|val-core/[^ ]*pass@[^ ]*" \
+  "$OUT"/*.log | sort | uniq | head -20
+echo "divrl verl GPU check: 3 runs finished; logs: $OUT/grpo.log $OUT/dph_js.log $OUT/lp_reg.log"
