@@ -143,6 +143,15 @@ class GSPOOptions(LossOptions):
     agg: str = _opt("seq-mean-token-mean", _AGG_HELP)
 
 
+#: why the trainers refuse LpRegOptions(full_vocab=True): only lp_reg_loss itself takes it
+FULL_VOCAB_REFUSED = (
+    "policy loss 'lp_reg': full_vocab=true (the paper's full-vocabulary KL(proxy || pi)) "
+    "needs [batch, len, vocab] proxy and policy rows that neither `divrl train` nor the TRL "
+    "adapter computes; it is an option of divrl.algorithms.lp_reg_loss called directly: "
+    "leave it false"
+)
+
+
 @dataclass(frozen=True)
 class LpRegOptions(LossOptions):
     """Lp-Reg (the authors' code semantics; see :func:`divrl.algorithms.lp_reg_loss`)."""

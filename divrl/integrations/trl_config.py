@@ -14,6 +14,7 @@ from divrl.algorithms import (
     divergence_generator,
     divergence_summaries,
 )
+from divrl.algorithms.loss_options import FULL_VOCAB_REFUSED
 
 __all__ = ["LP_REG_LOSS_TYPES", "TRL_DPH_WEIGHTINGS", "TRL_SETS", "DivRLGRPOConfig"]
 
@@ -173,10 +174,7 @@ class DivRLGRPOConfig(GRPOConfig):
                 f"{[TRL_SETS[k] for k in taken]} (the Lp-Reg loss reads them from there)"
             )
         if options.get("full_vocab"):
-            raise ValueError(
-                "loss_options.full_vocab=True (the full-vocabulary KL) needs the policy's "
-                "logit rows, which TRL's loss does not keep: use `divrl train` for it"
-            )
+            raise ValueError(f"loss_options: {FULL_VOCAB_REFUSED}")
         if options and not self.lp_reg:
             raise ValueError(f"loss_options {sorted(options)} are Lp-Reg's: set lp_reg=True")
         try:

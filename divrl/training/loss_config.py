@@ -20,6 +20,7 @@ import dataclasses
 from typing import Any
 
 from divrl.algorithms import LossOptions, policy_loss_options, policy_loss_spec
+from divrl.algorithms.loss_options import FULL_VOCAB_REFUSED
 
 __all__ = [
     "FLAT_OPTION_KEYS",
@@ -98,9 +99,13 @@ def resolve_loss_options(loss: str, flat: dict[str, Any], nested: dict[str, Any]
     """
     chosen = _collect(loss, flat, nested)
     try:
-        return policy_loss_options(loss, **chosen)
+        options = policy_loss_options(loss, **chosen)
     except TypeError as exc:  # a wrong type for a dataclass field
         raise ValueError(f"policy loss {loss!r}: {exc}") from exc
+    if getattr(options, "full_vocab", False):
+        # refused here rather than at the first Lp-Reg step, where the loss would raise
+        raise ValueError(FULL_VOCAB_REFUSED)
+    return options
 
 
 def flat_option_values(loss: str, options: LossOptions) -> dict[str, Any]:

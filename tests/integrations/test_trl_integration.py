@@ -126,6 +126,8 @@ def test_config_validation_messages(tmp_path, store):
         make_args(tmp_path, loss_options={"rho": 0.5})
     with pytest.raises(ValueError, match="Lp-Reg's options here"):
         make_args(tmp_path, lp_reg=True, loss_options={"lp_reg_rho": 0.5})
+    with pytest.raises(ValueError, match="neither `divrl train` nor the TRL adapter"):
+        make_args(tmp_path, lp_reg=True, loss_options={"full_vocab": True})
     assert make_args(tmp_path, lp_reg=True, loss_options={"min_k": 1}).lp_reg_options.min_k == 1
     with pytest.raises(ValueError, match="divergence_weighting"):
         make_args(tmp_path, divergence="js", reference_store=str(store), divergence_weighting="x")

@@ -212,6 +212,10 @@ def test_gspo_runs_with_its_own_clip_range_and_aggregation():
             "removed keys (CHANGELOG.md): algorithm.lp_reg_kappa -> algorithm.loss_options.kappa, "
             "algorithm.high_entropy_fraction -> algorithm.loss_options.top_fraction",
         ),
+        (
+            ["algorithm.policy_loss=lp_reg", "algorithm.loss_options.full_vocab=true"],
+            "full_vocab=true (the paper's full-vocabulary KL(proxy || pi)) needs",
+        ),
         (["algorithm.dual_clip=1.0"], "dual_clip=1.0 must be > 1"),
         (["algorithm.loss_agg=mean"], "agg='mean' is not an aggregation mode"),
         (["algorithm.lp_reg_scope=step"], "not lp_reg"),
