@@ -62,8 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=16, help="prompts per generate call")
     parser.add_argument(
         "--engine",
-        default="hf",
-        help="rollout engine: a registered name (hf: transformers generate, the default; "
+        default="auto",
+        help="rollout engine: a registered name (auto, the default: static for a Llama/Qwen2 "
+        "model on a CPU, else hf; static: divrl's decode loop; hf: transformers generate; "
         "vllm: needs the [vllm] extra and a GPU)",
     )
     parser.add_argument(

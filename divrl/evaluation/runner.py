@@ -86,7 +86,8 @@ class EvalConfig:
         default=None, metadata={"help": "seconds per verification (None = the verifier's)"}
     )
     engine: str = field(
-        default="hf", metadata={"help": "rollout engine, a name in divrl.rollout.engine_names()"}
+        default="auto",
+        metadata={"help": "rollout engine, a name in divrl.rollout.engine_names()"},
     )
     engine_options: dict[str, Any] = field(
         default_factory=dict,

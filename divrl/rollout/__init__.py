@@ -1,8 +1,9 @@
 """Rollout engines behind one interface: prompt token ids in; responses, log-probs, texts out.
 
 Engines are registered by name (:mod:`divrl.rollout.registry`) and built with
-:func:`build_engine` by every command. ``hf`` (transformers ``generate``) is the CPU
-default; ``vllm`` is optional and imports vLLM only when built. A built-in engine is one
+:func:`build_engine` by every command. ``auto``, the default, is ``static`` (divrl's
+decode loop) for a Llama/Qwen2 policy on a CPU and ``hf`` (transformers ``generate``)
+otherwise; ``vllm`` is optional and imports vLLM only when built. A built-in engine is one
 module that registers itself and one import line below.
 """
 

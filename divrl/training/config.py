@@ -147,10 +147,11 @@ class DataConfig:
 @dataclass
 class RolloutConfig:
     engine: str = _help(
-        "rollout engine, any registered name (divrl.rollout.engine_names()): 'hf' "
-        "(transformers generate, the CPU default) or 'vllm' (colocated, needs the [vllm] "
-        "extra and a GPU); options of the engine go in engine_options",
-        "hf",
+        "rollout engine, any registered name (divrl.rollout.engine_names()): 'auto' "
+        "(static for a Llama/Qwen2 policy on a CPU, else hf), 'static' (divrl's decode "
+        "loop), 'hf' (transformers generate) or 'vllm' (colocated, needs the [vllm] extra "
+        "and a GPU); options of the engine go in engine_options",
+        "auto",
     )
     engine_options: dict[str, Any] = field(
         default_factory=dict,

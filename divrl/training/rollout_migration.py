@@ -7,8 +7,11 @@ from typing import Any
 
 __all__ = ["migrate_rollout_section"]
 
-# engine options that used to be keys of the rollout section, and the engine that read each
-_LEGACY_ENGINE_KEYS = {"batch_size": "hf", "gpu_memory_utilization": "vllm"}
+# engine options that used to be keys of the rollout section, and the engines that take each
+_LEGACY_ENGINE_KEYS = {
+    "batch_size": ("auto", "hf", "static"),
+    "gpu_memory_utilization": ("vllm",),
+}
 
 
 def migrate_rollout_section(raw: dict[str, Any]) -> dict[str, Any]:
@@ -18,17 +21,17 @@ def migrate_rollout_section(raw: dict[str, Any]) -> dict[str, Any]:
     if not legacy:
         return raw
     raw = dict(raw)
-    engine = raw.get("engine", "hf")
+    engine = raw.get("engine", "auto")  # RolloutConfig.engine's default
     options = dict(raw.get("engine_options") or {})
     log = logging.getLogger(__name__)
     for key in legacy:
         value = raw.pop(key)
-        if _LEGACY_ENGINE_KEYS[key] != engine:
+        if engine not in _LEGACY_ENGINE_KEYS[key]:
             log.warning(
                 "rollout.%s is an option of the %s engine; rollout.engine=%s never read it: "
                 "ignored (remove it)",
                 key,
-                _LEGACY_ENGINE_KEYS[key],
+                "/".join(_LEGACY_ENGINE_KEYS[key]),
                 engine,
             )
             continue

@@ -112,7 +112,7 @@ def test_old_flat_keys_are_read_as_engine_options(caplog):
         cfg = load_config(None, ["rollout.batch_size=8", "rollout.gpu_memory_utilization=0.5"])
     assert cfg.rollout.engine_options == {"batch_size": 8}
     assert "rollout.batch_size is now rollout.engine_options.batch_size" in caplog.text
-    assert "rollout.engine=hf never read it: ignored" in caplog.text
+    assert "rollout.engine=auto never read it: ignored" in caplog.text
     cfg = load_config(None, ["rollout.engine=vllm", "rollout.gpu_memory_utilization=0.5"])
     assert cfg.rollout.options.gpu_memory_utilization == 0.5
     with pytest.raises(ConfigError, match=r"disagree: rollout\.batch_size is the old name"):

@@ -23,8 +23,11 @@ def reference_store(tiny_world, tmp_path_factory):
     from divrl.training.presample import presample
 
     root = tmp_path_factory.mktemp("reference")
+    # the hf engine: test_golden's recorded DPH runs read a store that it sampled
     overrides = tiny_overrides(
-        tiny_world, root, **{"reference.store": root / "store", "reference.k": 4}
+        tiny_world,
+        root,
+        **{"reference.store": root / "store", "reference.k": 4, "rollout.engine": "hf"},
     )
     torch.set_num_threads(1)
     presample(load_config(None, overrides), reward_fn=parity_reward, progress=False)

@@ -90,7 +90,8 @@ def parameter_digest(model: torch.nn.Module) -> str:
 
 def run_case(name: str, world: dict, out: Path, store: Path) -> dict:
     preset, extra = CASES[name]
-    overrides = {"train.total_steps": 5, "train.seed": 3, **extra}
+    # recorded with the hf engine's samples (before the static engine became the CPU default)
+    overrides = {"train.total_steps": 5, "train.seed": 3, "rollout.engine": "hf", **extra}
     if "reference.per_step" in extra:
         overrides["reference.store"] = store
     config = load_config(ROOT / preset, tiny_overrides(world, out, **overrides))
