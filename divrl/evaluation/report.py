@@ -217,10 +217,19 @@ def build_report(
             "samples per prompt, averaged over prompts, with its 95% bootstrap interval over "
             "prompts at the largest k. Styles / prompt: distinct solution styles among a "
             "prompt's n samples (higher = more diverse); 1 style: share of prompts whose "
-            "samples all use one style (lower = more diverse). `(traces)`: the eval set's data "
-            "source has no style classifier, so its samples are grouped by the similarity of "
-            "their text instead (trace clusters, docs/evaluation.md), a coarser count that "
-            "compares models on one eval set, not across sets."
+            "samples all use one style (lower = more diverse)."
+            + (
+                " `(traces)`: the eval set's data source has no style classifier, so its "
+                "samples are grouped by the similarity of their text instead (trace clusters, "
+                "docs/evaluation.md), a coarser count that compares models on one eval set, "
+                "not across sets."
+                if any(
+                    s.get("diversity", {}).get("styles_measure") == TRACES
+                    for m in models
+                    for s in m.summaries.values()
+                )
+                else ""
+            )
         )
         _reading_section(doc, runs, base, splits)
     for split in splits:

@@ -327,3 +327,26 @@ def test_reading_needs_a_base_and_labels_trace_clusters():
         "GRPO falls below the base model on `s` trace clusters / prompt (x0.25 [0.25, 0.25])"
     ]
     assert reading([collapsed], None, "s") == (None, [])
+
+
+def test_a_set_without_a_style_classifier_shows_trace_clusters_marked(dirs, tmp_path):
+    _, base, grpo, _ = dirs
+    md = None
+    for name, styled in (("styled", True), ("plain", False)):
+        root = tmp_path / name
+        for path in (base, grpo / "eval"):
+            res = fake_results(10, 4, [0.5], (1, 1, 1, 1), 0)
+            if not styled:
+                for r in res:
+                    r.update(data_source="math", styles=[None] * 4, texts=["a b", "c d"] * 2)
+            write_eval(root / path.parent.name / path.name, {"own": res})
+        out = root / "report"
+        args = [str(root / "grpo" / "eval"), "--base", str(root / base.parent.name / base.name)]
+        assert main(["report", *args, "--out", str(out)]) == 0
+        md = (out / "report.md").read_text()
+        headline = md.split("## Headline")[1].split("\n## ")[0]
+        assert ("2.00 (traces)" in headline) == (not styled)
+        assert ("`(traces)`: the eval set's data source has no style classifier" in md) == (
+            not styled
+        )
+    assert "| distinct-2 | self-BLEU |" in md  # the measures every data source has
