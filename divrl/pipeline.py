@@ -196,6 +196,7 @@ def run_parallel(tasks: list[tuple[str, list[str], Path, int]], jobs: int, logs:
     from tqdm.auto import tqdm
 
     pending = list(tasks)
+    live = sys.stderr.isatty()  # in a log file, a line per bar per second is noise
     bars = {
         name: tqdm(total=total, desc=name, position=i, dynamic_ncols=True, leave=True)
         for i, (name, _, _, total) in enumerate(tasks)
@@ -213,8 +214,11 @@ def run_parallel(tasks: list[tuple[str, list[str], Path, int]], jobs: int, logs:
                 bars[name].reset(total=bars[name].total)  # its clock starts now, not at launch
             time.sleep(1.0)
             for name, (proc, progress_file, log) in list(running.items()):
-                bars[name].n = min(_count_lines(progress_file), bars[name].total)
-                bars[name].refresh()
+                done = min(_count_lines(progress_file), bars[name].total)
+                if done != bars[name].n:  # a redraw at most every mininterval
+                    bars[name].update(done - bars[name].n)
+                elif live:  # the clock of a slow step ticks on a terminal only
+                    bars[name].refresh()
                 rc = proc.poll()
                 if rc is not None:
                     del running[name]
