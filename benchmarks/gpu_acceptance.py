@@ -137,7 +137,8 @@ def _paths(work: Path) -> dict:
 
 def case_train_toy_hf(work: Path) -> dict:
     p = _paths(work)
-    _, history, times = _train(_overrides(work, p["toy_model"], p["toy_train"], "toy_hf"))
+    over = _overrides(work, p["toy_model"], p["toy_train"], "toy_hf", "rollout.engine=hf")
+    _, history, times = _train(over)
     ok = all(math.isfinite(h["loss/total"]) for h in history)
     return {"ok": ok, "step_s": times[-1], "shows": f"losses {_losses(history)}"}
 
@@ -146,7 +147,8 @@ def case_fsdp_qwen2(work: Path) -> dict:
     import torch
 
     p = _paths(work)
-    extra = ("train.strategy=fsdp", f"train.param_dtype={'float32' if SMOKE else 'bfloat16'}")
+    dtype = "float32" if SMOKE else "bfloat16"
+    extra = ("train.strategy=fsdp", f"train.param_dtype={dtype}", "rollout.engine=hf")
     trainer, history, times = _train(_overrides(work, p["qwen2"], p["toy_train"], "fsdp", *extra))
     from divrl.training.fsdp import is_fsdp
 
