@@ -53,30 +53,59 @@ __all__ = [
 REFERENCE_ADVANTAGE = 1.0 / (1.0 + 1e-6)
 
 
+class _Part:
+    """One set of a partition: its ``(index, length)`` items in the order they joined."""
+
+    def __init__(self, items: list[tuple[int, int]]) -> None:
+        self.items = items
+        self.total = sum(v for _, v in items)
+
+    def key(self) -> tuple:
+        return (self.total, len(self.items), self.items)
+
+
+class _State:
+    """A partial partition of the largest differencing method: ``k`` parts, largest first."""
+
+    def __init__(self, parts: list[_Part]) -> None:
+        self.parts = sorted(parts, key=_Part.key, reverse=True)
+
+    @property
+    def spread(self) -> int:
+        return self.parts[0].total - self.parts[-1].total
+
+    def __lt__(self, other: _State) -> bool:
+        # the heap pops the largest spread first, then the largest first part
+        if self.spread != other.spread:
+            return self.spread > other.spread
+        return self.parts[0].key() > other.parts[0].key()
+
+    def merge(self, other: _State) -> None:
+        # the largest part of one joins the smallest of the other
+        k = len(self.parts)
+        joined = [_Part(self.parts[i].items + other.parts[k - 1 - i].items) for i in range(k)]
+        self.parts = sorted(joined, key=_Part.key, reverse=True)
+
+
 def karmarkar_karp(lengths: Sequence[int], parts: int) -> list[list[int]]:
     """``range(len(lengths))`` in ``parts`` sets of balanced length sums, by the largest
-    differencing method (the partition verl's dynamic batch size uses, sizes unequal).
+    differencing method with verl's order of ties (the partition of its dynamic batch
+    size, sizes unequal).
 
     Each set is sorted ascending; sets come in order of decreasing sum. Every set is
     non-empty when ``parts <= len(lengths)``.
     """
     if not 1 <= parts <= len(lengths):
         raise ValueError(f"parts must be in [1, {len(lengths)}], got {parts}")
-    heap = []
-    for i in sorted(range(len(lengths)), key=lambda i: (lengths[i], i)):
-        sets = [(int(lengths[i]), [i])] + [(0, []) for _ in range(parts - 1)]
-        heapq.heappush(heap, (-int(lengths[i]), -int(lengths[i]), i, sets))
-    order = len(lengths)
+    heap: list[_State] = []
+    for length, i in sorted((int(n), i) for i, n in enumerate(lengths)):
+        empty = [_Part([]) for _ in range(parts - 1)]
+        heapq.heappush(heap, _State([_Part([(i, length)]), *empty]))
     while len(heap) > 1:
-        _, _, _, a = heapq.heappop(heap)
-        _, _, _, b = heapq.heappop(heap)
-        # the largest set of one state joins the smallest of the other
-        merged = [(sa + sb, ia + ib) for (sa, ia), (sb, ib) in zip(a, reversed(b), strict=True)]
-        merged.sort(key=lambda s: (-s[0], -len(s[1])))
-        spread = merged[0][0] - merged[-1][0]
-        heapq.heappush(heap, (-spread, -merged[0][0], order, merged))
-        order += 1
-    return [sorted(items) for _, items in heap[0][3]]
+        first, second = heapq.heappop(heap), heapq.heappop(heap)
+        first.merge(second)
+        heapq.heappush(heap, first)
+    return [sorted(i for i, _ in part.items) for part in heap[0].parts]
 
 
 @dataclass(frozen=True)
