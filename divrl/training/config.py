@@ -122,7 +122,7 @@ class DataConfig:
     max_prompt_length: int = _help(
         "longest prompt in tokens; longer ones are handled by data.truncation", 1024
     )
-    # --- fidelity (issue 14): what happens to prompts over max_prompt_length
+    # --- fidelity to the authors' scripts: what happens to prompts over max_prompt_length
     truncation: Literal["error", "drop", "left"] = _help(
         "prompts longer than data.max_prompt_length: 'error' stops at load time naming how "
         "many; 'drop' leaves them out; 'left' keeps their last max_prompt_length tokens "
@@ -226,7 +226,7 @@ class AlgorithmConfig:
     adv_scale: Literal["group", "batch", "none"] = _help(
         "advantage normalisation: group std (GRPO), batch std, none (Dr.GRPO)", "group"
     )
-    # --- fidelity (issue 14): the policy loss's options, resolved by divrl.training.loss_config
+    # --- fidelity to the authors' scripts: the policy loss's options, resolved by divrl.training.loss_config
     loss_options: dict[str, Any] = field(
         default_factory=dict,
         metadata={
@@ -409,7 +409,7 @@ class TrainConfig(FSDPConfig):  # strategy, param_dtype, fsdp_*: divrl.training.
         "micro_batch), KL-Cov, Clip-Cov and 80/20 see a different population",
         8,
     )
-    # --- fidelity (issue 14): token-budget micro-batches (verl's dynamic batch size)
+    # --- fidelity to the authors' scripts: token-budget micro-batches (verl's dynamic batch size)
     micro_batch_tokens: int | None = _help(
         "pack each process's micro-batches up to this many tokens (prompt + response) after "
         "length bucketing (verl's use_dynamic_bsz / ppo_max_token_len_per_gpu); a longer "
