@@ -83,8 +83,12 @@ def base_overrides(work: Path, args: argparse.Namespace) -> list[str]:
         "checkpoint.save_final=false",
         f"model.dtype={args.dtype}",
         f"rollout.engine={args.engine}",
-        # prompts per generate call: an option of the hf engine only
-        *([f"rollout.engine_options.batch_size={args.prompts}"] if args.engine == "hf" else []),
+        # prompts per generate call: an option of the in-process engines only
+        *(
+            [f"rollout.engine_options.batch_size={args.prompts}"]
+            if args.engine in ("hf", "static")
+            else []
+        ),
     ]
 
 
@@ -176,7 +180,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="torch threads per process (1: robust on a shared machine, see docs/benchmarks.md)",
     )
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    parser.add_argument("--engine", default="hf", choices=["hf", "vllm"])
+    parser.add_argument("--engine", default="hf", choices=["hf", "static", "vllm"])
     return parser.parse_args(argv)
 
 
