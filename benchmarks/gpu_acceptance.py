@@ -308,8 +308,9 @@ def _launch(name: str, work: Path, timeout: float) -> dict:
     """The case in a fresh process (torchrun with one rank where it needs a group)."""
     module = ["-m", "benchmarks.gpu_acceptance", "--case", name, "--work", str(work)]
     if CASES[name][2]:
-        torchrun = Path(sys.executable).parent / "torchrun"
-        cmd = [str(torchrun), "--standalone", "--nproc_per_node", "1", *module]
+        # torchrun as a module: the image's python may not have the script beside it
+        launcher = [sys.executable, "-m", "torch.distributed.run"]
+        cmd = [*launcher, "--standalone", "--nproc_per_node", "1", *module]
     else:
         cmd = [sys.executable, *module]
     env = {
