@@ -212,25 +212,7 @@ def build_report(
     if splits:
         doc.h(2, "Headline")
         doc.table(headline_table(models, splits), align_left=2)
-        doc.p(
-            "Greedy: accuracy of the temperature-0 response. P@k: unbiased Pass@k from n "
-            "samples per prompt, averaged over prompts, with its 95% bootstrap interval over "
-            "prompts at the largest k. Styles / prompt: distinct solution styles among a "
-            "prompt's n samples (higher = more diverse); 1 style: share of prompts whose "
-            "samples all use one style (lower = more diverse)."
-            + (
-                " `(traces)`: the eval set's data source has no style classifier, so its "
-                "samples are grouped by the similarity of their text instead (trace clusters, "
-                "docs/evaluation.md), a coarser count that compares models on one eval set, "
-                "not across sets."
-                if any(
-                    s.get("diversity", {}).get("styles_measure") == TRACES
-                    for m in models
-                    for s in m.summaries.values()
-                )
-                else ""
-            )
-        )
+        doc.p(_headline_note(models))
         _reading_section(doc, runs, base, splits)
     for split in splits:
         _split_section(doc, out, models, base, split, colors)
@@ -264,6 +246,29 @@ def build_report(
     atomic_write_text(md_path, markdown)
     atomic_write_text(out / "report.html", render_html(markdown, title, out))
     return md_path
+
+
+def _headline_note(models: Sequence[ModelEval]) -> str:
+    """What the headline's columns mean (and the trace-cluster mark when a set uses it)."""
+    return (
+        "Greedy: accuracy of the temperature-0 response. P@k: unbiased Pass@k from n "
+        "samples per prompt, averaged over prompts, with its 95% bootstrap interval over "
+        "prompts at the largest k. Styles / prompt: distinct solution styles among a "
+        "prompt's n samples (higher = more diverse); 1 style: share of prompts whose "
+        "samples all use one style (lower = more diverse)."
+        + (
+            " `(traces)`: the eval set's data source has no style classifier, so its "
+            "samples are grouped by the similarity of their text instead (trace clusters, "
+            "docs/evaluation.md), a coarser count that compares models on one eval set, "
+            "not across sets."
+            if any(
+                s.get("diversity", {}).get("styles_measure") == TRACES
+                for m in models
+                for s in m.summaries.values()
+            )
+            else ""
+        )
+    )
 
 
 def _reading_section(
