@@ -193,6 +193,11 @@ def test_vllm_engine_runs_train_presample_and_eval(world, tmp_path, monkeypatch)
     # eval: the same summary as the hf engine's where both decode greedily
     summaries = {}
     for engine in ("hf", "vllm"):
+        if engine == "vllm":  # vLLM loads its own copy: no transformers model is loaded
+            monkeypatch.setattr(
+                "divrl.evaluation.model_loading.load_model",
+                lambda *a, **k: pytest.fail("eval loaded a transformers model for vllm"),
+            )
         out = tmp_path / f"eval_{engine}"
         assert main([*_eval_args(world, out, engine), "--temperature", "0.001"]) == 0
         summaries[engine] = json.loads((out / "set" / "summary.json").read_text())
