@@ -328,8 +328,10 @@ class DivRLLoss:
         if self.settings.policy_loss == "lp_reg":
             if PROXY_LOG_PROB not in t:
                 raise ValueError(
-                    "Lp-Reg needs the proxy log-probs: the engine computes them when the batch "
-                    "sets distillation_use_topk=True (divrl's trainer does; see docs/verl.md)"
+                    "Lp-Reg needs the proxy log-probs: the engine computes them from its logits "
+                    "when the batch sets distillation_use_topk=True (trainer.v1.trainer_mode="
+                    "divrl_sync does) and actor_rollout_ref.model.use_fused_kernels=False "
+                    "(fused kernels never materialise the logits); see docs/verl.md"
                 )
             loss, metrics = lp_reg_loss(
                 lp,
