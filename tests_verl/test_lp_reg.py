@@ -116,3 +116,42 @@ def test_the_vanilla_loss_adds_no_logits_outputs():
         DivRLLoss(actor_config(), DivRLVerlSettings()).logits_outputs(torch.zeros(1, 3, 4), micro)
         == {}
     )
+
+
+def test_pi_olds_proxy_from_the_old_log_prob_pass_gives_the_same_loss():
+    """divrl_sync's Lp-Reg: the old-log-prob pass computes the proxy through the logits hook
+    (its loss call returns zero: no advantages yet), the proxy is cut to the responses in
+    the queue, and the update (hook off) reads it: the same loss as the proxy from the
+    update's own logits when the weights have not moved."""
+    from divrl.integrations.verl.trainer import proxy_to_responses
+    from tests_verl.test_trainer import MemoryQueue
+
+    settings = DivRLVerlSettings(policy_loss="lp_reg", lp_reg_kappa=0.3, lp_reg_rho=1.0)
+    loss_fn = DivRLLoss(actor_config(clip_ratio_low=1.0, clip_ratio_high=9.0), settings)
+    batch = rollout_rows(4, seed=7)
+    keys = [f"u{i}" for i in range(4)]
+    queue = MemoryQueue()
+    queue.kv_batch_put(keys, "train", fields=batch)
+    old_pass = batch.exclude("advantages", "old_log_probs")
+    (micro,) = micro_batches(old_pass, 4)
+    g = torch.Generator().manual_seed(11)
+    logits = torch.randn(micro["input_ids"].values().shape[0], VOCAB, generator=g) * 2
+    out = engine_outputs(loss_fn, micro, logits)
+    loss, metrics = loss_fn(model_output=out, data=micro)
+    assert float(loss) == 0.0 and metrics == {}
+    from tensordict import TensorDict
+
+    queue.kv_batch_put(
+        keys, "train", fields=TensorDict({k: out[k] for k in (PROXY_LOG_PROB, LOG_NORMALIZER)}, [4])
+    )
+    meta = type("Meta", (), {"keys": keys, "partition_id": "train"})()
+    proxy_to_responses(queue, meta)
+    update = queue.kv_batch_get(keys, "train")
+    (with_old,) = micro_batches(update, 4)
+    (hooked,) = micro_batches(batch.clone(), 4)
+    own = engine_outputs(loss_fn, hooked, logits)
+    plain = {"log_probs": own["log_probs"]}
+    from_old, _ = loss_fn(model_output=plain, data=with_old)
+    from_own, own_metrics = loss_fn(model_output=own, data=hooked)
+    assert torch.equal(from_old, from_own)
+    assert own_metrics["lp_reg/num_regularized"].aggregate() > 0  # the proxy mattered

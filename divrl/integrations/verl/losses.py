@@ -249,7 +249,15 @@ class DivRLLoss:
         return self.loss(model_output, data)
 
     def loss(self, model_output: dict, data: Any) -> tuple[torch.Tensor, dict[str, Any]]:
-        """(loss, metrics) of one micro-batch (verl's ``ppo_loss`` contract)."""
+        """(loss, metrics) of one micro-batch (verl's ``ppo_loss`` contract).
+
+        In the old-log-prob pass (no advantages yet) the engine calls it only because it is
+        the logits processor there: that pass gets a zero loss and no metrics.
+        """
+        if "advantages" not in data.keys():  # noqa: SIM118 (TensorDict keys)
+            values = model_output["log_probs"]
+            device = (values.values() if values.is_nested else values).device
+            return torch.zeros((), device=device), {}
         info = {
             "dp_size": data["dp_size"],
             "batch_num_tokens": data["batch_num_tokens"],

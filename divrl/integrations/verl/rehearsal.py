@@ -27,7 +27,13 @@ from verl.utils import tensordict_utils as tu
 
 from divrl.data.reference_store import ReferenceSample, ReferenceStore
 from divrl.data.sampling import EpochSampler
-from divrl.integrations.verl.keys import IS_REFERENCE, REF_LOG_PROB, STREAM
+from divrl.integrations.verl.keys import (
+    IS_REFERENCE,
+    LOG_NORMALIZER,
+    PROXY_LOG_PROB,
+    REF_LOG_PROB,
+    STREAM,
+)
 
 #: the per-row keys of verl's actor update that the join carries (rollout rows keep theirs;
 #: rehearsal rows get theirs built from the store)
@@ -42,7 +48,7 @@ UPDATE_KEYS = (
     "old_log_probs",
     "advantages",
 )
-OPTIONAL_KEYS = ("ref_log_prob", "entropy")
+OPTIONAL_KEYS = ("ref_log_prob", "entropy", PROXY_LOG_PROB, LOG_NORMALIZER)
 
 
 @dataclass(frozen=True)
@@ -120,6 +126,9 @@ def _reference_row(sample: ReferenceSample, keys: Sequence[str]) -> dict[str, to
         "advantages": torch.zeros_like(ref),
         "ref_log_prob": ref.clone(),
         "entropy": torch.zeros_like(ref),
+        # Lp-Reg acts on rollout rows only; a rehearsal row's proxy is never read
+        PROXY_LOG_PROB: torch.zeros_like(ref),
+        LOG_NORMALIZER: torch.zeros_like(ref),
     }
     return {k: row[k] for k in keys}
 

@@ -8,9 +8,11 @@ plugin registers ``divrl_sync``, verl's synchronous trainer with three additions
 - the actor update (``_update_actor``): with DPH-RL, ``divrl.reference_per_step`` rehearsal
   rows are drawn from the reference store and joined to the step's rows in TransferQueue
   (:func:`join_in_queue`), the worker is told the joined mini-batch size, and the rows are
-  cleared after the update; with Lp-Reg, the engine is asked for the logits
-  (``distillation_use_topk``, the flag of its logits-processor hook), from which the loss
-  computes the min-p proxy;
+  cleared after the update;
+- Lp-Reg: the old-log-prob pass runs with the engine's logits-processor hook on
+  (``distillation_use_topk``), so the loss computes pi_old's min-p proxy from the logits of
+  that very forward, and the update reads it (with verl's bypass mode, which skips that
+  pass, the update's own forward gives the proxy instead);
 - validation metrics: divrl's unbiased ``pass@k`` beside verl's ``best@k``.
 
 Everything else (rollouts, rewards, advantages, old log-probs, checkpoints, logging) is
@@ -23,14 +25,22 @@ import logging
 from typing import Any
 
 import transfer_queue as tq
+from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.metric import reduce_metrics
 from verl.utils.py_functional import rename_dict
+from verl.workers.utils.padding import response_from_nested
 
-from divrl.integrations.verl.keys import IS_REFERENCE, REF_LOG_PROB, STREAM
+from divrl.integrations.verl.keys import (
+    IS_REFERENCE,
+    LOG_NORMALIZER,
+    PROXY_LOG_PROB,
+    REF_LOG_PROB,
+    STREAM,
+)
 from divrl.integrations.verl.losses import DivRLLoss
 from divrl.integrations.verl.metrics import pass_at_k_metrics
 from divrl.integrations.verl.rehearsal import (
@@ -85,6 +95,23 @@ def join_in_queue(
     return meta, ref_keys
 
 
+def proxy_to_responses(queue: Any, batch: KVBatchMeta) -> None:
+    """Cut the old-log-prob pass's per-position proxy outputs down to each row's response
+    tokens in place (as verl cuts ``log_probs`` into ``old_log_probs``), so the update reads
+    pi_old's proxy aligned with its log-probs."""
+    fields = [PROXY_LOG_PROB, LOG_NORMALIZER, "response_mask"]
+    data = queue.kv_batch_get(
+        keys=batch.keys, partition_id=batch.partition_id, select_fields=fields
+    )
+    mask = data["response_mask"]
+    cut = {k: response_from_nested(data[k], mask) for k in (PROXY_LOG_PROB, LOG_NORMALIZER)}
+    queue.kv_batch_put(
+        keys=batch.keys,
+        partition_id=batch.partition_id,
+        fields=TensorDict(cut, batch_size=[len(batch.keys)]),
+    )
+
+
 def _rehearsal_tag(sample) -> dict:
     """The tags verl's agent loop gives a row (lengths), marked as a rehearsal row."""
     prompt, response = len(sample.prompt_ids), len(sample.response_ids)
@@ -120,6 +147,33 @@ class DivRLPPOTrainer(PPOTrainerSync):
             )
         logger.info("divrl: %s", self.divrl)
 
+    def _compute_old_log_prob(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        """verl's old-log-prob pass; for Lp-Reg with the engine's logits hook on, so the
+        proxy is pi_old's (the authors' source, on- and off-policy), cut to the responses."""
+        correction = self.config.algorithm.get("rollout_correction", None)
+        bypass = bool(correction and correction.get("bypass_mode", False))
+        self.divrl_old_proxy = self.divrl.policy_loss == "lp_reg" and not bypass
+        if not self.divrl_old_proxy:
+            return super()._compute_old_log_prob(batch, metrics)
+        wg = self.actor_rollout_wg
+        compute = wg.compute_log_prob
+
+        def with_logits(data, *args, **kwargs):
+            # the loss function is the engine's logits processor: it must be passed
+            data.extra_info.update(
+                {"compute_loss": True, "distillation_use_topk": True, "distillation_only": False}
+            )
+            return compute(data, *args, **kwargs)
+
+        wg.compute_log_prob = with_logits
+        try:
+            batch = super()._compute_old_log_prob(batch, metrics)
+        finally:
+            wg.compute_log_prob = compute
+        batch.extra_info.update({"compute_loss": False, "distillation_use_topk": False})
+        proxy_to_responses(tq, batch)
+        return batch
+
     def _actor_dp_size(self) -> int:
         wg = self.actor_rollout_wg
         if "actor" not in wg._dispatch_info:
@@ -148,7 +202,8 @@ class DivRLPPOTrainer(PPOTrainerSync):
             {
                 "calculate_entropy": actor.calculate_entropy or actor.entropy_coeff != 0.0,
                 # the engine's logits-processor hook: DivRLLoss computes Lp-Reg's proxy there
-                "distillation_use_topk": self.divrl.policy_loss == "lp_reg",
+                "distillation_use_topk": self.divrl.policy_loss == "lp_reg"
+                and not getattr(self, "divrl_old_proxy", False),
                 "distillation_only": False,
                 "global_batch_size": rows_per_mini_batch,
                 "mini_batch_size": rows_per_mini_batch,
