@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.divrl-installed
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup test test-verl lint format clean bench demo gpu-wheels
+.PHONY: setup test test-verl test-versions lint format clean bench demo gpu-wheels
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,26 @@ test-verl: $(VERL_STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+# The fast tests under the lowest torch/transformers pyproject.toml declares and under the
+# newest the index serves, each in its own venv (.venv-versions/lowest, /newest). Any torch
+# other than the CPU build TORCH_SPEC names is a CUDA build of several GB on PyPI; set
+# LOWEST_SPECS / NEWEST_SPECS (pip requirement specs) and VERSIONS_PYTEST (pytest
+# arguments) to test other pairs or fewer tests.
+LOWEST_SPECS ?= torch==2.11.0 transformers==5.0.0
+NEWEST_SPECS ?= torch transformers
+VERSIONS_PYTEST ?= -m "not slow"
+
+test-versions:
+	@set -e; for pair in "lowest|$(LOWEST_SPECS)|" "newest|$(NEWEST_SPECS)|--upgrade"; do \
+	  name=$${pair%%|*}; rest=$${pair#*|}; specs=$${rest%%|*}; upgrade=$${rest#*|}; \
+	  venv=.venv-versions/$$name; \
+	  [ -x $$venv/bin/python ] || $(PYTHON) -m venv $$venv; \
+	  $$venv/bin/pip install --quiet $$upgrade $$specs; \
+	  $$venv/bin/pip install --quiet -e ".[test]" $$specs; \
+	  $$venv/bin/python -c "import torch, transformers; print('$$name: torch', torch.__version__, 'transformers', transformers.__version__)"; \
+	  OMP_WAIT_POLICY=PASSIVE $$venv/bin/python -m pytest -q -p no:cacheprovider $(VERSIONS_PYTEST); \
+	done
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
