@@ -57,7 +57,7 @@ def _response(values: torch.Tensor, micro) -> torch.Tensor:
 
 @pytest.mark.parametrize("kappa", [0.02, 0.3])
 def test_lp_reg_loss_equals_divrl_with_the_proxy_of_verls_forward(kappa):
-    settings = DivRLVerlSettings(policy_loss="lp_reg", lp_reg_kappa=kappa, lp_reg_rho=1.0)
+    settings = DivRLVerlSettings(policy_loss="lp_reg", loss_options={"kappa": kappa, "rho": 1.0})
     config = actor_config(clip_ratio_low=1.0, clip_ratio_high=9.0)
     loss_fn = DivRLLoss(config, settings)
     batch = rollout_rows(6, seed=3)
@@ -126,7 +126,7 @@ def test_pi_olds_proxy_from_the_old_log_prob_pass_gives_the_same_loss():
     from divrl.integrations.verl.trainer import proxy_to_responses
     from tests_verl.test_trainer import MemoryQueue
 
-    settings = DivRLVerlSettings(policy_loss="lp_reg", lp_reg_kappa=0.3, lp_reg_rho=1.0)
+    settings = DivRLVerlSettings(policy_loss="lp_reg", loss_options={"kappa": 0.3, "rho": 1.0})
     loss_fn = DivRLLoss(actor_config(clip_ratio_low=1.0, clip_ratio_high=9.0), settings)
     batch = rollout_rows(4, seed=7)
     keys = [f"u{i}" for i in range(4)]

@@ -39,7 +39,19 @@ def test_the_plugin_warns_and_registers_nothing_on_another_verl(monkeypatch, cap
         ({"policy_loss": "grpo"}, r"divrl\.policy_loss='grpo'; valid: vanilla, lp_reg"),
         ({"divergence": "alpha", "divergence_coef": 0.1}, r"divergence_alpha in \(0, 1\)"),
         ({"divergence": "js", "divergence_coef": 0.2}, r"set divrl\.reference_store"),
-        ({"lp_reg_kappa": 2.0}, r"divrl\.lp_reg_\*: .*kappa=2.0"),
+        (
+            {"policy_loss": "lp_reg", "loss_options": {"kappa": 2.0}},
+            r"divrl\.loss_options: .*kappa=2.0",
+        ),
+        (
+            {"policy_loss": "lp_reg", "loss_options": {"clip_high": 9.0}},
+            r"loss_options\.clip_high: set verl's actor_rollout_ref\.actor\.clip_ratio_high",
+        ),
+        (
+            {"policy_loss": "lp_reg", "loss_options": {"full_vocab": True}},
+            r"unknown option\(s\) \['full_vocab'\]; Lp-Reg takes rho, beta, kappa, min_k",
+        ),
+        ({"loss_options": {"rho": 0.1}}, r"the vanilla loss takes its options from verl's keys"),
         ({"divergence_weighting": "mean"}, r"valid: authors, paper, concat"),
     ],
 )

@@ -48,8 +48,8 @@ LP_REG_ARGS=(
   reward.custom_reward_function.path="$REWARD_FILE"
   reward.custom_reward_function.name=compute_score
   +divrl.policy_loss=lp_reg
-  +divrl.lp_reg_rho=0.01
-  +divrl.lp_reg_kappa=0.02
-  +divrl.lp_reg_beta=1.0
-  +divrl.lp_reg_min_k=2
+  +divrl.loss_options.rho=0.01
+  +divrl.loss_options.kappa=0.02
+  +divrl.loss_options.beta=1.0
+  +divrl.loss_options.min_k=2
 )

@@ -21,6 +21,16 @@ from divrl.algorithms.dph_weighting import DIVERGENCE_WEIGHTINGS
 from divrl.algorithms.loss_options import LpRegOptions
 
 POLICY_LOSSES = ("vanilla", "lp_reg")
+#: Lp-Reg's options set in the divrl section (``full_vocab`` is refused, as by divrl train:
+#: no trainer computes the full-vocabulary rows it needs)
+LP_REG_OPTIONS = ("rho", "beta", "kappa", "min_k")
+#: options that are verl's own keys
+VERL_KEYS = {
+    "clip_low": "actor_rollout_ref.actor.clip_ratio_low",
+    "clip_high": "actor_rollout_ref.actor.clip_ratio_high",
+    "dual_clip": "actor_rollout_ref.actor.clip_ratio_c",
+    "agg": "actor_rollout_ref.actor.loss_agg_mode",
+}
 DIVERGENCES = ("forward_kl", "reverse_kl", "js", "alpha")
 SECTION = "divrl"
 
@@ -44,8 +54,9 @@ class DivRLVerlSettings:
         reference_per_step: rehearsal rows joined to each step's batch (all ranks together).
         reference_seed: the seed of the rehearsal draw order.
         allow_store_mismatch: train on a store presampled at another temperature.
-        lp_reg_rho, lp_reg_beta, lp_reg_kappa, lp_reg_min_k: Lp-Reg's options
-            (:class:`divrl.algorithms.LpRegOptions`).
+        loss_options: the policy loss's own options by the names ``divrl train`` gives
+            them under ``algorithm.loss_options`` (Lp-Reg: ``rho``, ``beta``, ``kappa``,
+            ``min_k``); the clip range and the aggregation are verl's keys.
         authors_gpus, authors_dynamic_batch, authors_micro_batch_size: the DPH-RL authors'
             layout that the ``authors`` weighting's eta is computed from
             (:class:`divrl.algorithms.AuthorsLayout`; their scripts: 8 GPUs, micro-batches
@@ -61,10 +72,7 @@ class DivRLVerlSettings:
     reference_per_step: int = 0
     reference_seed: int = 0
     allow_store_mismatch: bool = False
-    lp_reg_rho: float = LpRegOptions.rho
-    lp_reg_beta: float = LpRegOptions.beta
-    lp_reg_kappa: float = LpRegOptions.kappa
-    lp_reg_min_k: int = LpRegOptions.min_k
+    loss_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     authors_gpus: int = 8
     authors_dynamic_batch: bool = False
     authors_micro_batch_size: int = 2
@@ -93,10 +101,30 @@ class DivRLVerlSettings:
                 f"{SECTION}.divergence is set: set {SECTION}.reference_store (the folder "
                 f"`divrl presample` wrote) and {SECTION}.reference_per_step >= 1"
             )
+        self._check_loss_options()
+
+    def _check_loss_options(self) -> None:
+        keys = set(self.loss_options)
+        if self.policy_loss == "vanilla" and keys:
+            raise VerlSettingsError(
+                f"{SECTION}.loss_options {sorted(keys)}: the vanilla loss takes its options "
+                "from verl's keys (actor_rollout_ref.actor.clip_ratio_low, clip_ratio_high, "
+                "clip_ratio_c, loss_agg_mode)"
+            )
+        for key in sorted(keys & set(VERL_KEYS)):
+            raise VerlSettingsError(
+                f"{SECTION}.loss_options.{key}: set verl's {VERL_KEYS[key]} instead"
+            )
+        unknown = sorted(keys - set(LP_REG_OPTIONS))
+        if unknown:
+            raise VerlSettingsError(
+                f"{SECTION}.loss_options: unknown option(s) {unknown}; Lp-Reg takes "
+                + ", ".join(LP_REG_OPTIONS)
+            )
         try:
             self.lp_reg_options()
         except ValueError as e:
-            raise VerlSettingsError(f"{SECTION}.lp_reg_*: {e}") from e
+            raise VerlSettingsError(f"{SECTION}.loss_options: {e}") from e
 
     @property
     def dph(self) -> bool:
@@ -105,17 +133,9 @@ class DivRLVerlSettings:
 
     def lp_reg_options(
         self, clip_low: float = 1.0, clip_high: float = 9.0, agg: str = "token-mean"
-    ):
+    ) -> LpRegOptions:
         """The validated :class:`LpRegOptions` (clip range and aggregation from verl's keys)."""
-        return LpRegOptions(
-            rho=self.lp_reg_rho,
-            beta=self.lp_reg_beta,
-            kappa=self.lp_reg_kappa,
-            min_k=self.lp_reg_min_k,
-            clip_low=clip_low,
-            clip_high=clip_high,
-            agg=agg,
-        )
+        return LpRegOptions(clip_low=clip_low, clip_high=clip_high, agg=agg, **self.loss_options)
 
     def authors_layout(self, rollouts: int, mini_batches: int):
         """The authors' layout of a step with ``rollouts`` rows and this run's rehearsal rows
@@ -146,7 +166,7 @@ class DivRLVerlSettings:
         Raises:
             VerlSettingsError: an unknown key (listing the valid ones) or a bad value.
         """
-        values = dict(section or {})
+        values = {k: _plain(v) for k, v in dict(section or {}).items()}
         names = [f.name for f in dataclasses.fields(cls)]
         unknown = sorted(set(values) - set(names))
         if unknown:
@@ -155,6 +175,11 @@ class DivRLVerlSettings:
                 + ", ".join(names)
             )
         return cls(**values)
+
+
+def _plain(value: Any) -> Any:
+    """A DictConfig (Hydra's nested section) as a plain dict."""
+    return {k: _plain(v) for k, v in value.items()} if hasattr(value, "items") else value
 
 
 def _choice(name: str, value: Any, valid: tuple[str, ...]) -> None:
