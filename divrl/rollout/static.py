@@ -241,7 +241,7 @@ class StaticCacheEngine(HFEngine):
         for t in range(steps):
             u = None if uniforms is None else uniforms[slots, t].to(device)
             token, log_prob = _sample(logits, params, u)
-            token, tokens[slots, t], log_probs[slots, t] = token, token.cpu(), log_prob.cpu()
+            tokens[slots, t], log_probs[slots, t] = token.cpu(), log_prob.cpu()
             ended |= torch.isin(tokens[slots, t], self._eos) | (room[slots] <= t + 1)
             if params.stop:
                 ended |= self._stopped(tokens[slots, : t + 1], ended, params.stop)
@@ -250,13 +250,8 @@ class StaticCacheEngine(HFEngine):
                 break
             if done >= max(1, COMPACT_SHARE * len(slots)):  # finished rows leave the batch
                 keep = (~ended).nonzero().squeeze(1)
-                slots, ended, token, position = (
-                    slots[keep],
-                    ended[keep],
-                    token[keep],
-                    position[keep],
-                )
-                valid = valid[keep.to(device)]
+                slots, token, position = slots[keep], token[keep], position[keep]
+                ended, valid = ended[keep], valid[keep.to(device)]
                 cache.keep(keep.to(device), plen + t)
             valid[:, plen + t] = True
             logits = _forward(
