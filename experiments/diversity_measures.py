@@ -8,7 +8,9 @@ classifier's style count and the trace-cluster count::
 
     python -m experiments.diversity_measures --out runs/diversity_measures
 
-Samples already in ``--out`` are reused (delete the folder to resample).
+Samples already in ``--out`` are reused (delete the folder to resample). ``--evals
+NAME=DIR ...`` tabulates existing ``divrl eval`` folders instead (trained models, e.g. the
+demo's ``runs/demo/<method>/eval``).
 """
 
 from __future__ import annotations
@@ -65,29 +67,51 @@ def sample(out: Path, worlds: list[str], temps: list[float], prompts: int, n: in
                 )  # fmt: skip
 
 
-def table(out: Path) -> list[str]:
-    import divrl.toy  # noqa: F401  (registers the toy worlds' style classifiers)
+MEASURES = (
+    "styles | trace clusters | rho | distinct-2 | self-BLEU | answers "
+    "| answer entropy (bits) | math trace styles |"
+)
+
+
+def _cells(path: Path) -> str:
+    """The measures of one ``results.jsonl`` as table cells."""
     from divrl.evaluation.runner import read_jsonl
     from divrl.evaluation.summary import per_prompt_arrays, text_diversity
 
-    lines = [
-        "| world | T | eval set | styles | trace clusters | rho | distinct-2 | self-BLEU "
-        "| answers | answer entropy (bits) | math trace styles |",
-        "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|",
-    ]
+    results = read_jsonl(path)
+    styles = per_prompt_arrays(results)["styles"]
+    m = text_diversity(results)
+    rho = spearman(styles, m["trace_clusters"])
+    mts = m.get("mean_math_trace_styles")
+    return (
+        f"{styles.mean():.2f} | {m['mean_trace_clusters']:.2f} | {rho:.2f} | "
+        f"{m['distinct_2']:.3f} | {m['self_bleu']:.3f} | {m['mean_answer_clusters']:.2f} | "
+        f"{m['mean_answer_entropy_bits']:.2f} | {'-' if mts is None else f'{mts:.2f}'} |"
+    )
+
+
+def table(out: Path) -> list[str]:
+    """One row per world, temperature and eval set sampled into ``out``."""
+    import divrl.toy  # noqa: F401  (registers the toy worlds' style classifiers)
+
+    lines = [f"| world | T | eval set | {MEASURES}", "|---|---|---|" + "--:|" * 8]
     for path in sorted(out.glob("*/T*/*/results.jsonl")):
         world, temp, split = path.parts[-4:-1]
-        results = read_jsonl(path)
-        styles = per_prompt_arrays(results)["styles"]
-        m = text_diversity(results)
-        rho = spearman(styles, m["trace_clusters"])
-        mts = m.get("mean_math_trace_styles")
-        lines.append(
-            f"| {world} | {temp[1:]} | {split} | {styles.mean():.2f} | "
-            f"{m['mean_trace_clusters']:.2f} | {rho:.2f} | {m['distinct_2']:.3f} | "
-            f"{m['self_bleu']:.3f} | {m['mean_answer_clusters']:.2f} | "
-            f"{m['mean_answer_entropy_bits']:.2f} | {'-' if mts is None else f'{mts:.2f}'} |"
-        )
+        lines.append(f"| {world} | {temp[1:]} | {split} | {_cells(path)}")
+    return lines
+
+
+def eval_table(evals: dict[str, Path]) -> list[str]:
+    """One row per eval set and model of existing ``divrl eval`` folders (e.g. a demo's)."""
+    import divrl.toy  # noqa: F401
+
+    splits = sorted({p.parent.name for d in evals.values() for p in d.glob("*/results.jsonl")})
+    lines = [f"| eval set | model | {MEASURES}", "|---|---|" + "--:|" * 8]
+    for split in splits:
+        for name, folder in evals.items():
+            path = folder / split / "results.jsonl"
+            if path.is_file():
+                lines.append(f"| {split} | {name} | {_cells(path)}")
     return lines
 
 
@@ -98,7 +122,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--temperatures", default="0.6,1.0,1.4", help="comma-separated")
     parser.add_argument("--prompts", type=int, default=48, help="prompts per eval set")
     parser.add_argument("--n", type=int, default=16, help="samples per prompt")
+    parser.add_argument(
+        "--evals",
+        nargs="+",
+        metavar="NAME=DIR",
+        help="instead: tabulate existing divrl eval folders (e.g. base=runs/demo/base/eval)",
+    )
     args = parser.parse_args(argv)
+    if args.evals:
+        evals = dict(e.split("=", 1) for e in args.evals)
+        print("\n".join(eval_table({k: Path(v) for k, v in evals.items()})))
+        return 0
     out = Path(args.out)
     temps = [float(t) for t in args.temperatures.split(",")]
     sample(out, args.worlds.split(","), temps, args.prompts, args.n)

@@ -3,7 +3,7 @@ import math
 import numpy as np
 
 from divrl.evaluation.runner import write_jsonl
-from experiments.diversity_measures import spearman, table
+from experiments.diversity_measures import eval_table, spearman, table
 
 
 def test_spearman_uses_average_ranks_and_is_nan_for_a_constant():
@@ -39,3 +39,12 @@ def test_table_has_one_row_per_world_temperature_and_set(tmp_path):
     # styles 1.5 per prompt; trace clusters 1 and 2; rank correlation 1; no math trace style
     assert lines[2].startswith("| sql | 1.0 | test | 1.50 | 1.50 | 1.00 |")
     assert lines[2].endswith("| - |")
+
+    # the same results as two models' divrl eval folders: one row per set and model
+    rows_by_model = eval_table(
+        {"base": tmp_path / "sql" / "T1.0", "again": tmp_path / "sql" / "T1.0"}
+    )
+    assert [r.split(" | ")[:2] for r in rows_by_model[2:]] == [
+        ["| test", "base"],
+        ["| test", "again"],
+    ]
