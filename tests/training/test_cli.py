@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 from train_helpers import tiny_overrides
 
-from divrl.cli import main
+from divrl.cli import EXIT_USER_ERROR, main
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -43,8 +43,10 @@ def test_presample_then_train_through_the_cli(tiny_world, tmp_path, capsys):
     manifest = json.loads((store / "manifest.json").read_text())
     assert manifest["stats"]["prompts"] == 16
     assert manifest["stats"]["near_perfect"] + manifest["stats"]["exploration"] == 16
-    with pytest.raises(ValueError, match="holds no samples"):
-        main(["train", *common])
+    assert main(["train", *common]) == EXIT_USER_ERROR
+    err = capsys.readouterr().err
+    assert "holds no samples" in err and "reference.keep_presampled" in err
+    assert "Traceback" not in err
     grpo = [c for c in common if not c.startswith("algorithm.divergence")]
     assert main(["train", *grpo]) == 0
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]

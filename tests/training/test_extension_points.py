@@ -34,7 +34,10 @@ SOURCE = "ext_parity"
 
 
 # ------------------------------------------------------------------ a new divergence
-@register_divergence("ext_hellinger", "squared Hellinger distance x 2")
+# In a library module this factory carries the decorator
+# ``@register_divergence("ext_hellinger", "squared Hellinger distance x 2")``; here the
+# fixture below applies it, because a registration at import would be seen by every test
+# collected in the same session (tests that go over all registered divergences).
 def hellinger() -> object:
     def f(log_u: torch.Tensor) -> torch.Tensor:
         # (sqrt(u) - 1)^2: convex, f(1) = 0; E_ref = 2 H^2(pi_ref, pi_theta)
@@ -148,6 +151,7 @@ EXT_WORLD = WorldKind(
 def registered():
     """The world is registered for these tests only, and the divergence removed after them:
     other tests go over every registered world or divergence."""
+    register_divergence("ext_hellinger", "squared Hellinger distance x 2")(hellinger)
     register_world("ext_world", EXT_WORLD)
     yield
     WORLDS.pop("ext_world", None)
