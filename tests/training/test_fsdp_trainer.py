@@ -83,7 +83,12 @@ def fsdp_runs(tiny_world, reference_store, tmp_path_factory):
     spec = [{"name": name, "overrides": overrides[name]} for name in cases]
     spec[0]["vllm"] = True
     # the session's reference store, presampled again by 2 fsdp processes
-    store_args = {"reference.store": root / "presample_store", "reference.k": 4}
+    # with the session store's engine (hf): engines draw different samples from one seed
+    store_args = {
+        "reference.store": root / "presample_store",
+        "reference.k": 4,
+        "rollout.engine": "hf",
+    }
     store_args["train.strategy"] = "fsdp"
     presample_args = tiny_overrides(tiny_world, root / "presample", **store_args)
     spec.insert(0, {"name": "presample", "presample": True, "overrides": presample_args})
