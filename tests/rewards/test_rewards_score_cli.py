@@ -114,7 +114,7 @@ def test_out_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(fileio.os, "fsync", disk_full)
-    with pytest.raises(OSError, match="disk full while writing .*scored.jsonl"):
+    with pytest.raises(OSError, match=r"disk full while writing .*scored\.jsonl"):
         main([*argv, "--out", str(out)])
     assert out.read_text() == "previous results\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonl", "scored.jsonl"]
