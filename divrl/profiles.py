@@ -17,9 +17,11 @@ carries, each optional:
 
 A hook may be given as the object itself or as ``"module:attribute"`` (imported on first
 use), so this module imports nothing above the rewards and a profile can name evaluation
-code without the data layer importing it. Unset hooks fall back to the built-in rules
-(equivalence and style by verifier type: SQL result equivalence and SQL shape for SQL
-verifiers, math-verify equivalence for math ones; exact equality and no style otherwise).
+code without the data layer importing it. Every built-in benchmark (math, gsm8k,
+math_verify, bird, spider, sql and the toy worlds' sources) is one profile, registered in
+:mod:`divrl.rewards.builtin_profiles`; the lookups consult only this registry. A data source
+with a verifier but no profile (:func:`divrl.rewards.register_verifier` alone) is clustered
+by exact string equality, has no style and needs no database.
 """
 
 from __future__ import annotations
@@ -60,6 +62,12 @@ _PROFILES: dict[str, BenchmarkProfile] = {}  # lower-cased name or alias -> prof
 _REGISTERED: set[str] = set()  # keys claimed by register_profile (not by update_profile)
 
 
+def _load_builtins() -> None:
+    # the built-in profiles register when divrl.rewards is imported; a lookup made before
+    # that (divrl.profiles imported on its own) must already see them
+    import divrl.rewards  # noqa: F401
+
+
 def register_profile(profile: BenchmarkProfile, *, replace: bool = False) -> BenchmarkProfile:
     """Register ``profile`` (and its verifier, when it has one) under its name and aliases.
 
@@ -68,10 +76,11 @@ def register_profile(profile: BenchmarkProfile, *, replace: bool = False) -> Ben
     change how every row of that data source is scored or read. Hooks set earlier with
     :func:`update_profile` are kept where ``profile`` leaves them unset.
     """
+    _load_builtins()
     if not replace:
         taken = [k for k in profile.keys if k in _REGISTERED]
         if profile.verifier is not None:
-            from divrl.rewards import registered_sources
+            from divrl.rewards.registry import registered_sources
 
             taken += [k for k in profile.keys if k in registered_sources()]
         if taken:
@@ -88,7 +97,7 @@ def register_profile(profile: BenchmarkProfile, *, replace: bool = False) -> Ben
         }
         profile = dataclasses.replace(profile, **kept)
     if profile.verifier is not None:
-        from divrl.rewards import register_verifier
+        from divrl.rewards.registry import register_verifier
 
         register_verifier(profile.name, *profile.aliases)(profile.verifier)
     for key in profile.keys:
@@ -99,8 +108,9 @@ def register_profile(profile: BenchmarkProfile, *, replace: bool = False) -> Ben
 
 def update_profile(data_source: str, **hooks: Any) -> BenchmarkProfile:
     """Set ``hooks`` on ``data_source``'s profile (created, with no other hook, when it has
-    none): how a module adds one hook to a benchmark registered elsewhere (e.g. the toy
-    world's solution styles for its data sources)."""
+    none): how a module adds one hook to a benchmark registered elsewhere
+    (:func:`divrl.evaluation.register_style`, :func:`divrl.evaluation.register_equivalence`)."""
+    _load_builtins()
     current = _PROFILES.get(data_source.lower()) or BenchmarkProfile(data_source)
     if "verifier" in hooks:
         raise ValueError("a verifier is registered with the profile (register_profile)")
@@ -112,11 +122,13 @@ def update_profile(data_source: str, **hooks: Any) -> BenchmarkProfile:
 
 def get_profile(data_source: str) -> BenchmarkProfile | None:
     """The profile registered for ``data_source`` (or one of its aliases), or None."""
+    _load_builtins()
     return _PROFILES.get(str(data_source).lower())
 
 
 def profile_names() -> list[str]:
     """The registered profiles' names (not their aliases), sorted."""
+    _load_builtins()
     return sorted({p.name for p in _PROFILES.values()})
 
 

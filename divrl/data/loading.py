@@ -297,7 +297,7 @@ def _to_example(row: Any, path: Path, row_no: int, db_dir, get_verifier) -> Exam
         )
 
     try:
-        _, verifier = get_verifier(data_source)
+        get_verifier(data_source)
     except ValueError as e:
         raise fail("data_source", str(e)) from None
 
@@ -310,10 +310,9 @@ def _to_example(row: Any, path: Path, row_no: int, db_dir, get_verifier) -> Exam
             raise fail("extra_info.answer_pattern", str(e)) from None
 
     from divrl.profiles import get_profile
-    from divrl.rewards import SqlVerifier
 
     profile = get_profile(data_source)
-    needs_db = isinstance(verifier, SqlVerifier) or (profile is not None and profile.needs_database)
+    needs_db = profile is not None and profile.needs_database
     if needs_db or "db_path" in extra or "db_id" in extra:
         extra["db_path"] = _resolve_db(extra, path, db_dir, fail)
 

@@ -2,20 +2,21 @@
 
 An :class:`AnswerEquivalence` maps the answers of one prompt to cluster ids; ``-1`` marks
 an answer that cannot vote (none extracted, or an SQL query that fails to run). The one
-used for a data source is found through the verifier registered for it
-(:func:`divrl.rewards.get_verifier`):
+used for a data source is its benchmark profile's ``equivalence``
+(:mod:`divrl.profiles`; the built-in ones in :mod:`divrl.rewards.builtin_profiles`):
 
-- math (:class:`~divrl.rewards.MathVerifier`): two answers are equivalent when
-  math-verify, through :func:`divrl.rewards.score_batch`, accepts one as the other
+- math (:class:`MathEquivalence`; math, gsm8k, math_verify, toy math): two answers are
+  equivalent when math-verify, through :func:`divrl.rewards.score_batch`, accepts one as the other
   (``1/2`` and ``0.5``); clusters are the connected components of that relation, so an
   answer joins a cluster when it is equivalent to any member.
-- SQL (:class:`~divrl.rewards.SqlVerifier`): two queries are equivalent when they return the
-  same rows on the prompt's database, compared as multisets (row order ignored). Each
+- SQL (:class:`SqlResultEquivalence`; bird, spider, sql, toy SQL): two queries are
+  equivalent when they return the same rows on the prompt's database, compared as multisets (row order ignored). Each
   distinct query runs once, read-only, through :func:`divrl.rewards.sql_reward.run_query`
   (the verifier's locked-down SQLite execution, with its time and row limits).
-- anything else: exact string equality after stripping whitespace.
+- a data source whose profile sets none (countdown, or a verifier registered without a
+  profile): exact string equality after stripping whitespace.
 
-Add one with :func:`register_equivalence`.
+Set one with :func:`register_equivalence` or a profile's ``equivalence``.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from divrl.profiles import profile_hook
-from divrl.rewards import MathVerifier, SqlVerifier, Verifier, get_verifier, score_batch
+from divrl.profiles import profile_hook, update_profile
+from divrl.rewards import get_verifier, score_batch
 
 __all__ = [
     "AnswerEquivalence",
@@ -176,32 +177,19 @@ class SqlResultEquivalence(AnswerEquivalence):
         return out
 
 
-_REGISTRY: list[tuple[type[Verifier], Callable[[], AnswerEquivalence]]] = [
-    (SqlVerifier, SqlResultEquivalence),
-    (MathVerifier, MathEquivalence),
-]
-
-
-def register_equivalence(
-    verifier_type: type[Verifier], factory: Callable[[], AnswerEquivalence]
-) -> None:
-    """Use ``factory()`` for every data source whose verifier is a ``verifier_type``.
-
-    Later registrations take precedence over earlier ones (and over the built-ins).
-    """
-    _REGISTRY.insert(0, (verifier_type, factory))
+def register_equivalence(data_source: str, factory: Callable[[], AnswerEquivalence]) -> None:
+    """Use ``factory()`` to cluster ``data_source``'s answers: the ``equivalence`` hook of
+    its benchmark profile (:mod:`divrl.profiles`), shared by the profile's aliases."""
+    update_profile(data_source, equivalence=factory)
 
 
 def get_equivalence(data_source: str) -> AnswerEquivalence:
     """The equivalence for ``data_source``: its benchmark profile's (:mod:`divrl.profiles`),
-    else by its verifier's type, else exact string equality."""
+    else exact string equality. ``ValueError`` for a data source with no verifier."""
     factory = profile_hook(data_source, "equivalence")
     if factory is not None:
         return factory()
-    _, verifier = get_verifier(data_source)
-    for verifier_type, factory in _REGISTRY:
-        if isinstance(verifier, verifier_type):
-            return factory()
+    get_verifier(data_source)  # an unknown data source is an error, not exact equality
     return ExactEquivalence()
 
 

@@ -22,9 +22,10 @@ A query with none of them is ``plain``; one sqlglot cannot parse is ``unparsable
 and table names, constants and comparison operators do not change the label, so
 ``SELECT COUNT(*) FROM t WHERE a>1`` and ``select count(*) from u where b<=7`` share one.
 
-Other data sources have no style (``None``) unless one is added with
-:func:`register_style`; the toy world registers toy math's (``divrl/toy/styles.py``, on
-``import divrl.toy``, which every ``divrl`` command does).
+A data source's style classifier is its benchmark profile's ``style`` (:mod:`divrl.profiles`;
+the built-in ones in :mod:`divrl.rewards.builtin_profiles`: SQL shape for bird, spider, sql
+and toy SQL, the toy world's for toy math and countdown, ``divrl/toy/styles.py``). Other
+data sources have no style (``None``) unless one is added with :func:`register_style`.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from collections.abc import Callable
 
 from divrl.profiles import profile_hook, update_profile
 
-__all__ = ["get_style_fn", "register_style", "solution_style", "sql_shape"]
+__all__ = ["get_style_fn", "register_style", "solution_style", "sql_shape", "sql_style"]
 
 # (response text, extracted answer) -> style label or None
 StyleFn = Callable[[str, "str | None"], "str | None"]
@@ -132,7 +133,8 @@ def _aggregate_form(select, exp) -> list[str]:
     return ordered
 
 
-def _sql_style(text: str, extracted: str | None) -> str | None:
+def sql_style(text: str, extracted: str | None) -> str | None:
+    """The SQL sources' style classifier: the shape of the extracted query."""
     return sql_shape(extracted)
 
 
@@ -143,15 +145,15 @@ def register_style(data_source: str, fn: StyleFn) -> None:
 
 
 def get_style_fn(data_source: str) -> StyleFn | None:
-    """The style function of ``data_source``: its benchmark profile's, else SQL shape for
-    any data source scored by the SQL verifier, else None (no style)."""
+    """The style function of ``data_source``: its benchmark profile's, else None (no style).
+    ``ValueError`` for a data source with no verifier."""
     fn = profile_hook(data_source, "style")
     if fn is not None:
         return fn
-    from divrl.rewards import SqlVerifier, get_verifier
+    from divrl.rewards import get_verifier
 
-    _, verifier = get_verifier(data_source)
-    return _sql_style if isinstance(verifier, SqlVerifier) else None
+    get_verifier(data_source)  # an unknown data source is an error, not "no style"
+    return None
 
 
 def solution_style(data_source: str, text: str, extracted: str | None) -> str | None:

@@ -3,10 +3,12 @@
 Built-in verifiers: ``math`` (the final answer, compared by math-verify), ``gsm8k``,
 ``math_verify`` (verl's math-verify rule), ``bird``/``spider``/``sql`` (execution match on
 SQLite, as each benchmark's official evaluator judges) and ``countdown``, with aliases for
-common dataset names. Add one with :func:`register_verifier`. See docs/rewards.md.
+common dataset names, each registered as a benchmark profile in
+:mod:`divrl.rewards.builtin_profiles`. Add one with :func:`register_verifier` (or a whole
+benchmark with :func:`divrl.profiles.register_profile`). See docs/rewards.md.
 """
 
-from divrl.rewards import countdown_reward, math_reward, sql_reward  # noqa: F401  (built-ins)
+from divrl.rewards import builtin_profiles  # noqa: F401  (registers the built-in benchmarks)
 from divrl.rewards.math_reward import MathVerifier, last_boxed
 from divrl.rewards.pool import shutdown_pool
 from divrl.rewards.registry import (

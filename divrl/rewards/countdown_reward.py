@@ -30,7 +30,7 @@ import re
 from collections import Counter
 from typing import Any
 
-from divrl.rewards.registry import Verifier, register_verifier
+from divrl.rewards.registry import Verifier
 from divrl.rewards.types import ScoreResult
 
 OK_MARK = " ok"
@@ -152,7 +152,6 @@ def operator_style(attempt: str | None) -> str | None:
     return "".join(op * ops[op] for op in OPERATORS)
 
 
-@register_verifier("countdown", "toy_countdown")
 class CountdownVerifier(Verifier):
     """Binary reward for a countdown search trace (see the module docstring)."""
 

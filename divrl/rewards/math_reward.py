@@ -44,7 +44,7 @@ from functools import lru_cache
 from typing import Any
 
 from divrl.rewards.math_answer import final_answer, normalise_answer, without_percent
-from divrl.rewards.registry import Verifier, register_verifier
+from divrl.rewards.registry import Verifier
 from divrl.rewards.types import ScoreResult
 
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
@@ -79,7 +79,6 @@ MATH_SOURCES = (
     "olympiadbench",
     "deepscaler",
     "dapo_math",
-    "toy_math",
 )
 GSM8K_SOURCES = ("gsm8k", "openai/gsm8k")
 MATH_VERIFY_SOURCES = ("math_verify",)
@@ -386,8 +385,3 @@ def _solution_set(expr: Any):
     except Exception:  # sympy raises several types on what it cannot solve
         return None
     return None
-
-
-register_verifier(*MATH_SOURCES)(MathVerifier())
-register_verifier(*GSM8K_SOURCES)(MathVerifier(profile="gsm8k"))
-register_verifier(*MATH_VERIFY_SOURCES)(MathVerifier(profile="math_verify"))

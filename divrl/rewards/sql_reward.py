@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import time
 
-from divrl.rewards.registry import Verifier, register_verifier
+from divrl.rewards.registry import Verifier
 from divrl.rewards.sql.compare import (
     COMPARE_ALIASES,
     DEFAULT_ORDER_RULE,
@@ -289,11 +289,3 @@ class SqlVerifier(Verifier):
             raise
         self.gold_cache.put(key, rows, sum(row_bytes(r) for r in rows) + 64)
         return rows
-
-
-_BIRD = SqlVerifier(profile="bird")
-_SPIDER = SqlVerifier(profile="spider")
-_PLAIN = SqlVerifier(profile="sql")
-register_verifier("bird", "bird_dev")(_BIRD)
-register_verifier("spider", "spider_dev")(_SPIDER)
-register_verifier("sql", "spider2", "synsql", "text2sql", "toy_sql")(_PLAIN)

@@ -1,18 +1,14 @@
 """The toy worlds: synthetic benchmarks and tiny base models built on a CPU.
 
-Importing the package is cheap: it registers the toy world's solution styles with
-``divrl.evaluation.styles`` (so ``divrl eval`` labels toy math by its method) and loads
-everything else (the world builder, the model, the registry) on first use.
+Importing the package is cheap: everything (the world builder, the model, the registry) is
+loaded on first use. The toy sources' benchmark profiles (verifier, equivalence, solution
+style) are built in (:mod:`divrl.rewards.builtin_profiles`).
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import Any
-
-from divrl.toy.styles import register_toy_styles
-
-register_toy_styles()
 
 # public name -> the submodule that defines it (imported on first access)
 _LAZY = {

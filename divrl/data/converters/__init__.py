@@ -6,8 +6,10 @@ wording, a ``str.format`` string with the converter's fields, or ``None`` for it
 ``limit``: keep a random sample of that many rows, chosen with ``seed``, in source order).
 ``divrl data convert <name>`` runs one and writes the rows (see docs/data.md).
 
-The built-in ones are listed in :data:`CONVERTERS`; a benchmark profile's ``converter``
-(:func:`divrl.profiles.register_profile`) adds one under the profile's name.
+A converter is a benchmark profile's ``converter`` hook, found under the profile's name
+(:mod:`divrl.profiles`): the built-in ``math``, ``gsm8k``, ``bird`` and ``spider`` are
+registered in :mod:`divrl.rewards.builtin_profiles`, and
+:func:`divrl.profiles.register_profile` adds one.
 """
 
 from __future__ import annotations
@@ -17,14 +19,6 @@ import random
 from pathlib import Path
 from types import ModuleType
 from typing import Any
-
-# name -> module that defines convert(); imported only when used
-CONVERTERS: dict[str, str] = {
-    "bird": "divrl.data.converters.bird",
-    "spider": "divrl.data.converters.spider",
-    "math": "divrl.data.converters.math",
-    "gsm8k": "divrl.data.converters.gsm8k",
-}
 
 
 class LayoutError(ValueError):
@@ -38,20 +32,17 @@ class LayoutError(ValueError):
 
 
 def converter_names() -> list[str]:
-    """The built-in converters and those of registered benchmark profiles, sorted."""
+    """The names of the benchmark profiles that have a converter, sorted."""
     from divrl.profiles import get_profile, profile_names
 
-    extra = [n for n in profile_names() if get_profile(n).converter is not None]
-    return sorted({*CONVERTERS, *extra})
+    return [n for n in profile_names() if get_profile(n).converter is not None]
 
 
 def get_converter(name: str) -> ModuleType:
-    """The converter module (anything with ``convert``) for ``name``; ``ValueError``
-    listing the known names."""
+    """The converter (a module, or anything with ``convert``) of benchmark profile ``name``;
+    ``ValueError`` listing the known names."""
     from divrl.profiles import profile_hook
 
-    if name in CONVERTERS:
-        return importlib.import_module(CONVERTERS[name])
     hook = profile_hook(name, "converter")
     if hook is None:
         raise ValueError(f"unknown converter {name!r}; available: {', '.join(converter_names())}")
