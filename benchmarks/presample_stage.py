@@ -24,14 +24,14 @@ def _cpu() -> float:
 
 def time_presample(engine: str, out: Path) -> dict[str, float]:
     """Presample the demo's reference store into ``out`` with ``engine``; its seconds."""
-    from divrl.commands.demo import _overrides
+    from divrl.commands.demo import demo_overrides
     from divrl.pipeline import open_world
     from divrl.training.config import load_config
     from divrl.training.presample import presample
 
     world = open_world("sql", progress=False)
     demo = argparse.Namespace(seed=0, steps=40, train_prompts=256)
-    overrides = [*_overrides("dph_js", demo, out, world), f"rollout.engine={engine}"]
+    overrides = [*demo_overrides("dph_js", demo, out, world), f"rollout.engine={engine}"]
     config = load_config(Path("configs/toy/dph_js.yaml"), overrides)
     wall, cpu = time.perf_counter(), _cpu()
     presample(config, progress=False)

@@ -125,7 +125,7 @@ def _say(text: str) -> None:
     print(f"[divrl demo] {text}", file=sys.stderr, flush=True)
 
 
-def _overrides(method: str, args: argparse.Namespace, out: Path, world) -> list[str]:
+def demo_overrides(method: str, args: argparse.Namespace, out: Path, world) -> list[str]:
     """What the demo changes in a toy preset: paths, steps, prompts, seed, checkpoints."""
     return [
         *preset_overrides(world, seed=args.seed, run_dir=out / method, store=out / "dph_reference"),
@@ -142,7 +142,7 @@ def _overrides(method: str, args: argparse.Namespace, out: Path, world) -> list[
 def _config(configs: Path, method: str, args: argparse.Namespace, out: Path, world):
     from divrl.training.config import load_config
 
-    return load_config(configs / f"{method}.yaml", _overrides(method, args, out, world))
+    return load_config(configs / f"{method}.yaml", demo_overrides(method, args, out, world))
 
 
 def _train(config, steps: int) -> Path:
@@ -265,7 +265,7 @@ def _train_all(
                 [
                     "train",
                     str(configs / f"{m}.yaml"),
-                    *_overrides(m, args, out, world),
+                    *demo_overrides(m, args, out, world),
                     "logging.progress=false",
                 ],
                 RunDir(out / m).metrics_path,

@@ -136,7 +136,9 @@ def test_plain_math_summary_has_a_headline_diversity_labelled_trace_clusters():
     assert d["mean_distinct_styles"] == d["mean_trace_clusters"] == 3.0
     assert d["share_one_style"] == 0.0 and d["share_3plus_styles"] == 1.0
     assert d["mean_answer_clusters"] == 2.0
-    assert d["mean_answer_entropy_bits"] == pytest.approx(-(0.75 * math.log2(0.75) + 0.25 * math.log2(0.25)))
+    assert d["mean_answer_entropy_bits"] == pytest.approx(
+        -(0.75 * math.log2(0.75) + 0.25 * math.log2(0.25))
+    )
     assert d["mean_math_trace_styles"] == 3.0  # algebra, arithmetic, direct
     assert d["math_trace_style_counts"] == {"arithmetic": 4, "algebra": 2, "direct": 2}
     assert 0 < d["self_bleu"] < 1 and 0 < d["distinct_2"] < 1
