@@ -52,6 +52,9 @@ class BenchmarkProfile:
     equivalence: Any = None
     style: Any = None
     needs_database: bool = False
+    # the samples are worked math solutions: summaries add the solution-style measure read
+    # from the trace (divrl.evaluation.text_diversity.math_trace_style)
+    math_traces: bool = False
 
     @property
     def keys(self) -> tuple[str, ...]:

@@ -125,3 +125,23 @@ def test_a_verifier_without_a_profile_gets_no_hook_from_its_type(tmp_path):
     assert "db_path" not in load_examples(tmp_path / "rows.jsonl")[0].extra_info
     with pytest.raises(ValueError, match="unknown data_source 'prof_nowhere'"):
         get_equivalence("prof_nowhere")
+
+
+def test_math_trace_styles_follow_the_profile_not_the_verifier_type():
+    from divrl.evaluation.summary import text_diversity
+
+    assert {
+        s
+        for s in ("math", "gsm8k", "math_verify", "toy_math", "sql", "bird", "countdown")
+        if get_profile(s).math_traces
+    } == {"math", "gsm8k", "math_verify", "toy_math"}
+    texts = ["x + 2 = 4 so x = 2", "2 + 2 = 4", "the answer is 2", "2"]
+    row = {"texts": texts, "clusters": [0, 0, 0, 0]}
+    assert "mean_math_trace_styles" in text_diversity([{**row, "data_source": "math"}])
+    # a math verifier registered without a profile gets no math measure from its type
+    register_verifier("prof_bare_math")(MathVerifier(profile="math"))
+    assert "mean_math_trace_styles" not in text_diversity(
+        [{**row, "data_source": "prof_bare_math"}]
+    )
+    register_profile(BenchmarkProfile("prof_proofs", math_traces=True))
+    assert "mean_math_trace_styles" in text_diversity([{**row, "data_source": "prof_proofs"}])

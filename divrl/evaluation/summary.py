@@ -41,6 +41,7 @@ from divrl.evaluation.text_diversity import (
     self_bleu,
     trace_clusters,
 )
+from divrl.profiles import get_profile
 
 __all__ = ["per_prompt_arrays", "summarise"]
 
@@ -145,12 +146,8 @@ def _mean(values: Sequence[float | None]) -> float | None:
 
 
 def _is_math(data_source: str) -> bool:
-    from divrl.rewards import MathVerifier, get_verifier
-
-    try:
-        return isinstance(get_verifier(data_source)[1], MathVerifier)
-    except (KeyError, ValueError):
-        return False
+    profile = get_profile(data_source)
+    return bool(profile and profile.math_traces)
 
 
 def text_diversity(results: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -53,6 +53,7 @@ BUILTIN_PROFILES: tuple[BenchmarkProfile, ...] = (
         verifier=_MATH,
         converter=_CONVERTERS + "math",
         equivalence=_MATH_EQUIVALENCE,
+        math_traces=True,
     ),
     BenchmarkProfile(
         GSM8K_SOURCES[0],
@@ -60,12 +61,14 @@ BUILTIN_PROFILES: tuple[BenchmarkProfile, ...] = (
         verifier=MathVerifier(profile="gsm8k"),
         converter=_CONVERTERS + "gsm8k",
         equivalence=_MATH_EQUIVALENCE,
+        math_traces=True,
     ),
     BenchmarkProfile(
         MATH_VERIFY_SOURCES[0],
         MATH_VERIFY_SOURCES[1:],
         verifier=MathVerifier(profile="math_verify"),
         equivalence=_MATH_EQUIVALENCE,
+        math_traces=True,
     ),
     _sql("bird", ("bird_dev",), SqlVerifier(profile="bird"), _CONVERTERS + "bird"),
     _sql("spider", ("spider_dev",), SqlVerifier(profile="spider"), _CONVERTERS + "spider"),
@@ -75,6 +78,7 @@ BUILTIN_PROFILES: tuple[BenchmarkProfile, ...] = (
         "toy_math",
         verifier=_MATH,
         equivalence=_MATH_EQUIVALENCE,
+        math_traces=True,
         style="divrl.toy.styles:toy_math_style",
     ),
     BenchmarkProfile(
