@@ -41,14 +41,14 @@ UPDATE_KEYS = (
     "prompts",
     "responses",
     "input_ids",
-    "attention_mask",
     "position_ids",
     "response_mask",
     "loss_mask",
     "old_log_probs",
     "advantages",
 )
-OPTIONAL_KEYS = ("ref_log_prob", "entropy", PROXY_LOG_PROB, LOG_NORMALIZER)
+#: joined when the rollout rows have them (verl's v1 queue rows carry no attention_mask)
+OPTIONAL_KEYS = ("attention_mask", "ref_log_prob", "entropy", PROXY_LOG_PROB, LOG_NORMALIZER)
 
 
 @dataclass(frozen=True)
@@ -164,6 +164,7 @@ def join_rehearsal(
         raise ValueError(f"the update batch lacks {missing}; join after the advantages")
     keys = list(UPDATE_KEYS) + [k for k in OPTIONAL_KEYS if k in batch]
     layout = plan_layout(len(batch), len(samples), dp_size, mini_batches, micro_batch_size)
+    dtypes = {key: batch[key].dtype for key in keys}
     rows: list[dict] = []
     order: list[int] = []
     kinds: list[bool] = []
@@ -178,7 +179,9 @@ def join_rehearsal(
                 kinds.append(False)
                 cell_of.append(k)
             for j in range(cell * per_ref, (cell + 1) * per_ref):
-                rows.append(_reference_row(samples[j], keys))
+                ref = _reference_row(samples[j], keys)
+                # verl's nested tensors need one dtype per key (its masks, ids may differ)
+                rows.append({key: value.to(dtypes[key]) for key, value in ref.items()})
                 order.append(-(j + 1))
                 kinds.append(True)
                 cell_of.append(k)
