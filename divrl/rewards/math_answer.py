@@ -39,7 +39,7 @@ _THOUSANDS_SEP = re.compile(r"\\,|\\ |~|\\;| ")
 _TRAILING_POINT = re.compile(r"(?<=\d)\.\s*$")
 
 
-def _balanced_from(text: str, start: int) -> str | None:
+def balanced_from(text: str, start: int) -> str | None:
     """Content of the brace group opening at ``text[start] == '{'``, or None if unclosed."""
     depth = 0
     for i in range(start, len(text)):
@@ -60,7 +60,7 @@ def _box_at(text: str, pos: int, cmd: str) -> tuple[str | None, bool]:
     while brace < len(text) and text[brace] in " \t":
         brace += 1
     if brace < len(text) and text[brace] == "{":
-        return _balanced_from(text, brace), True
+        return balanced_from(text, brace), True
     if brace > rest:  # "\boxed 5": the answer runs to the next whitespace or "$"
         m = re.match(r"[^\s$]+", text[brace : brace + 1000])
         if m:

@@ -43,7 +43,12 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from divrl.rewards.math_answer import final_answer, normalise_answer, without_percent
+from divrl.rewards.math_answer import (
+    balanced_from,
+    final_answer,
+    normalise_answer,
+    without_percent,
+)
 from divrl.rewards.registry import Verifier
 from divrl.rewards.types import ScoreResult
 
@@ -86,20 +91,6 @@ MATH_PROFILES = ("math", "gsm8k", "math_verify")
 _NO_FINAL_ANSWER = "no final answer: no \\boxed{}, <answer> tag, 'answer is' phrase or ####"
 
 
-def _balanced_from(text: str, start: int) -> str | None:
-    """Content of the brace group opening at ``text[start] == '{'``, or None if unclosed."""
-    depth = 0
-    for i in range(start, len(text)):
-        c = text[i]
-        if c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start + 1 : i]
-    return None
-
-
 def last_boxed(text: str) -> str | None:
     """Content of the last closed ``\\boxed{...}`` (or ``\\boxed x``, ``\\fbox{...}``).
 
@@ -127,7 +118,7 @@ def last_boxed(text: str) -> str | None:
         while brace < len(text) and text[brace] in " \t":
             brace += 1
         if brace < len(text) and text[brace] == "{":
-            content = _balanced_from(text, brace)
+            content = balanced_from(text, brace)
             if content is not None:
                 return content
     return None
@@ -273,7 +264,7 @@ def _last_box_unclosed(text: str) -> bool:
     brace = pos + len("\\boxed")
     while brace < len(text) and text[brace] in " \t":
         brace += 1
-    return brace < len(text) and text[brace] == "{" and _balanced_from(text, brace) is None
+    return brace < len(text) and text[brace] == "{" and balanced_from(text, brace) is None
 
 
 @lru_cache(maxsize=4096)
