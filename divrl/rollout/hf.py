@@ -312,11 +312,7 @@ class HFOptions:
     summary="transformers generate on the policy itself (no weight copy); CPU or GPU",
 )
 def build_hf(context: EngineContext, options: HFOptions) -> HFEngine:
-    if context.model is None or context.tokenizer is None:
-        raise ValueError(
-            "the hf engine generates with the policy loaded in this process: build it with "
-            "EngineContext(model=..., tokenizer=...)"
-        )
+    context.require_policy("hf")
     return HFEngine(
         context.model,
         context.tokenizer,

@@ -90,6 +90,14 @@ class EngineContext:
     trust_remote_code: bool = False
     full_weights: Callable[[], AbstractContextManager] | None = None
 
+    def require_policy(self, engine: str) -> None:
+        """Refuse a context without the in-process policy that ``engine`` generates with."""
+        if self.model is None or self.tokenizer is None:
+            raise ValueError(
+                f"the {engine} engine generates with the policy loaded in this process: "
+                "build it with EngineContext(model=..., tokenizer=...)"
+            )
+
 
 Factory = Callable[[EngineContext, Any], RolloutEngine]
 

@@ -337,11 +337,7 @@ class StaticOptions:
     "seeds); Llama and Qwen2 models, fastest on a CPU",
 )
 def build_static(context: EngineContext, options: StaticOptions) -> StaticCacheEngine:
-    if context.model is None or context.tokenizer is None:
-        raise ValueError(
-            "the static engine generates with the policy loaded in this process: build it "
-            "with EngineContext(model=..., tokenizer=...)"
-        )
+    context.require_policy("static")
     return StaticCacheEngine(
         context.model,
         context.tokenizer,

@@ -129,3 +129,9 @@ def test_config_errors_name_the_key_and_the_valid_options():
     # every option is written out with its value (config.yaml shows what ran)
     cfg = load_config(None, ["rollout.engine=vllm"])
     assert cfg.rollout.engine_options["enforce_eager"] is False
+
+
+@pytest.mark.parametrize("name", ["hf", "static"])
+def test_an_engine_on_the_policy_refuses_a_context_without_it(name):
+    with pytest.raises(ValueError, match=f"the {name} engine generates with the policy loaded"):
+        build_engine(name, EngineContext(model_path="m"))
