@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import torch
 
-from divrl.algorithms import reference_divergence_loss, token_log_probs
+from divrl.algorithms import logit_stats, reference_divergence_loss, token_log_probs
 from divrl.algorithms.dph_weighting import REFERENCE, ROLLOUT, AuthorsLayout
 from divrl.training.batch import Experience, PaddedPairs, ReferenceSamples, concat_pairs, pad_right
 from divrl.training.forward import response_logits, to_device
@@ -250,15 +250,18 @@ class AuthorsAssembly:
             kinds=[ROLLOUT] * len(pairs) + [REFERENCE] * len(refs),
         )
 
-    def _loss(self, rows: _StepRows, mb: MicroBatch) -> tuple[torch.Tensor, dict, int]:
+    def _loss(self, rows: _StepRows, mb: MicroBatch) -> tuple[torch.Tensor, dict, int, dict]:
         cfg, algo, update = self.config, self.config.algorithm, self.update
         data = to_device(rows.pairs.model_inputs(mb.rows), update.accelerator.device)
-        lp = token_log_probs(
+        # policy-typed micro-batches also yield the entropy, from the same pass over the logits
+        stats = logit_stats(
             response_logits(update.model, data),
             data["responses"],
             cfg.rollout.temperature,
             update.chunk,
+            with_entropy=not mb.reference,
         )
+        lp = stats.log_prob
         old = rows.old_log_probs[list(mb.rows), : lp.shape[1]].to(lp.device)
         mask = data["response_mask"]
         if mb.reference:
@@ -274,7 +277,21 @@ class AuthorsAssembly:
                 mask=mask,
                 **update.loss_options.loss_kwargs(),
             )
-        return loss, dict(metrics), int(mask.sum().item())
+        return loss, dict(metrics), int(mask.sum().item()), self._rollout_entropy(rows, mb, stats, mask)
+
+    @staticmethod
+    def _rollout_entropy(rows: _StepRows, mb: MicroBatch, stats, mask: torch.Tensor) -> dict:
+        """``actor/entropy`` over the micro-batch's rollout rows (the reference rows that a
+        rollout-typed micro-batch carries are left out: the metric is the policy's entropy on
+        its own samples, as divrl's default assembly logs it), with its token count."""
+        if mb.reference:
+            return {}
+        rollout = torch.tensor([rows.kinds[r] == ROLLOUT for r in mb.rows], device=mask.device)
+        tokens = mask * rollout[:, None].to(mask.dtype)
+        count = float(tokens.sum())
+        if count == 0:
+            return {}
+        return {"actor/entropy": float((stats.entropy.detach() * tokens).sum()) / count, "n": count}
 
     def _optimiser_step(self, rows: _StepRows, gpus, meter: MetricMeter, step: int) -> bool:
         update, world = self.update, self.update.collective.world
@@ -291,12 +308,14 @@ class AuthorsAssembly:
             # the authors average their GPUs' gradients; DDP averages divrl's processes'
             scale = mb.scale / self.layout.gpus * world
             with contextlib.nullcontext() if sync else update.accelerator.no_sync(update.model):
-                loss, metrics, ntok = self._loss(rows, mb)
+                loss, metrics, ntok, entropy = self._loss(rows, mb)
                 update.accelerator.backward(loss * scale)
             value = float(loss.detach())
             nonfinite = max(nonfinite, 0.0 if math.isfinite(value) else 1.0)
             objective += value * scale / world
             meter.add(metrics, weight=ntok)
+            if entropy:
+                meter.add({"actor/entropy": entropy["actor/entropy"]}, weight=entropy["n"])
         return update._apply(step, nonfinite, objective, meter)
 
     def run(self, exp: Experience, references: Sequence[int], meter: MetricMeter, step: int) -> int:

@@ -15,7 +15,7 @@ import pytest
 import torch
 from train_helpers import run_torchrun, sevens_reward, tiny_overrides
 
-from divrl.algorithms import token_log_probs
+from divrl.algorithms import entropy_from_logits, token_log_probs
 from divrl.algorithms.dph_weighting import AuthorsLayout, references_under_policy_loss
 from divrl.training.authors_assembly import karmarkar_karp, schedule
 from divrl.training.config import ConfigError, load_config
@@ -220,12 +220,22 @@ def test_replica_gradients_equal_the_authors_arithmetic(
     # the first holds a reference row; the partitions' mixing depends on the lengths
     assert means["dph/reference_rows_under_policy_loss"] == under_policy
     assert dynamic or under_policy == 1
+    # the optimiser is stubbed, so the policy is the same in every step: the logged entropy
+    # is the token-mean over all rollouts (each sits in one micro-batch), references left out
+    with torch.no_grad():
+        data = exp.model_inputs(list(range(len(exp))))
+        logits = response_logits(trainer.model, data)
+        entropy = entropy_from_logits(logits, temperature=trainer.config.rollout.temperature)
+        mask = data["response_mask"].float()
+        want_entropy = float((entropy * mask).sum() / mask.sum())
+    assert means["actor/entropy"] == pytest.approx(want_entropy, rel=1e-5)
 
 
 def test_the_replica_trains(tiny_world, reference_store, tmp_path):
     trainer = _trainer(tiny_world, tmp_path, reference_store, dynamic=False)
     history = trainer.train(max_steps=1)
     assert all(math.isfinite(v) for v in history[-1].values())
+    assert 0.0 < history[-1]["actor/entropy"] < math.log(trainer.model.config.vocab_size)
 
 
 @pytest.mark.parametrize(
