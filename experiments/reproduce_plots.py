@@ -31,7 +31,8 @@ def plot_entropy(groups: dict[str, list[dict[str, Any]]], path: Path) -> Path | 
         curves = [
             (r["training"]["step"], r["training"]["entropy"]) for r in runs if r.get("training")
         ]
-        curves = [(s, e) for s, e in curves if s]
+        # a run that logged no entropy (None at its steps) has no curve to draw
+        curves = [(s, e) for s, e in curves if s and None not in e]
         if not curves:
             continue
         steps = curves[0][0]

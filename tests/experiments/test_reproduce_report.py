@@ -157,6 +157,19 @@ def test_plots_written(rr, tmp_path):
     assert reproduce_plots.plot_entropy(rr.by_method([runs[-1]]), tmp_path / "none.png") is None
 
 
+def test_a_run_that_logged_no_entropy_is_left_out_of_the_entropy_plot(rr, tmp_path):
+    runs = [
+        run("grpo", 0, 0.6, 0.8, ent=[None, None, None]),
+        run("grpo", 1, 0.6, 0.8, ent=[2.0, 1.5, 1.0]),
+    ]
+    groups = rr.by_method(runs)
+    assert reproduce_plots.plot_entropy(groups, tmp_path / "e.png").stat().st_size > 0
+    assert (
+        rr.by_method(runs[:1])
+        and reproduce_plots.plot_entropy(rr.by_method(runs[:1]), tmp_path / "none.png") is None
+    )
+
+
 def test_arguments():
     args = reproduce.parse_args(["--methods", "dph_js", "grpo", "dph_js", "--seeds", "2"])
     assert args.methods == ["grpo", "dph_js"]  # report order, no repeats
