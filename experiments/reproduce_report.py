@@ -36,7 +36,7 @@ from typing import Any
 METHODS: dict[str, str] = {
     "base": "base",
     "grpo": "GRPO",
-    "grpo_math": "Lp-Reg without its regulariser (GRPO, Lp-Reg side; on-policy)",
+    "grpo_math": "Lp-Reg without its regulariser (on-policy GRPO)",
     "dapo": "DAPO",
     "grpo_rkl": "GRPO + reverse KL",
     "dph_f": "DPH-F",
