@@ -277,7 +277,12 @@ class AuthorsAssembly:
                 mask=mask,
                 **update.loss_options.loss_kwargs(),
             )
-        return loss, dict(metrics), int(mask.sum().item()), self._rollout_entropy(rows, mb, stats, mask)
+        return (
+            loss,
+            dict(metrics),
+            int(mask.sum().item()),
+            self._rollout_entropy(rows, mb, stats, mask),
+        )
 
     @staticmethod
     def _rollout_entropy(rows: _StepRows, mb: MicroBatch, stats, mask: torch.Tensor) -> dict:
