@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import torch
 
-from divrl.algorithms import logit_stats, reference_divergence_loss, token_log_probs
+from divrl.algorithms import LogitStats, logit_stats, reference_divergence_loss, token_log_probs
 from divrl.algorithms.dph_weighting import REFERENCE, ROLLOUT, AuthorsLayout
 from divrl.training.batch import Experience, PaddedPairs, ReferenceSamples, concat_pairs, pad_right
 from divrl.training.forward import response_logits, to_device
@@ -250,7 +250,9 @@ class AuthorsAssembly:
             kinds=[ROLLOUT] * len(pairs) + [REFERENCE] * len(refs),
         )
 
-    def _loss(self, rows: _StepRows, mb: MicroBatch) -> tuple[torch.Tensor, dict, int, dict]:
+    def _loss(
+        self, rows: _StepRows, mb: MicroBatch
+    ) -> tuple[torch.Tensor, dict, int, tuple[float, float] | None]:
         cfg, algo, update = self.config, self.config.algorithm, self.update
         data = to_device(rows.pairs.model_inputs(mb.rows), update.accelerator.device)
         # policy-typed micro-batches also yield the entropy, from the same pass over the logits
@@ -285,18 +287,20 @@ class AuthorsAssembly:
         )
 
     @staticmethod
-    def _rollout_entropy(rows: _StepRows, mb: MicroBatch, stats, mask: torch.Tensor) -> dict:
-        """``actor/entropy`` over the micro-batch's rollout rows (the reference rows that a
-        rollout-typed micro-batch carries are left out: the metric is the policy's entropy on
-        its own samples, as divrl's default assembly logs it), with its token count."""
+    def _rollout_entropy(
+        rows: _StepRows, mb: MicroBatch, stats: LogitStats, mask: torch.Tensor
+    ) -> tuple[float, float] | None:
+        """(mean entropy, tokens) over the micro-batch's rollout rows, or None when it has none.
+        The reference rows a rollout-typed micro-batch carries are left out: ``actor/entropy``
+        is the policy's entropy on its own samples, as divrl's default assembly logs it."""
         if mb.reference:
-            return {}
+            return None
         rollout = torch.tensor([rows.kinds[r] == ROLLOUT for r in mb.rows], device=mask.device)
         tokens = mask * rollout[:, None].to(mask.dtype)
         count = float(tokens.sum())
         if count == 0:
-            return {}
-        return {"actor/entropy": float((stats.entropy.detach() * tokens).sum()) / count, "n": count}
+            return None
+        return float((stats.entropy.detach() * tokens).sum()) / count, count
 
     def _optimiser_step(self, rows: _StepRows, gpus, meter: MetricMeter, step: int) -> bool:
         update, world = self.update, self.update.collective.world
@@ -319,8 +323,8 @@ class AuthorsAssembly:
             nonfinite = max(nonfinite, 0.0 if math.isfinite(value) else 1.0)
             objective += value * scale / world
             meter.add(metrics, weight=ntok)
-            if entropy:
-                meter.add({"actor/entropy": entropy["actor/entropy"]}, weight=entropy["n"])
+            if entropy is not None:
+                meter.add({"actor/entropy": entropy[0]}, weight=entropy[1])
         return update._apply(step, nonfinite, objective, meter)
 
     def run(self, exp: Experience, references: Sequence[int], meter: MetricMeter, step: int) -> int:

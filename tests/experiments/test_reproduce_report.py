@@ -164,10 +164,9 @@ def test_a_run_that_logged_no_entropy_is_left_out_of_the_entropy_plot(rr, tmp_pa
     ]
     groups = rr.by_method(runs)
     assert reproduce_plots.plot_entropy(groups, tmp_path / "e.png").stat().st_size > 0
-    assert (
-        rr.by_method(runs[:1])
-        and reproduce_plots.plot_entropy(rr.by_method(runs[:1]), tmp_path / "none.png") is None
-    )
+    alone = rr.by_method(runs[:1])
+    assert alone
+    assert reproduce_plots.plot_entropy(alone, tmp_path / "none.png") is None
 
 
 def test_arguments():
