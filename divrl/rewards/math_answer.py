@@ -30,6 +30,19 @@ _PHRASE = re.compile(
     r"|\banswer[ \t*]{0,10}:)[ \t*]{0,10}([^\n]{0,500})"
 )
 _HOPE = re.compile(r"(?i)\.?\s*I hope it is correct\.?\s*$")
+# words between the phrase and its answer: "the answer is therefore 7", "is indeed **7**"
+_FILLER = re.compile(
+    r"(?i)(?:therefore|thus|hence|so|then|indeed|clearly|simply|just|now|finally|exactly"
+    r"|actually|equal\s+to|given\s+by|=|:|,)(?![\w])"
+)
+# "The answer is 7. Let me check: ...": the answer ends with its sentence
+_SENTENCE_END = re.compile(r"(?<=[^\s.])\.\s+(?=[A-Z])")
+_BOLD_END = re.compile(r"[*_]{1,3}(?=\.?\s*$)")  # "**7**." -> "7."
+# a phrase that judges an earlier answer ("... so the answer is correct."): not an answer
+_SELF_CHECK = re.compile(
+    r"(?i)(?:indeed\s+)?(?:correct|right|verified|confirmed|consistent|valid|checked|"
+    r"reasonable|as\s+expected)\s*[.!]?"
+)
 _GSM8K_END = re.compile(r"####[ \t]{0,10}([^\n]{1,200})\s*\Z")
 _BARE_NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+")
 _WRAPPERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
@@ -92,21 +105,37 @@ def _last_box(text: str) -> tuple[str | None, bool, int]:
 
 
 def _phrase_answer(text: str) -> str | None:
-    last = None
-    for m in _PHRASE.finditer(text):
-        last = m
-    if last is None:
-        return None
-    found = last.group(1)
-    if not found.strip():  # "Final answer:" with the answer on the next line
-        following = text[last.end() : last.end() + 500].lstrip("\n").split("\n", 1)[0]
-        found = following
-    # Minerva's "Final Answer: The final answer is $14$.": the innermost phrase
-    inner = list(_PHRASE.finditer(found))
-    while inner and inner[-1].group(1).strip():
-        found = inner[-1].group(1)
+    # the last phrase that states an answer: "so the answer is correct" after the answer
+    # is a self-check, not a new answer
+    for last in reversed(list(_PHRASE.finditer(text))):
+        found = last.group(1)
+        if not found.strip():  # "Final answer:" with the answer on the next line
+            following = text[last.end() : last.end() + 500].lstrip("\n").split("\n", 1)[0]
+            found = following
+        # Minerva's "Final Answer: The final answer is $14$.": the innermost phrase
         inner = list(_PHRASE.finditer(found))
-    return _HOPE.sub("", found)
+        while inner and inner[-1].group(1).strip():
+            if _SELF_CHECK.fullmatch(_without_filler(inner[-1].group(1))):
+                found = found[: inner[-1].start()]  # "7. Check: ..., so the answer is right."
+                break
+            found = inner[-1].group(1)
+            inner = list(_PHRASE.finditer(found))
+        found = _SENTENCE_END.split(_HOPE.sub("", found), maxsplit=1)[0]
+        found = _without_filler(found)
+        if not _SELF_CHECK.fullmatch(found):
+            return found
+    return None
+
+
+def _without_filler(found: str) -> str:
+    """The phrase's answer without bold markers and the connective words before it."""
+    found = found.strip().strip("*_").strip()
+    found = _BOLD_END.sub("", found)
+    while True:
+        m = _FILLER.match(found)
+        if m is None or not found[m.end() :].strip():
+            return found
+        found = found[m.end() :].lstrip().lstrip("*_").lstrip()
 
 
 def _last_tag(text: str) -> tuple[str, int] | None:
@@ -191,3 +220,66 @@ def without_percent(answer: str) -> str | None:
         if stripped.endswith(sign):
             return stripped[: -len(sign)].rstrip()
     return None
+
+
+# Words and relations that make an answer a guess rather than a claim. An answer holding one
+# scores 0 unless the gold holds it too ("about" in a gold written as text).
+_HEDGE_WORDS = re.compile(
+    r"(?i)\b(?:maybe|perhaps|possibly|probably|likely|approximately|approx|roughly|about"
+    r"|around|nearly|almost|guess|unsure|not\s+sure)\b"
+)
+_HEDGE_RELATIONS = re.compile(r"\\approx\b|\\simeq\b|\\sim\b|\u2248")
+# several rows (cases, array, aligned): a list of candidates unless the gold is one too
+_ROWS = re.compile(r"\\begin\{(?:cases|array|aligned|align\*?|gathered|matrix)\}")
+# "7 (or 8)", "7 \lor 8", "7 \vee 8": alternatives, read as the set {7, 8} like "7 or 8"
+_PAREN_OR = re.compile(r"\(\s*or\s+([^()]{1,200})\)")
+_LOGICAL_OR = re.compile(r"\\lor\b|\\vee\b|\u2228")
+
+
+def hedge(answer: str, ground_truth: str) -> str | None:
+    """Why ``answer`` is hedged (a guess or a list of candidates), or None.
+
+    An uncertainty word (``maybe``, ``approximately``, ...), an approximate relation
+    (``\\approx``, ``\\sim``) or a several-row environment (``cases``, ``array``, ...) that
+    the gold does not hold itself makes the answer a hedge: it scores 0 whatever it names.
+    """
+    for pattern, what in (
+        (_HEDGE_WORDS, "an uncertainty word"),
+        (_HEDGE_RELATIONS, "an approximate relation"),
+        (_ROWS, "a several-row environment"),
+    ):
+        m = pattern.search(answer)
+        if m is not None and pattern.search(ground_truth) is None:
+            return f"a hedged answer: {what} ({m.group(0)!r})"
+    return None
+
+
+def alternatives_as_set(answer: str) -> str:
+    """``7 (or 8)``, ``7 \\lor 8`` -> ``7 \\text{ or } 8``: alternatives are a set, never one."""
+    answer = _PAREN_OR.sub(lambda m: f" \\text{{ or }} {m.group(1)}", answer)
+    return _LOGICAL_OR.sub(lambda m: " \\text{ or } ", answer)
+
+
+_NUMBER_WITH_UNIT = re.compile(
+    r"\s*\$?\s*([-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?)\s+[A-Za-z]{2,}(?:\s+[A-Za-z]{2,}){0,3}"
+    r"\s*\.?\s*"
+)
+
+
+# words after a number that are mathematics, not a unit: "2 pi", "3 sqrt 2", "5 times 4"
+_NOT_UNITS = re.compile(
+    r"(?i)\b(?:pi|sqrt|root|roots|times|plus|minus|over|squared|cubed|percent|degrees?"
+    r"|i|e|or|and|to)\b"
+)
+
+
+def number_before_unit(answer: str) -> str | None:
+    """The number of ``7 dollars`` / ``$12 per hour`` (word problems carry units), or None.
+
+    None when a word after the number is mathematics (``2 pi``, ``5 times 4``) or a
+    connective (``3 or 4``): those are compared as expressions.
+    """
+    m = _NUMBER_WITH_UNIT.fullmatch(answer)
+    if m is None or _NOT_UNITS.search(answer[m.end(1) :]):
+        return None
+    return m.group(1).replace(",", "")

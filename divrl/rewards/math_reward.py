@@ -44,9 +44,12 @@ from functools import lru_cache
 from typing import Any
 
 from divrl.rewards.math_answer import (
+    alternatives_as_set,
     balanced_from,
     final_answer,
+    hedge,
     normalise_answer,
+    number_before_unit,
     without_percent,
 )
 from divrl.rewards.registry import Verifier
@@ -253,7 +256,15 @@ class MathVerifier(Verifier):
             return ScoreResult(0.0, None, "no_answer", "the last \\boxed{ is not closed")
         if answer is None:
             return ScoreResult(0.0, None, "no_answer", _NO_FINAL_ANSWER)
-        return compare_answer(answer, ground_truth)
+        hedged = hedge(answer, ground_truth)
+        if hedged is not None:
+            return ScoreResult(0.0, answer[:1000], "wrong", hedged)
+        number = number_before_unit(answer)
+        gold = ground_truth.strip().replace(",", "").removeprefix("$")
+        if number is not None and _GSM8K_NUMBER.fullmatch(gold):
+            ok = _same_number(number, gold)  # "7 dollars": a number and its unit
+            return ScoreResult(float(ok), number, "correct" if ok else "wrong")
+        return compare_answer(alternatives_as_set(answer), ground_truth)
 
 
 def _last_box_unclosed(text: str) -> bool:
