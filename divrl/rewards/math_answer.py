@@ -16,6 +16,11 @@ Extraction (the training profiles ``math`` and ``gsm8k``; first rule that finds 
    ``\[...\]`` span.
 
 Nothing else: there is no last-number fallback, so "either 7 or 8" is no answer.
+A phrase's answer loses bold markers and connective words ("the answer is therefore **7**"),
+ends with its sentence, and a later phrase that only judges it ("so the answer is correct")
+is skipped. After extraction the verifier scores a hedged answer 0 (:func:`hedge`), reads
+alternatives as a set (:func:`alternatives_as_set`) and a number with its unit as the number
+(:func:`number_before_unit`).
 """
 
 from __future__ import annotations
