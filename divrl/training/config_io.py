@@ -1,9 +1,11 @@
 """Reading ``divrl train`` configs: YAML files with ``extends``, ``key=value`` overrides,
 type checks of a mapping against a dataclass of sections, and dumping.
 
-Below :mod:`divrl.training.config` (which imports this module, never the other way round,
-so either imports first on its own): the readers here take the config class as an
-argument; ``config.load_config`` and ``config.config_from_dict`` bind it.
+Below :mod:`divrl.training.config` and its section modules (which import this module,
+never the other way round, so either imports first on its own): the readers here take the
+config class as an argument; ``config.load_config`` and ``config.config_from_dict`` bind
+it. ``positive``, ``choice`` and ``help_field`` are what the sections check and declare
+their keys with.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ __all__ = [
     "choice",
     "closest",
     "dump_config",
+    "help_field",
     "parse_override",
+    "positive",
     "read_config_mapping",
 ]
 
@@ -48,6 +52,18 @@ def choice(name: str, value: Any, choices: typing.Sequence[Any]) -> None:
             f"{name}={value!r} is not valid; choose one of {list(choices)}"
             + closest(str(value), [str(c) for c in choices])
         )
+
+
+def positive(name: str, value: float, *, allow_zero: bool = False) -> None:
+    """Raise :class:`ConfigError` naming ``name`` unless ``value`` is > 0 (>= 0 with
+    ``allow_zero``)."""
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(f"{name}={value!r} must be {'>= 0' if allow_zero else '> 0'}")
+
+
+def help_field(text: str, default: Any = dataclasses.MISSING, **kwargs: Any) -> Any:
+    """A dataclass field with its help text (``metadata["help"]``): every config key has one."""
+    return dataclasses.field(default=default, metadata={"help": text}, **kwargs)
 
 
 def _type_name(tp: Any) -> str:

@@ -1,0 +1,154 @@
+"""The ``algorithm`` section of the training config: the policy loss and its options, the
+advantage scale, the reverse-KL, entropy and DPH-RL divergence terms, DAPO's dynamic
+sampling and overlong shaping (read by :mod:`divrl.training.update` and
+:mod:`divrl.training.experience`; the loss options resolved by
+:mod:`divrl.training.loss_config`, the authors' layout checked by
+:mod:`divrl.training.authors_config`)."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from divrl.algorithms import (
+    DIVERGENCES,
+    POLICY_LOSSES,
+    LossOptions,
+    divergence_generator,
+    divergence_summaries,
+)
+from divrl.training import authors_config, loss_config
+from divrl.training.config_io import ConfigError, choice, help_field, positive
+
+__all__ = ["AlgorithmConfig"]
+
+_UNSET = "null = the policy loss's own default (divrl.algorithms.loss_options)"
+
+
+@dataclass
+class AlgorithmConfig:
+    policy_loss: str = help_field(
+        "policy-gradient term, a name in divrl.algorithms.POLICY_LOSSES (vanilla: the clipped "
+        f"surrogate of GRPO/DAPO): {', '.join(sorted(POLICY_LOSSES))}",
+        "vanilla",
+    )
+    adv_scale: Literal["group", "batch", "none"] = help_field(
+        "advantage normalisation: group std (GRPO), batch std, none (Dr.GRPO)", "group"
+    )
+    # --- fidelity to the authors' scripts: the policy loss's options, resolved by divrl.training.loss_config
+    loss_options: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "options of algorithm.policy_loss by the loss's own names (e.g. {rho: "
+            "0.01, min_k: 2} for lp_reg); unset ones keep the loss's defaults; an option the "
+            "loss does not take is an error. After loading: every option the loss runs with"
+        },
+    )
+    clip_low: float | None = help_field(f"ratio clip below: r >= 1 - clip_low ({_UNSET})", None)
+    clip_high: float | None = help_field(
+        f"ratio clip above: r <= 1 + clip_high, DAPO clip-higher 0.28 ({_UNSET})", None
+    )
+    dual_clip: float | None = help_field(
+        "dual-clip c for A < 0, verl's clip_ratio_c (null = off; gspo/lp_reg/kl_cov refuse it)",
+        None,
+    )
+    loss_agg: str | None = help_field(
+        f"loss aggregation mode, verl names or micro-batch-token-mean; also aggregates the "
+        f"KL, entropy and DPH terms ({_UNSET}: token-mean, gspo seq-mean-token-mean)",
+        None,
+    )
+    lp_reg_scope: Literal["micro_batch", "mini_batch", "step", "group"] = help_field(
+        "Lp-Reg: the tokens of the rho-quantile selection: each micro-batch (the authors' "
+        "code), mini-batch, the whole step, or groups of lp_reg_group_size sequences (the "
+        "last three cost one extra no-grad forward per mini-batch)",
+        "micro_batch",
+    )
+    lp_reg_group_size: int | None = help_field(
+        "Lp-Reg, lp_reg_scope=group: sequences per selection group (consecutive rows)", None
+    )
+    kl_coef: float = help_field(
+        "beta of the online reverse-KL term on policy samples (> 0 loads a frozen reference model)",
+        0.0,
+    )
+    kl_estimator: Literal["k1", "k2", "k3"] = help_field("estimator of the reverse KL", "k3")
+    divergence: str | None = help_field(
+        f"DPH-RL divergence on reference samples (null = off), a name in "
+        f"divrl.algorithms.DIVERGENCES: {divergence_summaries()}",
+        None,
+    )
+    divergence_alpha: float | None = help_field("alpha of the alpha-divergence, in (0, 1)", None)
+    divergence_coef: float = help_field("eta: weight of the divergence term", 0.0)
+    divergence_weighting: Literal["authors", "paper", "concat"] = help_field(
+        "DPH-RL weight of the reference stream (docs/algorithms.md): 'authors': the authors' "
+        "balance from the authors_* layout (eta/8 forward_kl.sh, 0.078 eta js_kl.sh, alpha.sh); "
+        "'paper': L_pg + eta * L_f; 'concat': one token-mean over both streams",
+        "authors",
+    )
+    authors_gpus: int = help_field("the DPH-RL authors' GPU count (their scripts: 8)", 8)
+    authors_dynamic_batch: bool = help_field("the authors' run had dynamic batch sizes", False)
+    authors_micro_batch_size: int = help_field("the authors' fixed micro-batch rows per GPU", 2)
+    entropy_coef: float = help_field("entropy bonus: loss -= coef * aggregate(H)", 0.0)
+    dynamic_sampling: bool = help_field(
+        "DAPO: drop groups whose rewards are all equal and refill the batch", False
+    )
+    max_refill_rounds: int = help_field("DAPO: extra generation rounds to refill the batch", 4)
+    gen_batch_factor: int = help_field("DAPO: prompts per round = this x prompts_per_step", 1)
+    overlong_buffer: int = help_field(
+        "DAPO overlong shaping: length of the penalty buffer before max_new_tokens (0 = off)", 0
+    )
+    overlong_penalty: float = help_field("DAPO overlong shaping: penalty at max_new_tokens", 1.0)
+
+    def __post_init__(self) -> None:
+        choice("algorithm.policy_loss", self.policy_loss, sorted(POLICY_LOSSES))
+        self._resolve_loss_options()
+        if self.divergence is not None:
+            choice("algorithm.divergence", self.divergence, sorted(DIVERGENCES))
+            try:  # the divergence checks its own options
+                divergence_generator(self.divergence, self.divergence_alpha)
+            except ValueError as exc:
+                raise ConfigError(
+                    f"algorithm.divergence={self.divergence} with algorithm.divergence_alpha="
+                    f"{self.divergence_alpha}: {exc}"
+                ) from exc
+        for name in ("kl_coef", "divergence_coef", "entropy_coef"):
+            positive(f"algorithm.{name}", getattr(self, name), allow_zero=True)
+        if self.lp_reg_scope != "micro_batch" and self.policy_loss != "lp_reg":
+            raise ConfigError(
+                f"algorithm.lp_reg_scope={self.lp_reg_scope!r} is set but "
+                f"algorithm.policy_loss={self.policy_loss!r} (not lp_reg): remove it"
+            )
+        positive("algorithm.max_refill_rounds", self.max_refill_rounds, allow_zero=True)
+        if problems := authors_config.algorithm_problems(self):
+            raise ConfigError("; ".join(problems))
+        positive("algorithm.overlong_buffer", self.overlong_buffer, allow_zero=True)
+
+    def _resolve_loss_options(self) -> None:
+        """Typed options of the policy loss (bounds checked once, by its dataclass); the
+        flat keys and loss_options are rewritten to the values the loss runs with."""
+        flat = {key: getattr(self, key) for key in loss_config.FLAT_OPTION_KEYS}
+        try:
+            resolved = loss_config.resolved_option_fields(
+                self.policy_loss, flat, dict(self.loss_options)
+            )
+        except ValueError as exc:
+            raise ConfigError(f"algorithm: {exc}") from exc
+        for key, value in resolved.items():
+            setattr(self, key, value)
+
+    @functools.cached_property
+    def options(self) -> LossOptions:
+        """The policy loss's validated options (``loss_kwargs()`` are its keyword args),
+        built once: the section is not changed after loading."""
+        return loss_config.resolve_loss_options(self.policy_loss, {}, self.loss_options)
+
+    @staticmethod
+    def migrate(raw: dict[str, Any]) -> dict[str, Any]:
+        """Refuse the per-loss keys of earlier versions, naming where each went."""
+        removed = {k: v for k, v in loss_config.REMOVED_KEYS.items() if k in raw}
+        if removed:
+            moved = ", ".join(
+                f"algorithm.{k} -> algorithm.loss_options.{v}" for k, v in removed.items()
+            )
+            raise ConfigError(f"removed keys (CHANGELOG.md): {moved}")
+        return raw
