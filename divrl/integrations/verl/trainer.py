@@ -34,6 +34,11 @@ from verl.utils.metric import reduce_metrics
 from verl.utils.py_functional import rename_dict
 from verl.workers.utils.padding import response_from_nested
 
+# the modules, not their names: `from divrl.integrations.verl.losses import DivRLLoss` in a
+# process that has not imported verl yet starts verl, whose plugin loading imports this
+# module while losses.py is still half-executed (its names not defined yet)
+from divrl.integrations.verl import losses as verl_losses
+from divrl.integrations.verl import rehearsal as verl_rehearsal
 from divrl.integrations.verl.keys import (
     IS_REFERENCE,
     LOG_NORMALIZER,
@@ -41,14 +46,7 @@ from divrl.integrations.verl.keys import (
     REF_LOG_PROB,
     STREAM,
 )
-from divrl.integrations.verl.losses import DivRLLoss
 from divrl.integrations.verl.metrics import pass_at_k_metrics
-from divrl.integrations.verl.rehearsal import (
-    OPTIONAL_KEYS,
-    UPDATE_KEYS,
-    RehearsalSource,
-    join_rehearsal,
-)
 from divrl.integrations.verl.settings import DivRLVerlSettings
 
 logger = logging.getLogger(__name__)
@@ -70,11 +68,13 @@ def join_in_queue(
     / ``kv_batch_put`` API) and return the joined batch's meta and the rehearsal keys (clear
     them after the update)."""
     present = queue.kv_batch_get(keys=batch.keys[:1], partition_id=batch.partition_id).keys()
-    fields = list(UPDATE_KEYS) + [k for k in OPTIONAL_KEYS if k in present]
+    fields = list(verl_rehearsal.UPDATE_KEYS) + [
+        k for k in verl_rehearsal.OPTIONAL_KEYS if k in present
+    ]
     data = queue.kv_batch_get(
         keys=batch.keys, partition_id=batch.partition_id, select_fields=fields
     )
-    joined, layout = join_rehearsal(
+    joined, layout = verl_rehearsal.join_rehearsal(
         data,
         samples,
         dp_size=dp_size,
@@ -135,11 +135,11 @@ class DivRLPPOTrainer(PPOTrainerSync):
         rollouts = self.config.data.train_batch_size * self.config.actor_rollout_ref.rollout.n
         mini_batches = self.config.data.train_batch_size // actor.ppo_mini_batch_size
         layout = self.divrl.authors_layout(rollouts, mini_batches)
-        loss = DivRLLoss(omega_conf_to_dataclass(actor), self.divrl, layout)
+        loss = verl_losses.DivRLLoss(omega_conf_to_dataclass(actor), self.divrl, layout)
         self.actor_rollout_wg.set_loss_fn(loss)
         self.divrl_source = None
         if self.divrl.dph:
-            self.divrl_source = RehearsalSource(
+            self.divrl_source = verl_rehearsal.RehearsalSource(
                 self.divrl.reference_store,
                 temperature=self.config.actor_rollout_ref.rollout.temperature,
                 seed=self.divrl.reference_seed,
