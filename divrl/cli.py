@@ -223,15 +223,20 @@ class LineStream:
 
 
 def plain_progress_when_logged() -> None:
-    """When stderr is not a terminal, progress bars redraw at most every
-    :data:`LOGGED_PROGRESS_SECONDS` and each redraw is a line (:class:`LineStream`); tqdm
-    reads ``TQDM_*`` defaults when it is first imported, so this runs before."""
+    """When stderr is not a terminal, divrl's progress bars redraw at most every
+    :data:`LOGGED_PROGRESS_SECONDS` and each redraw is a line (:class:`LineStream`), and
+    transformers' and huggingface_hub's bars are off; tqdm and they read their settings when
+    first imported, so this runs before."""
     import os
 
     if sys.stderr.isatty() or isinstance(sys.stderr, LineStream):
         return
     for key in ("TQDM_MININTERVAL", "TQDM_MAXINTERVAL"):
         os.environ.setdefault(key, str(LOGGED_PROGRESS_SECONDS))
+    # transformers' and the hub's own bars ("Loading weights" per model load, dozens in a
+    # demo) say nothing divrl's log lines do not; both read this when first imported, and
+    # divrl's subprocesses inherit it
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     sys.stderr = LineStream(sys.stderr)
 
 

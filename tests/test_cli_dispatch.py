@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 
@@ -224,3 +225,33 @@ def test_every_error_has_the_one_prefix_divrl_command(tmp_path, capsys):
     assert main(["data", "convert", "math", "--src", str(tmp_path / "no"), "--split", "x",
                  "--out", str(tmp_path / "o.jsonl")]) == 2  # fmt: skip
     assert capsys.readouterr().err.startswith(f"divrl data: --src {tmp_path / 'no'} is not a")
+
+
+def test_third_party_progress_bars_are_off_when_stderr_is_not_a_terminal(tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=32,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+    )
+    LlamaForCausalLM(config).save_pretrained(tmp_path)
+    load = (
+        f"from transformers import AutoModelForCausalLM as M; M.from_pretrained({str(tmp_path)!r})"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
+    stderr = {}
+    for name, pre in (
+        ("plain", ""),
+        ("divrl", "import divrl.cli as c; c.plain_progress_when_logged(); "),
+    ):
+        out = subprocess.run(
+            [sys.executable, "-c", pre + load], capture_output=True, text=True, env=env, timeout=120
+        )
+        assert out.returncode == 0, out.stderr
+        stderr[name] = out.stderr
+    assert "Loading weights" in stderr["plain"]  # transformers draws it into a pipe...
+    assert "Loading weights" not in stderr["divrl"]  # ... and not under divrl's commands

@@ -186,3 +186,16 @@ def test_readme_quick_try_then_resume(tmp_path, monkeypatch):
     assert [c.step for c in run.checkpoints()] == [1, 2]
     events = [json.loads(line)["event"] for line in run.history_path.read_text().splitlines()]
     assert "resume" in events
+
+
+def test_install_lines_work_from_a_checkout():
+    """divrl is not on PyPI: every `pip install` of divrl in the README and docs installs the
+    checkout (`-e .`) or a git URL, except the sentence naming the future package."""
+    pattern = re.compile(r"pip install[^`\n]*divrl\[")
+    offenders = []
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for m in pattern.finditer(line):
+                if "git+" not in line[m.start() :] and "once it is released" not in line:
+                    offenders.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not offenders, offenders
