@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from trl import GRPOConfig
 
@@ -32,6 +32,8 @@ LP_REG_LOSS_TYPES = {
 
 #: Lp-Reg options TRL's own settings give (divrl's name -> TRL's): not in loss_options
 TRL_SETS = {"clip_low": "epsilon", "clip_high": "epsilon_high", "agg": "loss_type"}
+#: the Lp-Reg options loss_options takes (and holds, resolved, after validation)
+LP_REG_OPTION_NAMES = tuple(n for n in LpRegOptions.names() if n not in (*TRL_SETS, "full_vocab"))
 
 # --------------------------------------------------------------------------- config
 
@@ -41,8 +43,14 @@ class DivRLGRPOConfig(GRPOConfig):
     """TRL's ``GRPOConfig`` plus the DPH-RL and Lp-Reg fields (see docs/trl.md).
 
     DPH-RL is on when ``divergence`` is set, Lp-Reg when ``lp_reg`` is true; both may
-    be on together. Everything else is TRL's own configuration.
+    be on together. Everything else is TRL's own configuration. ``loss_options`` is one of
+    TRL's dict fields (``_VALID_DICT_FIELDS``): ``HfArgumentParser`` / ``TrlParser`` take it
+    as a JSON string (``--loss_options '{"rho": 0.02}'``) or a YAML mapping, and after
+    validation it holds every Lp-Reg option with its value, so ``to_dict()`` /
+    ``to_json_string()`` (what TRL logs and saves with a run) carry the options the run used.
     """
+
+    _VALID_DICT_FIELDS: ClassVar[list[str]] = [*GRPOConfig._VALID_DICT_FIELDS, "loss_options"]
 
     divergence: str | None = field(
         default=None,
@@ -108,13 +116,14 @@ class DivRLGRPOConfig(GRPOConfig):
             "epsilon_high=9.0 (the clip range of every other token).",
         },
     )
-    loss_options: dict[str, Any] = field(
+    loss_options: dict[str, Any] | str | None = field(
         default_factory=dict,
         metadata={
             "help": "Lp-Reg's options by `divrl train`'s names (algorithm.loss_options with "
-            "policy_loss=lp_reg; divrl.algorithms.LpRegOptions): rho, beta, kappa, min_k. "
-            "Unset ones keep LpRegOptions' defaults; clip_low, clip_high and agg come from "
-            "TRL's epsilon, epsilon_high and loss_type.",
+            "policy_loss=lp_reg; divrl.algorithms.LpRegOptions): rho, beta, kappa, min_k, "
+            "as a dict or, on the command line, a JSON string ('{\"rho\": 0.02}'). Unset "
+            "ones keep LpRegOptions' defaults and are filled in after validation; clip_low, "
+            "clip_high and agg come from TRL's epsilon, epsilon_high and loss_type.",
         },
     )
 
@@ -124,6 +133,10 @@ class DivRLGRPOConfig(GRPOConfig):
         self.lp_reg_options = self._lp_reg_options()
         if self.lp_reg:
             self._validate_lp_reg()
+            # every option with its value, so the serialised config names what the run used
+            self.loss_options = {
+                name: getattr(self.lp_reg_options, name) for name in LP_REG_OPTION_NAMES
+            }
 
     def _validate_dph(self) -> None:
         if self.divergence is None:
@@ -166,6 +179,13 @@ class DivRLGRPOConfig(GRPOConfig):
 
     def _lp_reg_options(self) -> LpRegOptions:
         """The typed Lp-Reg options (their bounds checked once, by LpRegOptions)."""
+        if self.loss_options is None:
+            self.loss_options = {}
+        if isinstance(self.loss_options, str):  # a path or other non-JSON text
+            raise ValueError(
+                f"loss_options={self.loss_options!r}: give a dict, or on the command line a "
+                """JSON object such as '{"rho": 0.02}'"""
+            )
         options = dict(self.loss_options)
         taken = sorted(set(options) & set(TRL_SETS))
         if taken:
@@ -180,8 +200,9 @@ class DivRLGRPOConfig(GRPOConfig):
         try:
             return LpRegOptions(**options)
         except (TypeError, ValueError) as exc:
-            valid = [n for n in LpRegOptions.names() if n not in (*TRL_SETS, "full_vocab")]
-            raise ValueError(f"loss_options: {exc} (Lp-Reg's options here: {valid})") from exc
+            raise ValueError(
+                f"loss_options: {exc} (Lp-Reg's options here: {list(LP_REG_OPTION_NAMES)})"
+            ) from exc
 
     def _validate_lp_reg(self) -> None:
         # Lp-Reg replaces TRL's clipped per-token loss on a few tokens; the settings below
