@@ -36,12 +36,14 @@ import torch
 
 from divrl.algorithms import LogitStats, logit_stats, reference_divergence_loss, token_log_probs
 from divrl.algorithms.dph_weighting import REFERENCE, ROLLOUT, AuthorsLayout
+from divrl.training.authors_config import REPLICA_PARTS
 from divrl.training.batch import Experience, PaddedPairs, ReferenceSamples, concat_pairs, pad_right
 from divrl.training.forward import response_logits, to_device
 from divrl.training.metrics import MetricMeter
 
 __all__ = [
     "REFERENCE_ADVANTAGE",
+    "REPLICA_PARTS",
     "AuthorsAssembly",
     "MicroBatch",
     "karmarkar_karp",
@@ -149,11 +151,43 @@ def _micro_batches(
     ]
 
 
+def _without_clones(mb: MicroBatch, kinds: Sequence[str], layout: AuthorsLayout) -> MicroBatch:
+    """A rollout-typed micro-batch without its reference rows (they get neither loss); under
+    dynamic batch sizes the scale follows the rows kept, so each kept row weighs as before."""
+    if mb.reference:
+        return mb
+    kept = tuple(r for r in mb.rows if kinds[r] != REFERENCE)
+    scale = len(kept) / layout.mini_batch_rows if layout.dynamic else mb.scale
+    return MicroBatch(kept, scale, False)
+
+
+def _token_scaled(
+    mb: MicroBatch, tokens: Sequence[int], per_row: float, layout: AuthorsLayout
+) -> MicroBatch:
+    """The micro-batch's token-mean weighted by its share of the tokens of a full
+    mini-batch (``per_row`` x mini-batch rows) instead of its share of the rows."""
+    share = sum(tokens[r] for r in mb.rows) / (per_row * layout.mini_batch_rows)
+    return MicroBatch(mb.rows, share, mb.reference)
+
+
+def _fold_short_tails(minis: list[list[list[int]]], size: int) -> list[list[list[int]]]:
+    """Each GPU's last mini-batch, when shorter than ``size`` rows, joined to the one before
+    it (the authors' extra small optimiser step removed; every row keeps its weight)."""
+    out = []
+    for gpu in minis:
+        if len(gpu) > 1 and len(gpu[-1]) < size:
+            gpu = [*gpu[:-2], gpu[-2] + gpu[-1]]
+        out.append(gpu)
+    return out
+
+
 def schedule(
     kinds: Sequence[str],
     lengths: Sequence[int],
     layout: AuthorsLayout,
     token_budget: int | None = None,
+    omit: Sequence[str] = (),
+    tokens: Sequence[int] | None = None,
 ) -> list[list[list[MicroBatch]]]:
     """The authors' optimiser steps over a step's rows: ``[step][gpu][micro-batch]``.
 
@@ -162,17 +196,35 @@ def schedule(
         lengths: prompt + response tokens per row (dynamic batch sizes balance these).
         layout: the authors' layout (GPUs, mini-batch rows, micro-batching).
         token_budget: tokens per micro-batch per GPU, required when ``layout.dynamic``.
+        omit: parts of :data:`REPLICA_PARTS` to leave out (ablations of the replica):
+            ``cloned_references``: reference rows of rollout-typed micro-batches are dropped
+            from them; ``third_step``: each GPU's short last mini-batch joins the one before;
+            ``micro_batch_scaling``: each micro-batch weighs its share of the tokens
+            (``tokens``, the loss's tokens per row) of a full mini-batch, not of its rows.
     """
     if layout.dynamic and token_budget is None:
         raise ValueError("dynamic batch sizes need a token budget per micro-batch")
+    unknown = sorted(set(omit) - set(REPLICA_PARTS))
+    if unknown:
+        raise ValueError(f"unknown replica parts {unknown}; valid: {', '.join(REPLICA_PARTS)}")
+    if "micro_batch_scaling" in omit and tokens is None:
+        raise ValueError("omitting the micro-batch scaling needs the tokens per row")
     chunk = -(-len(kinds) // layout.gpus)  # torch.chunk's split of the rows over the GPUs
     minis = [_pieces(g, layout.mini_batch_rows) for g in _pieces(range(len(kinds)), chunk)]
+    if "third_step" in omit:
+        minis = _fold_short_tails(minis, layout.mini_batch_rows)
+    per_row = sum(tokens) / max(len(tokens), 1) if tokens is not None else 0.0
     steps = []
     for k in range(max(len(g) for g in minis)):
         here = [g[k] for g in minis if k < len(g)]
         # one micro-batch count for all GPUs: the most any of them needs
         count = max(_micro_count(mb, lengths, token_budget) for mb in here) if layout.dynamic else 0
-        steps.append([_micro_batches(mb, kinds, lengths, layout, count) for mb in here])
+        step = [_micro_batches(mb, kinds, lengths, layout, count) for mb in here]
+        if "cloned_references" in omit:
+            step = [[_without_clones(mb, kinds, layout) for mb in gpu] for gpu in step]
+        if "micro_batch_scaling" in omit:
+            step = [[_token_scaled(mb, tokens, per_row, layout) for mb in gpu] for gpu in step]
+        steps.append(step)
     return steps
 
 
@@ -330,7 +382,14 @@ class AuthorsAssembly:
     def run(self, exp: Experience, references: Sequence[int], meter: MetricMeter, step: int) -> int:
         """All optimiser steps of a training step; returns how many were skipped."""
         rows = self.step_rows(exp, references)
-        plan = schedule(rows.kinds, rows.lengths, self.layout, self.config.train.micro_batch_tokens)
+        plan = schedule(
+            rows.kinds,
+            rows.lengths,
+            self.layout,
+            self.config.train.micro_batch_tokens,
+            omit=self.config.train.authors_replica_omit,
+            tokens=rows.pairs.response_lengths.tolist(),
+        )
         under_policy = sum(
             rows.kinds[r] == REFERENCE
             for s in plan

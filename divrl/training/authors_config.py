@@ -8,6 +8,10 @@ from typing import Any
 
 from divrl.algorithms import AuthorsLayout
 
+#: parts of the authors' step that ``train.authors_replica_omit`` leaves out (ablations of
+#: the replica, docs/algorithms.md "The authors' batch assembly")
+REPLICA_PARTS = ("cloned_references", "third_step", "micro_batch_scaling")
+
 
 def authors_layout(config: Any) -> AuthorsLayout:
     """The authors' layout of a step of ``config`` (a :class:`divrl.training.config.Config`):
@@ -43,6 +47,22 @@ def authors_assembly_problems(config: Any) -> list[str]:
         problems.append(
             "algorithm.authors_dynamic_batch=true needs train.micro_batch_tokens (the token "
             "budget per micro-batch, theirs 32384)"
+        )
+    return problems
+
+
+def replica_omit_problems(config: Any) -> list[str]:
+    """``train.authors_replica_omit``: known parts, and only with the replica."""
+    omit = config.train.authors_replica_omit
+    problems = [
+        f"train.authors_replica_omit: unknown part {p!r}; valid: {', '.join(REPLICA_PARTS)}"
+        for p in omit
+        if p not in REPLICA_PARTS
+    ]
+    if omit and config.train.batch_assembly != "authors":
+        problems.append(
+            "train.authors_replica_omit leaves parts out of the authors' batch assembly: it "
+            "needs train.batch_assembly=authors (or remove it)"
         )
     return problems
 

@@ -108,6 +108,8 @@ class Config:
         problems = authors_config.authors_assembly_problems(self)
         if self.train.batch_assembly == "authors" and problems:
             raise ConfigError("train.batch_assembly=authors: " + "; ".join(problems))
+        if problems := authors_config.replica_omit_problems(self):
+            raise ConfigError("; ".join(problems))
         if algo.dynamic_sampling and self.rollout.n < 2:
             raise ConfigError("algorithm.dynamic_sampling needs rollout.n >= 2")
         if algo.overlong_buffer >= self.rollout.max_new_tokens:

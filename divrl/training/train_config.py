@@ -39,6 +39,17 @@ class TrainConfig(FSDPConfig):  # strategy, param_dtype, fsdp_*: divrl.training.
     batch_assembly: Literal["divrl", "authors"] = help_field(
         "DPH-RL: 'divrl' (separate streams) or 'authors' (their batch, replicated)", "divrl"
     )
+    authors_replica_omit: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "ablations of train.batch_assembly=authors: parts of the authors' step "
+            "left out, any of cloned_references (reference rows of a rollout-typed "
+            "micro-batch dropped instead of trained with the policy loss), third_step (each "
+            "virtual GPU's short last mini-batch joined to the one before), "
+            "micro_batch_scaling (each micro-batch weighted by its token share of a "
+            "mini-batch instead of its row share)"
+        },
+    )
     length_bucketing: bool = help_field(
         "sort each mini-batch's sequences by length before cutting it into micro-batches, so "
         "sequences of similar length share a padded micro-batch (less padding, same loss for "
