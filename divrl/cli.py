@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import importlib
 import logging
+import math
 import re
 import sys
 from collections.abc import Sequence
@@ -53,6 +54,7 @@ USER_ERRORS = (
     ("divrl.cli", "UsageError"),
     ("divrl.training.config", "ConfigError"),
     ("divrl.data.loading", "DataValidationError"),
+    ("divrl.data.loading", "DataFileError"),
     ("divrl.rollout.model_source", "ModelSourceError"),
     ("divrl.data.reference_store", "StoreMismatchError"),
     ("divrl.data.store_files", "ReferenceStoreError"),
@@ -60,6 +62,7 @@ USER_ERRORS = (
     ("divrl.evaluation.report_files", "ReportInputError"),
     ("divrl.data.prompts", "NoUsablePromptsError"),
     ("divrl.data.prompts", "PromptLengthError"),
+    ("divrl.rollout.registry", "EngineError"),
 )
 # Built-in errors that, raised inside divrl, name a missing or unreadable input.
 USER_OS_ERRORS = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
@@ -72,6 +75,41 @@ QUIET_LOGGERS = ("httpx", "httpcore")
 
 class UsageError(ValueError):
     """A command's input is wrong in a way its message explains (raised by the commands)."""
+
+
+def _number(text: str, kind: type, what: str, ok) -> float | int:
+    try:
+        value = kind(text)
+    except (TypeError, ValueError):
+        value = None
+    if value is None or not ok(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+    return value
+
+
+def finite_float(text: str) -> float:
+    """argparse ``type``: a finite number (NaN and infinity are refused)."""
+    return _number(text, float, "a finite number", math.isfinite)
+
+
+def positive_float(text: str) -> float:
+    """argparse ``type``: a finite number > 0."""
+    return _number(text, float, "a finite number > 0", lambda v: math.isfinite(v) and v > 0)
+
+
+def non_negative_int(text: str) -> int:
+    """argparse ``type``: a whole number >= 0 (a seed, a top-k)."""
+    return _number(text, int, "a whole number >= 0", lambda v: v >= 0)
+
+
+def seed_int(text: str) -> int:
+    """argparse ``type``: a seed, a whole number from 0 to 2**32 - 1 (numpy's range)."""
+    return _number(text, int, "a whole number from 0 to 4294967295", lambda v: 0 <= v < 2**32)
+
+
+def positive_int(text: str) -> int:
+    """argparse ``type``: a whole number >= 1 (a count, a size)."""
+    return _number(text, int, "a whole number >= 1", lambda v: v >= 1)
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -136,6 +174,8 @@ def setup_logging(level: int = logging.INFO) -> None:
 
 def is_user_error(exc: BaseException) -> bool:
     """Whether ``exc`` is one of divrl's own input errors (see :data:`USER_ERRORS`)."""
+    if isinstance(exc, UsageError):  # this module's class also when run as ``python -m``
+        return True
     for module_name, class_name in USER_ERRORS:
         cls = getattr(sys.modules.get(module_name), class_name, None)
         if cls is not None and isinstance(exc, cls):
@@ -150,49 +190,105 @@ def error_paragraph(command: str, exc: BaseException) -> str:
     return f"divrl {command}: {message} (run `divrl --debug {command} ...` for the traceback)"
 
 
-def choose_threads(
-    cpus: int | None = None, load: float | None = None, local_processes: int | None = None
-) -> int:
-    """torch intra-op threads for one process: the CPUs this process may use, less the
-    machine's 1-minute load average (work of others that is running), shared by the local
-    processes of a ``torchrun`` launch; at least 1.
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask), else the machine's count."""
+    import os
 
-    On a busy machine more threads than free cores are much slower than one, as each
-    thread waits for the others at every operation: a plain ``divrl train`` of the toy GRPO
-    preset measured 21.5 s/step with torch's default threads while other jobs ran, 3.7 s/step
-    on one thread (docs/training.md).
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def choose_threads(cpus: int | None = None, local_processes: int | None = None) -> int:
+    """torch intra-op threads for one process: the CPUs this process may use, shared by the
+    local processes of a ``torchrun`` launch; at least 1.
+
+    Never the machine's load: the thread count changes the order of floating-point sums,
+    so a choice that followed other work would give one seed different numbers on an idle
+    and on a busy machine. On a busy machine ``--threads 1`` can be much faster (a toy
+    GRPO step measured 21.5 s with two threads beside other jobs, 3.7 s on one;
+    docs/training.md): the log says so when the load is high, and the choice stays yours.
     """
     import os
 
     if cpus is None:
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    if load is None:
-        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+        cpus = usable_cpus()
     if local_processes is None:
-        local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
-    free = max(1, int((cpus or 1) - load + 0.5))
-    return max(1, free // max(1, local_processes))
+        local_processes = _whole_number(os.environ.get("LOCAL_WORLD_SIZE") or "1") or 1
+    return max(1, cpus // max(1, local_processes))
+
+
+def _whole_number(text: str) -> int | None:
+    """``text`` as an integer >= 1 (spaces around allowed), else None."""
+    text = text.strip()
+    return int(text) if text.isdigit() and int(text) >= 1 else None
+
+
+def check_threads(value: int, source: str) -> int:
+    """``value`` when it is a thread count this process can use (1 .. its CPUs), else
+    :class:`UsageError` naming ``source`` (the option or variable it came from)."""
+    cpus = usable_cpus()
+    if not 1 <= value <= cpus:
+        raise UsageError(
+            f"{source}={value}: the number of threads must be from 1 to {cpus} (the CPUs this "
+            "process may use)"
+        )
+    return value
+
+
+def _env_threads(name: str, what: str) -> int | None:
+    """The thread count in environment variable ``name`` (None when unset or empty), or
+    :class:`UsageError` naming it when it is not a whole number >= 1."""
+    import os
+
+    raw = os.environ.get(name, "")
+    if not raw.strip():
+        return None
+    first = raw.split(",")[0] if name == "OMP_NUM_THREADS" else raw  # OpenMP: "4,2" = levels
+    value = _whole_number(first)
+    if value is None:
+        raise UsageError(
+            f"${name}={raw!r} is not a whole number of threads >= 1 ({what}): set it to "
+            f"one, e.g. {name}=1, or unset it"
+        )
+    return value
 
 
 def configure_threads(requested: int | None) -> str:
     """Set torch's intra-op threads: ``--threads``, else ``$DIVRL_THREADS``, else what
     ``$OMP_NUM_THREADS`` asks (torch reads it), else :func:`choose_threads`. Returns how the
-    number was chosen, for the log."""
+    number was chosen, for the log.
+
+    Raises:
+        UsageError: a count outside 1 .. the usable CPUs, or a variable that is not a whole
+            number >= 1 (OpenMP ignores such an ``OMP_NUM_THREADS``: it is refused rather
+            than reported as used).
+    """
     import os
 
     source = "--threads"
-    if requested is None and os.environ.get(THREADS_ENV):
-        requested, source = int(os.environ[THREADS_ENV]), f"${THREADS_ENV}"
-    if requested is not None and requested < 1:
-        raise UsageError(f"{source}={requested}: the number of threads must be >= 1")
+    if requested is None:
+        requested, source = _env_threads(THREADS_ENV, "divrl's thread count"), f"${THREADS_ENV}"
+    omp = None
+    if requested is not None:
+        check_threads(requested, source)
+    else:
+        omp = _env_threads("OMP_NUM_THREADS", "OpenMP ignores such a value")
     import torch
 
-    if requested is None and os.environ.get("OMP_NUM_THREADS"):
-        return f"{torch.get_num_threads()} (from $OMP_NUM_THREADS)"
+    if requested is None and omp is not None:
+        return f"{torch.get_num_threads()} (from $OMP_NUM_THREADS={omp})"
+    hint = ""
     if requested is None:
-        requested, source = choose_threads(), "chosen for the free CPUs"
+        requested, source = choose_threads(), "the CPUs this process may use"
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+        if requested > 1 and load > 0.5:
+            hint = (
+                f"; the machine's load is {load:.1f}: on a busy machine --threads 1 can be "
+                "much faster"
+            )
     torch.set_num_threads(requested)
-    return f"{requested} ({source}; --threads N or ${THREADS_ENV} to change)"
+    return f"{requested} ({source}; --threads N or ${THREADS_ENV} to change{hint})"
 
 
 class LineStream:
@@ -327,7 +423,7 @@ def build_parser_for(argv: Sequence[str]) -> argparse.ArgumentParser:
                 type=int,
                 default=None,
                 help="torch intra-op threads (default: $DIVRL_THREADS, else $OMP_NUM_THREADS, "
-                "else the CPUs not busy with other work)",
+                "else the CPUs this process may use; 1 to that count)",
             )
         if argv and argv[0] == name:
             importlib.import_module(module_name).add_arguments(sub_parser)

@@ -2,6 +2,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from divrl.cli import main
 
 
@@ -132,20 +134,26 @@ def test_train_and_presample_refuse_a_bad_config_the_same_way(capsys):
         assert f"divrl {command}: unknown key 'train.no_such_key'" in capsys.readouterr().err
 
 
-def test_threads_follow_the_free_cpus_and_the_local_processes():
-    from divrl.cli import choose_threads
+def test_threads_follow_the_cpus_and_the_local_processes_never_the_load(monkeypatch):
+    """The thread count changes the order of float sums: chosen from the machine's load, the
+    same command and seed logged different numbers beside a busy process."""
+    import os
 
-    assert choose_threads(cpus=2, load=0.1, local_processes=1) == 2  # idle 2-core machine
-    assert choose_threads(cpus=2, load=5.6, local_processes=1) == 1  # busy: never 0
-    assert choose_threads(cpus=2, load=0.7, local_processes=1) == 1  # one core taken
-    assert choose_threads(cpus=16, load=2.2, local_processes=4) == 3  # torchrun: share them
-    assert choose_threads(cpus=16, load=0.0, local_processes=32) == 1
+    from divrl.cli import choose_threads, usable_cpus
+
+    assert choose_threads(cpus=2, local_processes=1) == 2
+    assert choose_threads(cpus=16, local_processes=4) == 4  # torchrun: share them
+    assert choose_threads(cpus=16, local_processes=32) == 1  # never 0
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    idle = choose_threads()
+    monkeypatch.setattr(os, "getloadavg", lambda: (50.0, 50.0, 50.0), raising=False)
+    assert choose_threads() == idle == usable_cpus()
 
 
 def test_threads_option_env_and_omp_num_threads(monkeypatch, tmp_path, capsys):
     import torch
 
-    from divrl.cli import configure_threads
+    from divrl.cli import configure_threads, usable_cpus
 
     before = torch.get_num_threads()
     try:
@@ -153,16 +161,62 @@ def test_threads_option_env_and_omp_num_threads(monkeypatch, tmp_path, capsys):
         monkeypatch.setenv("DIVRL_THREADS", "1")
         assert configure_threads(None).startswith("1 ($DIVRL_THREADS")
         assert torch.get_num_threads() == 1
-        assert configure_threads(2).startswith("2 (--threads")  # the option wins
-        assert torch.get_num_threads() == 2
+        assert configure_threads(1).startswith("1 (--threads")  # the option wins
         monkeypatch.delenv("DIVRL_THREADS")
         monkeypatch.setenv("OMP_NUM_THREADS", "1")
-        assert configure_threads(None).endswith("(from $OMP_NUM_THREADS)")
+        assert configure_threads(None).endswith("(from $OMP_NUM_THREADS=1)")
         # a bad value is an input error of the command, before anything is loaded
         assert main(["eval", "--threads", "0", "--out", str(tmp_path / "o"), "--reuse"]) == 2
-        assert "--threads=0: the number of threads must be >= 1" in capsys.readouterr().err
+        assert "--threads=0: the number of threads must be from 1 to" in capsys.readouterr().err
+        too_many = str(usable_cpus() + 1)
+        assert main(["eval", "--threads", too_many, "--out", str(tmp_path / "o"), "--reuse"]) == 2
+        assert f"--threads={too_many}: the number of threads must be" in capsys.readouterr().err
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("DIVRL_THREADS", "abc"),
+        ("DIVRL_THREADS", "1.5"),
+        ("OMP_NUM_THREADS", "abc"),
+        ("OMP_NUM_THREADS", "0"),
+        ("OMP_NUM_THREADS", "-1"),
+    ],
+)
+def test_a_thread_variable_that_is_not_a_count_is_refused(
+    monkeypatch, tmp_path, capsys, name, value
+):
+    """DIVRL_THREADS=abc was an int() traceback; OpenMP ignores OMP_NUM_THREADS=abc/0/-1 while
+    the log said the threads came from it."""
+    monkeypatch.delenv("DIVRL_THREADS", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv(name, value)
+    assert main(["eval", "--out", str(tmp_path / "o"), "--reuse"]) == 2
+    err = capsys.readouterr().err
+    assert f"${name}={value!r} is not a whole number of threads >= 1" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--temperature", "nan"], "argument --temperature: 'nan' is not a finite number > 0"),
+        (["--temperature", "inf"], "argument --temperature: 'inf' is not a finite number > 0"),
+        (["--top-p", "nan"], "argument --top-p: 'nan' is not a finite number"),
+        (["--seed", "-1"], "argument --seed: '-1' is not a whole number from 0 to 4294967295"),
+        (["--n", "0"], "argument --n: '0' is not a whole number >= 1"),
+    ],
+)
+def test_eval_numbers_are_checked_when_parsed_naming_the_option(tmp_path, capsys, args, message):
+    """--temperature nan sampled pad tokens and exited 0; --seed -1 failed after the model
+    loaded with "expected non-negative integer"."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", "--model", "toy", "--data", "toy", "--out", str(tmp_path), *args])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
 
 
 def test_cli_lets_idle_openmp_threads_sleep_unless_told_otherwise():

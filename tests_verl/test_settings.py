@@ -64,3 +64,34 @@ def test_defaults_are_plain_grpo():
     settings = DivRLVerlSettings.from_mapping(None)
     assert settings.policy_loss == "vanilla" and not settings.dph
     assert settings.authors_layout(rollouts=16, mini_batches=1) is None
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({"divergence_coef": float("nan")}, r"divrl\.divergence_coef=nan must be a finite number"),
+        ({"divergence_coef": float("inf")}, r"divrl\.divergence_coef=inf must be a finite number"),
+        ({"divergence_coef": "0.2"}, r"divrl\.divergence_coef='0\.2' must be a finite number"),
+        ({"reference_per_step": float("nan")}, r"reference_per_step=nan must be a whole number"),
+        ({"reference_per_step": 2.5}, r"divrl\.reference_per_step=2\.5 must be a whole number"),
+        ({"allow_store_mismatch": "no"}, r"allow_store_mismatch='no' must be true or false"),
+        (
+            {"policy_loss": "lp_reg", "loss_options": {"rho": float("nan")}},
+            r"divrl\.loss_options\.rho=nan must be a finite number",
+        ),
+        (
+            {"divergence_coef": 0.2},
+            r"divergence_coef=0\.2 has no effect without divrl\.divergence: set divrl\.divergence",
+        ),
+    ],
+)
+def test_values_of_the_wrong_kind_are_refused_naming_the_key(section, message):
+    """NaN turned DPH off without a word, '0.2' and 2.5 crashed later, 'no' counted as true,
+    a coefficient without a divergence trained plain GRPO."""
+    with pytest.raises(VerlSettingsError, match=message):
+        DivRLVerlSettings.from_mapping(section)
+
+
+def test_an_empty_loss_options_section_means_no_options():
+    settings = DivRLVerlSettings.from_mapping({"policy_loss": "lp_reg", "loss_options": None})
+    assert settings.loss_options == {} and settings.lp_reg_options().rho > 0

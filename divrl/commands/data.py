@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from divrl.cli import seed_int
 from divrl.data.converters import converter_names, get_converter
 
 
@@ -42,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     convert.add_argument(
         "--limit", type=int, default=None, help="keep a random sample of N rows (source order)"
     )
-    convert.add_argument("--seed", type=int, default=0, help="seed of the --limit sample")
+    convert.add_argument("--seed", type=seed_int, default=0, help="seed of the --limit sample")
 
 
 def run(args: argparse.Namespace) -> int:

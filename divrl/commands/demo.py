@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from divrl.cli import positive_int, seed_int
 from divrl.fileio import atomic_write_text
 from divrl.pipeline import (
     Clock,
@@ -50,21 +51,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--size", default="full", help="toy world size: full (default), small, tiny (a test)"
     )
-    parser.add_argument("--steps", type=int, default=40, help="RL steps per method (40)")
+    parser.add_argument("--steps", type=positive_int, default=40, help="RL steps per method (40)")
     parser.add_argument(
         "--train-prompts",
         type=int,
         default=256,
         help="training prompts used (data.limit; also what presampling covers) (256)",
     )
-    parser.add_argument("--eval-prompts", type=int, default=64, help="prompts per eval set (64)")
-    parser.add_argument("--n", type=int, default=8, help="eval samples per prompt (8)")
+    parser.add_argument(
+        "--eval-prompts", type=positive_int, default=64, help="prompts per eval set (64)"
+    )
+    parser.add_argument("--n", type=positive_int, default=8, help="eval samples per prompt (8)")
     parser.add_argument(
         "--methods",
         default=",".join(METHODS),
         help=f"comma-separated, from {', '.join(METHODS)} (default: all)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="training seed")
+    parser.add_argument("--seed", type=seed_int, default=0, help="training seed")
     parser.add_argument("--fresh", action="store_true", help="delete --out first")
     parser.add_argument(
         "--spark-words",

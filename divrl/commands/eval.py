@@ -15,6 +15,13 @@ import re
 import sys
 from pathlib import Path
 
+from divrl.cli import (
+    finite_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    seed_int,
+)
 from divrl.fileio import atomic_write_text
 
 TOY_EVAL_SPLITS = ("test", "cross_domain", "ood_math")
@@ -45,13 +52,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--reuse", action="store_true", help="re-score existing samples in --out, no sampling"
     )
-    parser.add_argument("--n", type=int, default=16, help="samples per prompt")
-    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
-    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus threshold (1 = off)")
-    parser.add_argument("--top-k", type=int, default=0, help="top-k (0 = off)")
+    parser.add_argument("--n", type=positive_int, default=16, help="samples per prompt")
+    parser.add_argument(
+        "--temperature", type=positive_float, default=1.0, help="sampling temperature"
+    )
+    parser.add_argument(
+        "--top-p", type=finite_float, default=1.0, help="nucleus threshold (1 = off)"
+    )
+    parser.add_argument("--top-k", type=non_negative_int, default=0, help="top-k (0 = off)")
     parser.add_argument(
         "--max-new-tokens",
-        type=int,
+        type=positive_int,
         default=None,
         help=f"response length limit in tokens (default: {DEFAULT_MAX_NEW_TOKENS}, at most the "
         f"model's context minus {PROMPT_ROOM} tokens of prompt: 80 for the toy model, whose "
@@ -59,7 +70,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     parser.add_argument("--no-greedy", action="store_true", help="skip the greedy response")
-    parser.add_argument("--batch-size", type=int, default=16, help="prompts per generate call")
+    parser.add_argument(
+        "--batch-size", type=positive_int, default=16, help="prompts per generate call"
+    )
     parser.add_argument(
         "--engine",
         default="auto",
@@ -77,9 +90,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--template", default="plain", help="prompt template (divrl.data)")
     parser.add_argument("--db-dir", help="SQLite databases of SQL eval sets")
-    parser.add_argument("--limit", type=int, help="evaluate only the first N prompts per set")
-    parser.add_argument("--seed", type=int, default=0, help="seed of sampling and bootstrap")
-    parser.add_argument("--n-boot", type=int, default=1000, help="bootstrap replicates")
+    parser.add_argument(
+        "--limit", type=positive_int, help="evaluate only the first N prompts per set"
+    )
+    parser.add_argument("--seed", type=seed_int, default=0, help="seed of sampling and bootstrap")
+    parser.add_argument("--n-boot", type=positive_int, default=1000, help="bootstrap replicates")
     parser.add_argument(
         "--group-by",
         action="append",
@@ -173,7 +188,14 @@ def engine_option_mapping(specs: list[str]) -> dict:
         key, sep, value = spec.partition("=")
         if not sep or not key.strip():
             raise ValueError(f"--engine-option {spec!r} must look like KEY=VALUE")
-        options[key.strip()] = yaml.safe_load(value) if value.strip() else None
+        try:
+            options[key.strip()] = yaml.safe_load(value) if value.strip() else None
+        except yaml.YAMLError as exc:
+            reason = " ".join(str(getattr(exc, "problem", None) or exc).split())
+            raise ValueError(
+                f"--engine-option {spec!r}: the value is not YAML ({reason}); quote it, e.g. "
+                f"{key.strip()}='\"{value}\"', or write the value the option takes"
+            ) from exc
     return options
 
 
@@ -250,13 +272,15 @@ def _run(args: argparse.Namespace) -> int:
         if not sets:
             raise ValueError("give at least one --data set")
     model = tokenizer = model_path = engine = context = None
+    # every setting (engine name and options included) is checked before the model loads
+    cfg = _eval_config(args, None)
     if not args.reuse:
         from divrl.evaluation.runner import make_engine
-        from divrl.rollout import get_engine
+        from divrl.rollout import check_engine_installed
 
-        get_engine(args.engine)  # an unknown name fails before the model loads
+        check_engine_installed(args.engine)
         model, tokenizer, context, model_path, resolved = _load(args)
-    cfg = _eval_config(args, context)
+        cfg = _eval_config(args, context)
     if not args.reuse:  # one engine for every set (vLLM takes its GPU memory once)
         engine = make_engine(cfg, model, tokenizer, resolved, context)
     summaries = {}

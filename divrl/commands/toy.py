@@ -16,6 +16,8 @@ import argparse
 import json
 import os
 
+from divrl.cli import positive_int, seed_int
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from divrl.toy.worlds import DEFAULT_WORLD, WORLDS
@@ -31,12 +33,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         )
         p.add_argument("--cache-dir", help="default: $DIVRL_CACHE_DIR/toy or ~/.cache/divrl/toy")
         p.add_argument("--world", choices=sorted(WORLDS), default=DEFAULT_WORLD, help=worlds)
-        p.add_argument("--seed", type=int, default=0, help="generator and training seed")
+        p.add_argument("--seed", type=seed_int, default=0, help="generator and training seed")
         p.add_argument(
             "--size", default="full", help="'full' (minutes) or 'tiny' (seconds, for tests)"
         )
-        p.add_argument("--max-prompts", type=int, default=256, help="prompts measured per split")
-        p.add_argument("--samples", type=int, default=16, help="samples per prompt (Pass@k)")
+        p.add_argument(
+            "--max-prompts", type=positive_int, default=256, help="prompts measured per split"
+        )
+        p.add_argument(
+            "--samples", type=positive_int, default=16, help="samples per prompt (Pass@k)"
+        )
         p.add_argument("--json", action="store_true", help="print the measurements as JSON")
         p.add_argument("--quiet", action="store_true", help="no progress bars")
         if name == "build":

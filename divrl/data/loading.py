@@ -18,6 +18,7 @@ always carry an absolute ``extra_info["db_path"]``.
 
 from __future__ import annotations
 
+import codecs
 import json
 import logging
 import math
@@ -45,6 +46,11 @@ class Example:
     extra_info: dict[str, Any] = field(
         default_factory=dict, metadata={"help": "per-example settings, e.g. db_path for SQL"}
     )
+
+
+class DataFileError(ValueError):
+    """A data file that cannot be read as rows at all (format, encoding, JSON, shape); the
+    message names the file and, where it can, the line."""
 
 
 class DataValidationError(ValueError):
@@ -134,15 +140,45 @@ def _iter_rows(path: Path) -> Iterator[tuple[int, Any]]:
 
         yield from enumerate(rows(), start=1)
     elif path.suffix == ".json":
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(data, list):
-            raise ValueError(f"{path}: a .json data file must hold a list of rows")
-        yield from enumerate(data, start=1)
+        yield from enumerate(_read_json_list(path), start=1)
     else:
-        raise ValueError(
+        raise DataFileError(
             f"{path}: unsupported data format {path.suffix!r}; use .jsonl, .json, .parquet "
             "or a directory written by datasets' save_to_disk"
         )
+
+
+def _read_json_list(path: Path) -> list:
+    """The rows of a ``.json`` data file: one JSON list (a UTF-8 byte-order mark is allowed).
+
+    Raises:
+        DataFileError: the file is not UTF-8, not JSON, too deeply nested or not a list
+            (one line naming the file and where).
+    """
+    raw = path.read_bytes().removeprefix(codecs.BOM_UTF8)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise DataFileError(
+            f"{path}: invalid UTF-8 ({e.reason}) at byte {e.start + 1} (line {line}): save "
+            "the file as UTF-8"
+        ) from None
+    try:
+        data = json.loads(text, parse_float=_JsonFloat, parse_int=_json_int)
+    except json.JSONDecodeError as e:
+        raise DataFileError(
+            f"{path}: invalid JSON at line {e.lineno} column {e.colno} ({e.msg}): a .json data "
+            "file holds one JSON list of rows (or use .jsonl, one row per line)"
+        ) from None
+    except RecursionError:
+        raise DataFileError(f"{path}: the JSON is nested too deeply to read") from None
+    if not isinstance(data, list):
+        raise DataFileError(
+            f"{path}: a .json data file must hold a JSON list of rows, not a "
+            f"{type(data).__name__}; put the rows in [...] (or use .jsonl, one row per line)"
+        )
+    return data
 
 
 def _iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
@@ -154,6 +190,8 @@ def _iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
         for line_no, raw in enumerate(f, start=1):
             if not raw.strip():
                 continue  # blank lines (e.g. a trailing newline) are not rows
+            if line_no == 1:  # a UTF-8 byte-order mark (editors on Windows) is not JSON
+                raw = raw.removeprefix(codecs.BOM_UTF8)
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:

@@ -77,14 +77,18 @@ def load_prompts(
     *,
     db_dir: str | None = None,
     max_new_tokens: int | None = None,
+    context: int | None = None,
 ) -> tuple[list[PromptItem], int]:
     """Tokenised prompts of ``path`` and the number longer than ``data.max_prompt_length``
     (dropped or left-truncated per ``data.truncation``; ``error`` raises when any is).
     ``max_new_tokens`` (``rollout.max_new_tokens``) only completes the error message.
+    ``context``: the model's context in tokens; a prompt that fills it (no room for one
+    response token) is refused here, when the prompts are loaded, not at the first rollout.
 
     Raises:
         PromptLengthError: ``data.truncation=error`` and some prompts are too long (the
-            message gives their count, the longest and the settings that change it).
+            message gives their count, the longest and the settings that change it), or a
+            kept prompt leaves no room in ``context``.
         NoUsablePromptsError: no prompt is left; the message says how many rows were read
             and which setting dropped them.
     """
@@ -93,6 +97,11 @@ def load_prompts(
     for ex in examples:
         text = render_prompt(ex, template=data.template, tokenizer=tokenizer)
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if not ids:
+            raise PromptLengthError(
+                f"{path}: the prompt of row id {ex.id!r} has no tokens (rendered with the "
+                f"{data.template!r} template): give it a prompt, or leave the row out"
+            )
         if len(ids) > data.max_prompt_length:
             too_long.append(len(ids))
             if data.truncation == "drop":
@@ -109,6 +118,7 @@ def load_prompts(
     if not items:
         message = _no_prompts_message(data, path, len(examples), too_long, max_new_tokens)
         raise NoUsablePromptsError(message)
+    _check_context(items, context, data, path)
     action = {"error": "refused", "drop": "dropped", "left": "left-truncated"}[data.truncation]
     # always reported, also when 0: a silent drop once hid most of a dataset
     (logger.warning if too_long else logger.info)(
@@ -120,6 +130,23 @@ def load_prompts(
         data.truncation,
     )
     return items, len(too_long)
+
+
+def _check_context(
+    items: list[PromptItem], context: int | None, data: PromptSettings, path: str
+) -> None:
+    """Refuse prompts that fill the model's ``context`` (None: not known, nothing checked)."""
+    if context is None:
+        return
+    full = [len(item.prompt_ids) for item in items if len(item.prompt_ids) >= context]
+    if full:
+        raise PromptLengthError(
+            f"{len(full)} of the prompts in {path} have {context} tokens or more (the longest "
+            f"{max(full)}) and leave no room for a response in the model's context of "
+            f"{context} tokens (config.max_position_embeddings), with data.max_prompt_length="
+            f"{data.max_prompt_length}: set data.max_prompt_length below {context} (with "
+            "data.truncation=drop or left), or use a model with a longer context"
+        )
 
 
 def _no_prompts_message(

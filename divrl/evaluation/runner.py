@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -100,11 +101,13 @@ class EvalConfig:
     def __post_init__(self) -> None:
         if self.n < 1:
             raise ValueError(f"n={self.n}: need at least one sample per prompt")
-        if self.temperature <= 0:
+        if not 0 < self.temperature < math.inf:  # NaN too
             raise ValueError(
                 f"temperature={self.temperature} must be > 0 (the greedy response is "
                 "decoded separately)"
             )
+        if self.seed < 0:
+            raise ValueError(f"seed={self.seed} must be >= 0")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p={self.top_p} must be in (0, 1]")
         if self.top_k < 0 or self.max_new_tokens < 1 or self.batch_size < 1:

@@ -10,7 +10,14 @@ from typing import Any
 
 import torch
 
-__all__ = ["RolloutEngine", "RolloutOutput", "SamplingParams", "collate"]
+__all__ = [
+    "RolloutEngine",
+    "RolloutOutput",
+    "SamplingParams",
+    "check_prompts",
+    "collate",
+    "repeat_samples",
+]
 
 
 @dataclass(frozen=True)
@@ -38,9 +45,10 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if self.n < 1 or self.max_new_tokens < 1:
             raise ValueError("SamplingParams: n and max_new_tokens must be >= 1")
-        if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
+        if not 0 <= self.temperature < float("inf") or not 0 < self.top_p <= 1 or self.top_k < 0:
             raise ValueError(
-                "SamplingParams: temperature must be >= 0 (0 = greedy), top_p in (0, 1], top_k >= 0"
+                "SamplingParams: temperature must be finite and >= 0 (0 = greedy), top_p in (0, 1], "
+                "top_k >= 0"
             )
 
 
@@ -114,6 +122,36 @@ class RolloutEngine(abc.ABC):
         an engine that consumes it must do so on every process; one that shares the
         model, like ``hf``, leaves it unconsumed and nothing is gathered).
         """
+
+
+def check_prompts(prompt_ids: Sequence[Sequence[int]]) -> None:
+    """Refuse a prompt without tokens (there is nothing to continue: a model would sample
+    from a pad token, or a batch of one fail in a reshape).
+
+    Raises:
+        ValueError: naming the first empty prompt's index.
+    """
+    for i, ids in enumerate(prompt_ids):
+        if len(ids) == 0:
+            raise ValueError(
+                f"generate: prompt {i} has no token ids; every prompt needs at least one "
+                "token (e.g. the tokenizer's BOS token)"
+            )
+
+
+def repeat_samples(out: RolloutOutput, n: int) -> RolloutOutput:
+    """``out`` (one sample per prompt) with each sample repeated ``n`` times, prompt-major:
+    the ``n`` samples of greedy decoding, which are all the same."""
+    repeated = RolloutOutput()
+    for j in range(len(out)):
+        for _ in range(n):
+            repeated.prompt_index.append(out.prompt_index[j])
+            repeated.prompt_ids.append(list(out.prompt_ids[j]))
+            repeated.response_ids.append(list(out.response_ids[j]))
+            repeated.log_probs.append(list(out.log_probs[j]))
+            repeated.texts.append(out.texts[j])
+            repeated.truncated.append(out.truncated[j])
+    return repeated
 
 
 def pad_token_id(tokenizer: Any) -> int:

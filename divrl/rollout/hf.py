@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -10,8 +11,15 @@ from dataclasses import dataclass
 
 import torch
 
-from divrl.rollout.base import RolloutEngine, RolloutOutput, SamplingParams, pad_token_id
-from divrl.rollout.registry import EngineContext, register_engine
+from divrl.rollout.base import (
+    RolloutEngine,
+    RolloutOutput,
+    SamplingParams,
+    check_prompts,
+    pad_token_id,
+    repeat_samples,
+)
+from divrl.rollout.registry import EngineContext, EngineError, register_engine
 
 __all__ = ["HFEngine", "HFOptions", "cut_at_stop", "response_length"]
 
@@ -92,8 +100,12 @@ class HFEngine(RolloutEngine):
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         eos = tokenizer.eos_token_id
-        if eos is None:
-            raise ValueError("the tokenizer has no eos_token_id; the hf engine needs one")
+        if eos is None or (isinstance(eos, list | tuple) and not eos):
+            raise EngineError(
+                "the tokenizer has no end-of-sequence token (eos_token_id), so no response "
+                "could end before max_new_tokens: set eos_token in the model's "
+                "tokenizer_config.json (or tokenizer.eos_token = ... before building the engine)"
+            )
         self.eos_ids = {eos} if isinstance(eos, int) else set(eos)
         self.pad_id = pad_token_id(tokenizer)
         self.context_capped = 0  # responses cut at the model's context so far
@@ -131,7 +143,15 @@ class HFEngine(RolloutEngine):
         params: SamplingParams,
         seeds: Sequence[int] | None = None,
     ) -> RolloutOutput:
+        check_prompts(prompt_ids)
+        if params.temperature == 0 and params.n > 1:
+            # greedy decoding gives every sample the same tokens: decode once, copy n times
+            # (transformers refuses num_return_sequences > 1 without sampling)
+            once = self.generate(prompt_ids, dataclasses.replace(params, n=1), seeds)
+            return repeat_samples(once, params.n)
         out = RolloutOutput()
+        if not prompt_ids:
+            return out
         was_training = self.model.training
         self.model.eval()
         with self.full_weights():

@@ -44,6 +44,7 @@ __all__ = [
     "EngineSpec",
     "NoOptions",
     "build_engine",
+    "check_engine_installed",
     "engine_names",
     "engine_options",
     "get_engine",
@@ -109,6 +110,8 @@ class EngineSpec:
     ``uses_model``: the engine generates with the policy in this process (``hf``); False
     when it loads its own copy from ``model_path`` (``vllm``), so a command that only
     generates need not load the model into the trainer's framework.
+    ``requires``: ``(module, how to install it)`` pairs the engine imports when built
+    (``vllm``); :func:`check_engine_installed` names a missing one before any work starts.
     """
 
     name: str
@@ -116,6 +119,7 @@ class EngineSpec:
     options: type
     summary: str = ""
     uses_model: bool = True
+    requires: tuple[tuple[str, str], ...] = ()
 
 
 _ENGINES: dict[str, EngineSpec] = {}
@@ -127,6 +131,7 @@ def register_engine(
     options: type = NoOptions,
     summary: str = "",
     uses_model: bool = True,
+    requires: tuple[tuple[str, str], ...] = (),
     replace: bool = False,
 ) -> Callable[[Factory], Factory]:
     """Decorator: register ``factory`` as the engine ``name`` (see the module docstring).
@@ -144,7 +149,7 @@ def register_engine(
                 f"a rollout engine named {name!r} is already registered "
                 f"({_ENGINES[name].factory.__module__}); pick another name or pass replace=True"
             )
-        _ENGINES[name] = EngineSpec(name, factory, options, summary, uses_model)
+        _ENGINES[name] = EngineSpec(name, factory, options, summary, uses_model, requires)
         return factory
 
     return decorator
@@ -161,12 +166,52 @@ def engine_names() -> tuple[str, ...]:
 
 
 def _load_entry_point(name: str) -> None:
+    """Import the module that the entry point ``name`` names (it registers the engine).
+
+    Raises:
+        EngineError: the module is missing or raises while it is imported (one line naming
+            the entry point, its module and the error, not the module's traceback).
+    """
     from importlib.metadata import entry_points
 
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name == name:
-            importlib.import_module(ep.value.partition(":")[0])
+            module = ep.value.partition(":")[0].strip()
+            try:
+                importlib.import_module(module)
+            except Exception as exc:  # any error of a third-party module, reported in one line
+                detail = " ".join(str(exc).split()) or "no message"
+                raise EngineError(
+                    f"rollout engine {name!r}: its module {module!r} (entry point of "
+                    f"{getattr(ep.dist, 'name', None) or 'an installed package'} in group "
+                    f"{ENTRY_POINT_GROUP}) failed to import: {type(exc).__name__}: {detail}; "
+                    "fix or reinstall that package, or pick another engine"
+                ) from exc
             return
+
+
+def check_engine_installed(name: str) -> None:
+    """Refuse ``name`` when a module its engine needs is not installed (see
+    :attr:`EngineSpec.requires`), before any model is loaded.
+
+    Raises:
+        EngineError: unknown engine, or the missing module with how to install it.
+    """
+    import importlib.util
+    import sys
+
+    for module, install in get_engine(name).requires:
+        if module in sys.modules:
+            continue
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise EngineError(
+                f"rollout engine {name!r} needs the module {module!r}, which is not installed: "
+                f"{install}"
+            )
 
 
 def get_engine(name: str) -> EngineSpec:

@@ -21,7 +21,7 @@ import torch
 
 from divrl.rollout.base import RolloutOutput, SamplingParams
 from divrl.rollout.hf import HFEngine, HFOptions, build_hf, cut_at_stop, response_length
-from divrl.rollout.registry import EngineContext, register_engine
+from divrl.rollout.registry import EngineContext, EngineError, register_engine
 
 __all__ = ["StaticCacheEngine", "StaticOptions", "unsupported_reason"]
 
@@ -172,7 +172,7 @@ class StaticCacheEngine(HFEngine):
     falls exactly between two tokens.
 
     Raises:
-        ValueError: the model is not a supported architecture (use ``hf``).
+        EngineError: the model is not a supported architecture (use ``hf``).
     """
 
     batched_seeds = True  # seeded prompts share a batch: seeds cost nothing extra
@@ -180,9 +180,9 @@ class StaticCacheEngine(HFEngine):
     def __init__(self, model: torch.nn.Module, tokenizer, **kwargs) -> None:
         reason = unsupported_reason(model)
         if reason is not None:
-            raise ValueError(
-                f"the static rollout engine cannot run this model: {reason}; "
-                "use the hf engine (rollout.engine: hf)"
+            raise EngineError(
+                f"the static rollout engine cannot run this model: {reason}; use the hf "
+                "engine (rollout.engine=hf for divrl train and presample, --engine hf for eval)"
             )
         super().__init__(model, tokenizer, **kwargs)
         self._eos = torch.tensor(sorted(self.eos_ids), dtype=torch.long)
@@ -204,12 +204,15 @@ class StaticCacheEngine(HFEngine):
     def _uniforms(
         self, prompts: int, params: SamplingParams, seeds: Sequence[int] | None
     ) -> torch.Tensor | None:
-        """``[prompts * n, max_new_tokens]`` numbers in [0, 1) that drive the sampling."""
+        """``[prompts * n, T]`` numbers in [0, 1) that drive the sampling: ``T`` is
+        ``max_new_tokens`` capped by the model's context (no response is longer), the same
+        for every batch, so a seed gives the same numbers whatever shares its batch."""
         if params.temperature == 0:
             return None
-        shape = (params.n, params.max_new_tokens)
+        steps = min(params.max_new_tokens, self.context_length or params.max_new_tokens)
+        shape = (params.n, steps)
         if seeds is None:
-            return torch.rand((prompts * params.n, params.max_new_tokens))
+            return torch.rand((prompts * params.n, steps))
         generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
         return torch.cat([torch.rand(shape, generator=g) for g in generators])
 

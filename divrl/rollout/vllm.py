@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from divrl.rollout.base import RolloutEngine, RolloutOutput, SamplingParams
+from divrl.rollout.base import RolloutEngine, RolloutOutput, SamplingParams, check_prompts
 from divrl.rollout.registry import EngineContext, register_engine
 
 __all__ = [
@@ -178,6 +178,7 @@ class VLLMEngine(RolloutEngine):
         from vllm import SamplingParams as VSamplingParams
         from vllm.inputs import TokensPrompt
 
+        check_prompts(prompt_ids)
         if seeds is not None and len(seeds) != len(prompt_ids):
             raise ValueError("generate: need one seed per prompt")
 
@@ -254,6 +255,12 @@ class VLLMOptions:
     options=VLLMOptions,
     summary="vLLM colocated on this process's GPU (one engine per rank); CUDA only",
     uses_model=False,
+    requires=(
+        (
+            "vllm",
+            "pip install -e '.[vllm]' in the divrl checkout (CUDA only), or use the hf engine",
+        ),
+    ),
 )
 def build_vllm(context: EngineContext, options: VLLMOptions) -> VLLMEngine:
     return VLLMEngine(

@@ -62,22 +62,22 @@ __all__ = [
 ]
 
 
-def reject_non_finite(config: Any, prefix: str = "") -> None:
+def reject_non_finite(config: Any, key: str = "") -> None:
     """Raise :class:`ConfigError` for a NaN or infinite number anywhere in ``config`` (a
-    :class:`Config`; sections are walked). No float option has a meaning for them, and
-    comparisons let NaN through (``nan > 0`` and ``nan < 0`` are both false): a NaN clip
-    would skip every step, a NaN max_grad_norm turn clipping off. Off switches are 0 or null."""
-    for f in dataclasses.fields(config):
-        value = getattr(config, f.name)
-        if dataclasses.is_dataclass(value):
-            reject_non_finite(value, f"{prefix}{f.name}.")
-            continue
-        for item in value if isinstance(value, list) else [value]:
-            if isinstance(item, float) and not math.isfinite(item):
-                raise ConfigError(
-                    f"{prefix}{f.name}={item!r} must be a finite number (use 0 or null to "
-                    "turn a feature off)"
-                )
+    :class:`Config`; sections, lists and mappings such as ``algorithm.loss_options`` are
+    walked). No float option has a meaning for them, and comparisons let NaN through (a NaN
+    clip skips every step, a NaN Lp-Reg rho crashes at step 1). Off switches are 0 or null."""
+    if dataclasses.is_dataclass(config):  # mappings last: they mirror options named first
+        for f in sorted(dataclasses.fields(config), key=lambda f: str(f.type).startswith("dict")):
+            reject_non_finite(getattr(config, f.name), f"{key}.{f.name}" if key else f.name)
+    elif isinstance(config, dict | list | tuple):
+        named = config.items() if isinstance(config, dict) else ((None, v) for v in config)
+        for name, item in named:
+            reject_non_finite(item, key if name is None else f"{key}.{name}")
+    elif isinstance(config, float) and not math.isfinite(config):
+        raise ConfigError(
+            f"{key}={config!r} must be a finite number (use 0 or null to turn a feature off)"
+        )
 
 
 @dataclass

@@ -94,15 +94,23 @@ def shard_model(config: Config, model: torch.nn.Module, device: torch.device) ->
 
 
 def run_prompts(
-    config: Config, train_path: str, db_dir: str | None, tokenizer: Any
+    config: Config,
+    train_path: str,
+    db_dir: str | None,
+    tokenizer: Any,
+    model: torch.nn.Module | None = None,
 ) -> tuple[list[PromptItem], int]:
-    """:func:`divrl.data.prompts.load_prompts` with the run's ``data.*`` settings."""
+    """:func:`divrl.data.prompts.load_prompts` with the run's ``data.*`` settings; with
+    ``model``, prompts that fill its context (``config.max_position_embeddings``) are
+    refused when they are loaded."""
+    context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     return load_prompts(
         train_path,
         tokenizer,
         config.data,
         db_dir=db_dir,
         max_new_tokens=config.rollout.max_new_tokens,
+        context=context if isinstance(context, int) and context > 0 else None,
     )
 
 

@@ -348,7 +348,7 @@ def presample(
     model.to(device).eval()
     if config.train.strategy == "fsdp" and torch.distributed.is_initialized():
         model = shard_model(config, model, device)
-    prompts, dropped = run_prompts(config, train_path, db_dir, tokenizer)
+    prompts, dropped = run_prompts(config, train_path, db_dir, tokenizer, model)
     expect = store_expectation(config, model_path, prompts)
     hint = "" if config.data.limit else " (data.limit=N: the first N only; train with it too)"
     logger.info("presample: %d prompts x %d responses%s", len(prompts), ref.k, hint)

@@ -110,7 +110,9 @@ class Trainer:
             self.run, acc, m, cfg.train.strategy, cfg.checkpoint.keep_last
         )
         self.pad_id = pad_token_id(self.tokenizer)
-        self.prompts, self.dropped_prompts = run_prompts(cfg, train_path, db_dir, self.tokenizer)
+        self.prompts, self.dropped_prompts = run_prompts(
+            cfg, train_path, db_dir, self.tokenizer, self.policy
+        )
 
         # DPH-RL: roll out only exploration prompts; reference samples come from the store.
         self.reference_store: ReferenceStore | None = None

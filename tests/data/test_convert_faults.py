@@ -152,6 +152,17 @@ def test_a_non_utf8_math_line_names_the_line(tmp_path):
         get_converter("math").convert(src, "test")
 
 
+def test_a_non_utf8_gsm8k_line_names_the_file_and_line(tmp_path):
+    src = tmp_path / "gsm8k"
+    src.mkdir()
+    good = json.dumps({"question": "1+1?", "answer": "2 #### 2"}).encode()
+    (src / "test.jsonl").write_bytes(
+        good + b"\n" + b'{"question": "caf\xe9", "answer": "#### 1"}\n'
+    )
+    with pytest.raises(ValueError, match=r"test\.jsonl: line 2: invalid UTF-8 at byte column 18"):
+        get_converter("gsm8k").convert(src, "test")
+
+
 def test_a_template_file_that_is_not_utf8_is_one_error(tmp_path, capsys):
     src = make_math500(tmp_path / "m500")
     template = tmp_path / "t.txt"

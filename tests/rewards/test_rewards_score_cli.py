@@ -68,6 +68,34 @@ def test_score_command_single_completion_and_errors(tmp_path, capsys):
         assert "Traceback" not in err
 
 
+def test_a_json_data_file_that_does_not_read_is_one_line(tmp_path, capsys):
+    """A .json --data with bad JSON, bytes that are not UTF-8 or no list was a traceback (the
+    .jsonl paths gave one line); a byte-order mark in front of the list is read."""
+    rows = [json.loads(x) for x in fixture_path("math.jsonl").read_text().splitlines()[:2]]
+    comps = tmp_path / "c.jsonl"
+    comps.write_text(json.dumps({"id": "math-0", "completion": "\\boxed{85}"}) + "\n")
+    data = tmp_path / "d.json"
+    for raw, says in (
+        (b"[" + json.dumps(rows[0]).encode() + b",", "invalid JSON at line 1 column"),
+        (
+            b'[{"prompt": "caf\xe9"}]',
+            "invalid UTF-8 (invalid continuation byte) at byte 17 (line 1)",
+        ),
+        (
+            json.dumps({"rows": rows}).encode(),
+            "a .json data file must hold a JSON list of rows, not a dict",
+        ),
+    ):
+        data.write_bytes(raw)
+        assert main(["score", "--data", str(data), "--completions", str(comps)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"divrl score: {data}: {says}"), err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    data.write_bytes(b"\xef\xbb\xbf" + json.dumps(rows).encode())
+    assert main(["score", "--data", str(data), "--completions", str(comps)]) == 0
+    assert "mean score: 1.0000" in capsys.readouterr().out
+
+
 def test_score_command_skip_invalid(tmp_path, capsys):
     from divrl.data import DataValidationError
 

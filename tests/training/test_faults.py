@@ -197,6 +197,14 @@ def test_every_float_option_rejects_nan_and_inf(bad):
             load_config(None, [f"{key}={value}"])
 
 
+@pytest.mark.parametrize("key", ["rho", "beta", "kappa"])
+def test_nan_inside_the_loss_options_is_refused_naming_the_option(key):
+    """The check did not look inside algorithm.loss_options: rho=nan crashed at step 1,
+    beta=nan skipped every step."""
+    with pytest.raises(ConfigError, match=rf"algorithm\.loss_options\.{key}=nan must be a finite"):
+        load_config(None, ["algorithm.policy_loss=lp_reg", f"algorithm.loss_options.{key}=.nan"])
+
+
 def test_metrics_are_strict_json_with_a_count_of_non_finite_values(tmp_path):
     line = strict_json_record({"step": 1, "loss/total": math.nan, "a": math.inf, "b": 0.5})
     record = _strict_loads(line)

@@ -34,10 +34,14 @@ def convert(
             src, f"no GSM8K split {split!r}: expected {' or '.join(map(str, candidates))}"
         )
     rows = []
-    with path.open(encoding="utf-8") as fh:
-        for line_no, line in enumerate(fh, start=1):
+    with path.open("rb") as fh:  # bytes: a line that is not UTF-8 is named with its line
+        for line_no, raw in enumerate(fh, start=1):
+            where = f"{path}: line {line_no}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise LayoutError(where, f"invalid UTF-8 at byte column {e.start + 1}") from None
             if line.strip():
-                where = f"{path}: line {line_no}"
                 try:
                     rows.append((where, line_no, json.loads(line)))
                 except json.JSONDecodeError as e:

@@ -13,6 +13,9 @@ This module imports neither torch nor verl, so a config can be checked anywhere.
 from __future__ import annotations
 
 import dataclasses
+import math
+import types
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -78,6 +81,9 @@ class DivRLVerlSettings:
     authors_micro_batch_size: int = 2
 
     def __post_init__(self) -> None:
+        if self.loss_options is None:  # YAML `loss_options:` with nothing under it
+            object.__setattr__(self, "loss_options", {})
+        _check_types(self)
         _choice("policy_loss", self.policy_loss, POLICY_LOSSES)
         _choice("divergence_weighting", self.divergence_weighting, DIVERGENCE_WEIGHTINGS)
         if self.divergence is not None:
@@ -95,6 +101,12 @@ class DivRLVerlSettings:
         if self.reference_per_step < 0:
             raise VerlSettingsError(
                 f"{SECTION}.reference_per_step={self.reference_per_step} must be >= 0"
+            )
+        if self.divergence is None and self.divergence_coef > 0:
+            raise VerlSettingsError(
+                f"{SECTION}.divergence_coef={self.divergence_coef} has no effect without "
+                f"{SECTION}.divergence: set {SECTION}.divergence ({', '.join(DIVERGENCES)}) "
+                f"for DPH-RL, or remove {SECTION}.divergence_coef"
             )
         if self.dph and (self.reference_store is None or self.reference_per_step < 1):
             raise VerlSettingsError(
@@ -175,6 +187,52 @@ class DivRLVerlSettings:
                 + ", ".join(names)
             )
         return cls(**values)
+
+
+def _check_types(settings: DivRLVerlSettings) -> None:
+    """Each field's value against its annotation: numbers finite and not quoted, whole
+    numbers whole, switches true or false (YAML's ``'no'`` is a string, which Python
+    would count as true), no NaN or infinity among the loss options.
+
+    Raises:
+        VerlSettingsError: naming the key, its value and what it must be.
+    """
+    hints = typing.get_type_hints(type(settings))
+    for f in dataclasses.fields(settings):
+        value = getattr(settings, f.name)
+        tp = hints[f.name]
+        if typing.get_origin(tp) in (typing.Union, types.UnionType):  # X | None
+            if value is None:
+                continue
+            tp = next(a for a in typing.get_args(tp) if a is not type(None))
+        base = typing.get_origin(tp) or tp
+        need = _TYPE_NAMES[base]
+        if base is float:
+            ok = _is_number(value) and math.isfinite(value)
+        elif base is int:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        else:
+            ok = isinstance(value, base)
+        if not ok:
+            raise VerlSettingsError(f"{SECTION}.{f.name}={value!r} must be {need}")
+    for key, value in settings.loss_options.items():  # the loss checks names and ranges
+        if isinstance(value, float) and not math.isfinite(value):
+            raise VerlSettingsError(
+                f"{SECTION}.loss_options.{key}={value!r} must be a finite number"
+            )
+
+
+_TYPE_NAMES = {
+    float: "a finite number (unquoted)",
+    int: "a whole number (unquoted)",
+    bool: "true or false",
+    str: "a string",
+    dict: "a mapping of option names to numbers",
+}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _plain(value: Any) -> Any:
