@@ -23,8 +23,8 @@ import numpy as np
 import torch
 
 from divrl.rewards.countdown_reward import canonical_expression
+from divrl.toy.kit import ToyWorld
 from divrl.toy.measure import MeasureConfig, sample_and_score, split_stats
-from divrl.toy.world import ToyWorld
 
 MEASUREMENTS_FILE = "measurements.json"
 

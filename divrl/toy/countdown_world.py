@@ -1,10 +1,10 @@
 """Build and cache the countdown toy world: data splits and a base model that searches.
 
-``ensure_countdown_world()`` is the entry point; it mirrors
-:func:`divrl.toy.world.ensure_toy_world` (same cache rules, same :class:`ToyWorld` object,
-same layout without databases). A world lives in
-``<cache_dir>/countdown-<size>-seed<seed>-<hash>/``; the hash covers every generator,
-model and training setting.
+Written on the world scaffold (:class:`divrl.toy.scaffold.WorldScaffold`: the cache,
+build, manifest and loading are the scaffold's); ``WORLD`` is what the registry names and
+``ensure_countdown_world()`` its ``ensure``. A world lives in
+``<cache_dir>/countdown-<size>-seed<seed>-<hash>/`` (the kit's layout, no databases); the
+hash covers every generator, model and training setting.
 
 Splits (verl rows): ``train`` (RL prompts) and ``test`` (in domain: 4 numbers, targets
 ``target_min..target_max``), ``cross_domain`` (the same numbers, larger targets, never a
@@ -13,31 +13,19 @@ target in SFT or RL) and ``ood_math`` (the toy math problems, 15% of the SFT cor
 
 from __future__ import annotations
 
-import hashlib
-import json
 import random
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from divrl.data import Example, write_examples
+from divrl.data import Example
 from divrl.rewards.countdown_reward import format_ground_truth
-from divrl.toy import countdown, toy_math
-from divrl.toy import world as sql_world
+from divrl.toy import countdown, kit, toy_math
+from divrl.toy.kit import SplitSizes, ToyWorld, distinct_problems, math_row, train_and_save
 from divrl.toy.model import ToyModelConfig
+from divrl.toy.scaffold import WorldScaffold
 from divrl.toy.sft import SFTConfig
 from divrl.toy.tokenizer import ANSWER_MARKER, build_tokenizer
-from divrl.toy.world import (
-    SplitSizes,
-    ToyWorld,
-    cached_world,
-    distinct_problems,
-    math_row,
-    shipped_or_trained,
-    train_and_save,
-    write_manifest,
-)
 
 #: Bump when generated data or training would change for the same settings.
 BUILD_VERSION = "1"
@@ -84,18 +72,57 @@ SIZES: dict[str, CountdownWorldConfig] = {
 }
 
 
+class CountdownWorld(WorldScaffold):
+    """The countdown world on the scaffold (module docstring)."""
+
+    name = "countdown"
+    build_version = BUILD_VERSION
+    sizes = SIZES
+    pretrained_dir = PRETRAINED_DIR
+
+    def generate(
+        self, out: Path, final: Path, seed: int, cfg: Any
+    ) -> tuple[dict[str, list[Example]], Any]:
+        return make_splits(cfg, seed)
+
+    def train_model(
+        self, model_dir: Path, seed: int, cfg: Any, generated: Any, progress: bool
+    ) -> dict[str, Any]:
+        tokenizer = build_tokenizer(cfg.model.max_length, extra_pieces=countdown.PIECES)
+        corpus = sft_corpus(cfg, seed, generated)
+        solved = sum("ok" in r[-3:] for _, r in corpus) / len(corpus)
+        return train_and_save(
+            model_dir,
+            tokenizer,
+            corpus,
+            cfg.model,
+            cfg.sft,
+            seed,
+            progress,
+            sft_solved_share=solved,
+        )
+
+    def measure(
+        self, world: ToyWorld, *, n_samples: int, max_prompts: int, progress: bool, reuse: bool
+    ) -> dict[str, Any]:
+        """Adds the entropy and the distinct solutions (:mod:`divrl.toy.countdown_measure`)."""
+        from divrl.toy.countdown_measure import measure_world
+
+        return measure_world(
+            world, n_samples=n_samples, max_prompts=max_prompts, progress=progress, reuse=reuse
+        )
+
+    def format(self, measured: dict[str, Any]) -> str:
+        from divrl.toy.countdown_measure import format_countdown_measurements
+
+        return format_countdown_measurements(measured)
+
+
+WORLD = CountdownWorld()
+
+
 def world_key(seed: int, size: str, cfg: CountdownWorldConfig) -> str:
-    blob = json.dumps(
-        {
-            "world": "countdown",
-            "version": BUILD_VERSION,
-            "seed": seed,
-            "size": size,
-            "config": cfg.to_dict(),
-        },
-        sort_keys=True,
-    )
-    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+    return WORLD.key(seed, size, cfg)
 
 
 def ensure_countdown_world(
@@ -113,17 +140,7 @@ def ensure_countdown_world(
     seconds for tests. The cache directory defaults to the toy world's
     (``$DIVRL_CACHE_DIR/toy`` or ``~/.cache/divrl/toy``).
     """
-    if size not in SIZES:
-        raise ValueError(f"unknown countdown world size {size!r}; choose one of {sorted(SIZES)}")
-    cfg = SIZES[size]
-    name = f"countdown-{size}-seed{seed}-{world_key(seed, size, cfg)}"
-    return cached_world(
-        cache_dir,
-        name,
-        lambda tmp, _final: build_countdown_world(
-            tmp, seed=seed, size=size, cfg=cfg, progress=progress, use_shipped=use_shipped
-        ),
-    )
+    return WORLD.ensure(cache_dir, seed=seed, size=size, progress=progress, use_shipped=use_shipped)
 
 
 def make_splits(cfg: CountdownWorldConfig, seed: int) -> tuple[dict[str, list[Example]], set[str]]:
@@ -163,37 +180,7 @@ def build_countdown_world(
     use_shipped: bool = True,
 ) -> None:
     """Write a world into ``out`` (data, model, ``world.json``)."""
-    start = time.time()
-    for sub in ("db", "data", "model"):
-        (out / sub).mkdir(parents=True, exist_ok=True)
-    rows, held_out = make_splits(cfg, seed)
-    for name, examples in rows.items():
-        write_examples(examples, out / "data" / f"{name}.jsonl")
-    data_seconds = time.time() - start
-
-    key = world_key(seed, size, cfg)
-    stats = shipped_or_trained(
-        out / "model",
-        key,
-        PRETRAINED_DIR if use_shipped else None,
-        lambda: _train_base_model(out / "model", seed, cfg, held_out, progress),
-    )
-    counts = {name: len(r) for name, r in rows.items()}
-    timings = {"data_seconds": data_seconds}
-    write_manifest(
-        out, "countdown", seed, size, key, BUILD_VERSION, cfg, counts, timings, stats, start
-    )
-
-
-def _train_base_model(
-    model_dir: Path, seed: int, cfg: CountdownWorldConfig, held_out: set[str], progress: bool
-) -> dict[str, Any]:
-    tokenizer = build_tokenizer(cfg.model.max_length, extra_pieces=countdown.PIECES)
-    corpus = sft_corpus(cfg, seed, held_out)
-    solved = sum("ok" in r[-3:] for _, r in corpus) / len(corpus)
-    return train_and_save(
-        model_dir, tokenizer, corpus, cfg.model, cfg.sft, seed, progress, sft_solved_share=solved
-    )
+    WORLD.build(out, out, seed=seed, size=size, cfg=cfg, progress=progress, use_shipped=use_shipped)
 
 
 def sft_corpus(cfg: CountdownWorldConfig, seed: int, held_out: set[str]) -> list[tuple[str, str]]:
@@ -220,12 +207,12 @@ def sft_corpus(cfg: CountdownWorldConfig, seed: int, held_out: set[str]) -> list
 
 def shipped_key() -> str | None:
     """World key of the shipped countdown model, or None when none is shipped."""
-    return sql_world.shipped_key(PRETRAINED_DIR)
+    return kit.shipped_key(PRETRAINED_DIR)
 
 
 def ship_model(world: ToyWorld) -> Path:
     """Copy ``world``'s model into :data:`PRETRAINED_DIR` (maintainers)."""
-    return sql_world.ship_model(world, PRETRAINED_DIR)
+    return kit.ship_model(world, PRETRAINED_DIR)
 
 
 def _row(p: countdown.Problem, index: int, split: str) -> Example:

@@ -22,7 +22,8 @@ import torch
 from divrl.evaluation.pass_at_k import pass_at_k_array
 from divrl.evaluation.runner import EvalConfig, generate_samples, score_samples
 from divrl.evaluation.summary import per_prompt_arrays
-from divrl.toy.world import ToyWorld
+from divrl.toy.kit import ToyWorld
+from divrl.toy.scaffold import MeasureTarget
 
 MEASUREMENTS_FILE = "measurements.json"
 
@@ -162,31 +163,16 @@ def load_measurements(world: ToyWorld) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-#: the toy world's design targets: (split, statistic, low, high)
-TARGETS: tuple[tuple[str, str, float, float], ...] = (
-    ("test", "pass@1", 0.2, 0.7),
-    ("train", "all_correct_share", 0.05, 0.40),
-    ("test", "distinct_styles", 2.0, float("inf")),
-)
+def check_targets(
+    m: dict[str, Any], targets: Sequence[MeasureTarget]
+) -> list[tuple[str, float, str, bool]]:
+    """(name, value, wanted, ok) for each of a world's design ``targets``
+    (:attr:`divrl.toy.scaffold.WorldScaffold.targets`)."""
+    return [target.check(m) for target in targets]
 
 
-def check_targets(m: dict[str, Any]) -> list[tuple[str, float, str, bool]]:
-    """(name, value, wanted, ok) for each design target of the toy world."""
-    out = []
-    for split, stat, lo, hi in TARGETS:
-        v = m["splits"][split][stat]
-        want = f">= {lo}" if hi == float("inf") else f"in [{lo}, {hi}]"
-        out.append((f"{split} {stat}", v, want, lo <= v <= hi))
-    t = m["splits"]["test"]
-    gap = t["pass@16"] - t["pass@1"] if "pass@16" in t else float("nan")
-    out.append(("test pass@16 - pass@1", gap, ">= 0.15", gap >= 0.15))
-    v = m["splits"]["ood_math"]["pass@1"]
-    out.append(("ood_math pass@1", v, "> 0.05 (non-trivial)", v > 0.05))
-    return out
-
-
-def format_measurements(m: dict[str, Any]) -> str:
-    """A plain-text table of the measurements and the acceptance checks."""
+def format_measurements(m: dict[str, Any], targets: Sequence[MeasureTarget] = ()) -> str:
+    """A plain-text table of the measurements and the checks of the world's ``targets``."""
     lines = [
         f"{'split':<13} {'prompts':>7} {'n':>3} {'pass@1':>7} {'pass@4':>7} {'pass@16':>8} "
         f"{'all-ok':>7} {'styles':>7} {'ok-styles':>9}"
@@ -198,8 +184,9 @@ def format_measurements(m: dict[str, Any]) -> str:
             f"{s['all_correct_share']:>7.3f} {s['distinct_styles']:>7.2f} "
             f"{s['distinct_correct_styles']:>9.2f}"
         )
-    lines.append("")
-    for name, value, want, ok in check_targets(m):
+    if targets:
+        lines.append("")
+    for name, value, want, ok in check_targets(m, targets):
         lines.append(f"{'OK  ' if ok else 'MISS'} {name:<24} {value:7.3f}  (want {want})")
     return "\n".join(lines)
 
@@ -207,7 +194,7 @@ def format_measurements(m: dict[str, Any]) -> str:
 def measure_world(
     world: ToyWorld, *, n_samples: int, max_prompts: int, progress: bool, reuse: bool
 ) -> dict[str, Any]:
-    """The SQL world's measurements for ``divrl toy``: the stored ones when ``reuse`` and
+    """A world's measurements for ``divrl toy``: the stored ones when ``reuse`` and
     they were taken with these settings, else measured (and stored) now."""
     cfg = MeasureConfig(n_samples=n_samples, max_prompts=max_prompts)
     stored = load_measurements(world) if reuse else None

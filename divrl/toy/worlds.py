@@ -9,8 +9,11 @@ Each kind also names its toy presets' folder (``presets``, relative to ``configs
 demo and the reproduction train a world's methods from ``configs/<presets>/<method>.yaml``,
 so response lengths and thresholds fit that world.
 
-A world kind names its functions by dotted path (``"module:function"``, imported only when
-used, so a kind's dependencies never load for another) or passes them directly:
+A world written on the scaffold (:class:`divrl.toy.scaffold.WorldScaffold`: one module
+declaring its sizes, splits, shipped model and measurement targets) is registered with one
+line, ``WorldKind.scaffolded("<module>:WORLD", help, presets=...)``. Otherwise a world kind
+names its functions by dotted path (``"module:function"``, imported only when used, so a
+kind's dependencies never load for another) or passes them directly:
 
 - ``build(cache_dir, *, seed, size, progress, use_shipped) -> World``: find the world in the
   cache or build it (raises ``ValueError`` for an unknown size);
@@ -76,24 +79,33 @@ class WorldKind:
     format: Target = "divrl.toy.measure:format_measurements"
     ship: Target | None = None
 
+    @classmethod
+    def scaffolded(cls, world: str, help: str, *, presets: str) -> WorldKind:
+        """The kind of a world written on :class:`divrl.toy.scaffold.WorldScaffold`:
+        ``world`` is where its instance lives (``"module:WORLD"``, imported on first use)."""
+        return cls(
+            build=f"{world}.ensure",
+            load=f"{world}.load",
+            help=help,
+            presets=presets,
+            measure=f"{world}.measure",
+            format=f"{world}.format",
+            ship=f"{world}.ship",
+        )
+
 
 #: world name -> its kind; the first is the default
 WORLDS: dict[str, WorldKind] = {
-    "sql": WorldKind(
-        "divrl.toy.world:ensure_toy_world",
-        "divrl.toy.world:ToyWorld.load",
+    "sql": WorldKind.scaffolded(
+        "divrl.toy.sql_world:WORLD",
         "toy SQL in domain, held-out databases cross domain, toy math out of domain",
-        ship="divrl.toy.world:ship_model",
+        presets="toy",
     ),
-    "countdown": WorldKind(
-        "divrl.toy.countdown_world:ensure_countdown_world",
-        "divrl.toy.world:ToyWorld.load",
+    "countdown": WorldKind.scaffolded(
+        "divrl.toy.countdown_world:WORLD",
         "countdown arithmetic with search traces in domain, larger targets cross domain, "
         "toy math out of domain",
         presets="toy/countdown",
-        measure="divrl.toy.countdown_measure:measure_world",
-        format="divrl.toy.countdown_measure:format_countdown_measurements",
-        ship="divrl.toy.countdown_world:ship_model",
     ),
 }
 DEFAULT_WORLD = "sql"

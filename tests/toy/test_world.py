@@ -9,6 +9,7 @@ from divrl.data import load_examples
 from divrl.rewards import compute_score
 from divrl.toy import ANSWER_MARKER, SPLITS, ensure_toy_world, read_rows
 from divrl.toy.measure import MeasureConfig, check_targets, measure_base_model
+from divrl.toy.sql_world import TARGETS
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +76,7 @@ def test_measure_reports_every_split(tiny):
     assert set(m["splits"]) == set(SPLITS)
     test = m["splits"]["test"]
     assert 0.0 <= test["pass@1"] <= test["pass@2"] <= test["pass@4"] <= 1.0
-    assert len(check_targets(m)) == 5
+    assert len(check_targets(m, TARGETS)) == 5
     assert (world.root / "measurements.json").exists()
 
 
@@ -103,7 +104,7 @@ def test_divrl_toy_build_does_not_sample_unless_asked(tmp_path, capsys, monkeypa
 
 
 def test_divrl_toy_rejects_unknown_size(tmp_path):
-    with pytest.raises(SystemExit, match="--world sql: unknown toy world size 'huge'"):
+    with pytest.raises(SystemExit, match="--world sql: unknown sql world size 'huge'"):
         main(["toy", "build", "--size", "huge", "--cache-dir", str(tmp_path)])
     with pytest.raises(SystemExit, match="--world countdown: unknown countdown world size"):
         main(["toy", "build", "--world", "countdown", "--size", "small", "--cache-dir", "x"])
