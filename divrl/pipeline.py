@@ -31,6 +31,7 @@ __all__ = [
     "configs_dir",
     "divrl_command",
     "eval_cli_args",
+    "eval_command",
     "evaluate_splits",
     "final_checkpoint",
     "open_world",
@@ -269,6 +270,41 @@ def evaluate_splits(
             tokenizer=tokenizer,
         )
     return summaries
+
+
+def eval_command(model: Path, world, splits: Sequence[str], out: Path, cfg) -> list[str]:
+    """``divrl eval`` arguments that compute what :func:`evaluate_splits` computes in this
+    process (``model`` on each split into ``out/<split>``, ``cfg`` an ``EvalConfig``), for a
+    subprocess that can run beside others."""
+    argv = ["eval", "--model", str(model), "--out", str(out)]
+    for split in splits:
+        argv += ["--data", f"{split}={world.splits[split]}"]
+    argv += [
+        "--n", str(cfg.n),
+        "--temperature", repr(cfg.temperature),
+        "--top-p", repr(cfg.top_p),
+        "--top-k", str(cfg.top_k),
+        "--max-new-tokens", str(cfg.max_new_tokens),
+        "--batch-size", str(cfg.batch_size),
+        "--template", cfg.template,
+        "--seed", str(cfg.seed),
+        "--n-boot", str(cfg.n_boot),
+        "--engine", cfg.engine,
+        "--no-progress",
+    ]  # fmt: skip
+    if cfg.limit is not None:
+        argv += ["--limit", str(cfg.limit)]
+    for key in cfg.group_by:
+        argv += ["--group-by", key]
+    for stop in cfg.stop:
+        argv += ["--stop", stop]
+    if not cfg.greedy:
+        argv.append("--no-greedy")
+    if world.db_dir is not None:
+        argv += ["--db-dir", str(world.db_dir)]
+    for key, value in cfg.engine_options.items():  # values read back as YAML: JSON is YAML
+        argv += ["--engine-option", f"{key}={json.dumps(value)}"]
+    return argv
 
 
 def eval_cli_args(

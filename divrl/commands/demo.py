@@ -29,6 +29,7 @@ from divrl.fileio import atomic_write_text
 from divrl.pipeline import (
     Clock,
     configs_dir,
+    eval_command,
     evaluate_splits,
     final_checkpoint,
     open_world,
@@ -247,11 +248,51 @@ def _presample(cfgs: dict[str, Any], methods: list[str], clock: Clock) -> list[s
     return methods
 
 
+def _evaluated(out: Path, name: str, splits) -> bool:
+    from divrl.evaluation.runner import SUMMARY_FILE
+
+    return all((out / name / "eval" / s / SUMMARY_FILE).is_file() for s in splits)
+
+
+def _eval_task(name: str, model: Path, world, out: Path, eval_cfg, splits) -> tuple:
+    """A :func:`run_parallel` task evaluating ``model`` in a ``divrl eval`` subprocess (its
+    bar completes when the combined ``summary.json`` is written)."""
+    eval_dir = out / name / "eval"
+    argv = eval_command(model, world, splits, eval_dir, eval_cfg)
+    return (f"evaluate {name}", argv, eval_dir / "summary.json", 1)
+
+
+def _evaluate_all(models: dict[str, Path], world, out: Path, eval_cfg, splits, args, clock):
+    """Evaluate every model not evaluated yet: ``--jobs`` at a time in subprocesses (the
+    same numbers as in this process: the same settings and seed), else here in turn."""
+    todo = {n: p for n, p in models.items() if not _evaluated(out, n, splits)}
+    for name in models.keys() - todo.keys():
+        _say(f"evaluate {name}: reusing {out / name / 'eval'}")
+    if args.jobs > 1 and len(todo) > 1:
+        tasks = [_eval_task(n, p, world, out, eval_cfg, splits) for n, p in todo.items()]
+        label = f"evaluate {', '.join(todo)} ({args.jobs} at a time)"
+        clock.run(label, run_parallel, tasks, args.jobs, out / "logs")
+        return
+    for name, path in todo.items():
+        clock.run(
+            f"evaluate {name}", evaluate_splits, path, world, out / name / "eval", eval_cfg,
+            splits, _say,
+        )  # fmt: skip
+
+
 def _train_all(
-    methods: list[str], cfgs: dict[str, Any], args, configs: Path, out: Path, world, clock
+    methods: list[str],
+    cfgs: dict[str, Any],
+    args,
+    configs: Path,
+    out: Path,
+    world,
+    clock,
+    beside: tuple = (),
 ) -> dict[str, Path]:
     """Train the methods without a final checkpoint (in parallel subprocesses with
-    ``--jobs`` > 1); every method's final checkpoint."""
+    ``--jobs`` > 1, with the ``beside`` tasks queued after them: the last training would
+    leave a core idle); every method's final checkpoint."""
     todo = []
     for m in methods:
         ckpt = final_checkpoint(out / m, args.steps)
@@ -275,8 +316,10 @@ def _train_all(
                 args.steps,
             )
             for m in todo
-        ]
+        ] + list(beside)
         label = f"train {', '.join(todo)} ({args.steps} steps, {args.jobs} at a time)"
+        if beside:
+            label += " + " + ", ".join(task[0] for task in beside)
         clock.run(label, run_parallel, tasks, args.jobs, out / "logs")
     else:
         for m in todo:
@@ -332,22 +375,14 @@ def run(args: argparse.Namespace) -> int:
     cfgs = {m: _config(configs, m, args, out, world) for m in methods}
     max_new_tokens = next(iter(cfgs.values())).rollout.max_new_tokens
     methods = _presample(cfgs, methods, clock)
-    checkpoints = _train_all(methods, cfgs, args, configs, out, world, clock)
-
     splits = eval_splits(world)
     eval_cfg = _eval_config(args, max_new_tokens)
+    beside = ()
+    if args.jobs > 1 and not _evaluated(out, "base", splits):
+        beside = (_eval_task("base", world.model_dir, world, out, eval_cfg, splits),)
+    checkpoints = _train_all(methods, cfgs, args, configs, out, world, clock, beside)
     models = {"base": world.model_dir, **checkpoints}
-    for name, path in models.items():
-        clock.run(
-            f"evaluate {name}",
-            evaluate_splits,
-            path,
-            world,
-            out / name / "eval",
-            eval_cfg,
-            splits,
-            _say,
-        )
+    _evaluate_all(models, world, out, eval_cfg, splits, args, clock)
 
     from divrl.evaluation.report import build_report, load_model_eval
 

@@ -214,3 +214,25 @@ def test_greedy_responses_come_from_the_rollout_engine_and_match_hf_greedy(world
         end = row.index(tok.eos_token_id) + 1 if tok.eos_token_id in row else len(row)
         assert got["n_tokens"] == end and got["truncated"] == (tok.eos_token_id not in row)
         assert got["text"] == tok.decode(row[:end], skip_special_tokens=True)
+
+
+@pytest.mark.slow
+def test_the_demos_eval_subprocess_gives_the_numbers_of_the_in_process_eval(world, tmp_path):
+    """``divrl demo --jobs 2`` evaluates in ``divrl eval`` subprocesses
+    (:func:`divrl.pipeline.eval_command`): the same samples and summary as the in-process
+    :func:`divrl.pipeline.evaluate_splits` with the same ``EvalConfig``."""
+    from divrl.pipeline import eval_command, evaluate_splits
+
+    cfg = EvalConfig(
+        n=3, max_new_tokens=20, batch_size=32, limit=3, group_by=("hard",), seed=5, n_boot=50
+    )
+    splits = ["test", "ood_math"]
+    here = evaluate_splits(world.model_dir, world, tmp_path / "here", cfg, splits, lambda _: None)
+    argv = eval_command(world.model_dir, world, splits, tmp_path / "sub", cfg)
+    assert main(argv) == 0
+    for split in splits:
+        sub = json.loads((tmp_path / "sub" / split / "summary.json").read_text())
+        for key in ("pass@k", "maj@k", "greedy_accuracy", "n_prompts", "diversity", "sampling"):
+            assert sub[key] == here[split][key], (split, key)
+        samples = [read_jsonl(tmp_path / d / split / "samples.jsonl") for d in ("here", "sub")]
+        assert samples[0] == samples[1]
