@@ -387,3 +387,29 @@ class Clock:
     @property
     def total(self) -> float:
         return time.perf_counter() - self.start
+
+
+def authors_weight_summary(config: Any) -> dict[str, Any]:
+    """What a run summary records of the ``authors`` weighting (empty for a run without
+    it): the GPU count it assumes, the batch's effective eta and the authors' per-step
+    weights (:func:`divrl.algorithms.authors_step_etas`)."""
+    from divrl.algorithms import authors_effective_eta, authors_step_etas
+    from divrl.training.authors_config import authors_layout
+
+    algo = config.algorithm
+    if not config.uses_reference_samples or algo.divergence_weighting != "authors":
+        return {}
+    layout = authors_layout(config)
+    return {
+        "authors_gpus": algo.authors_gpus,
+        "authors_effective_eta": authors_effective_eta(algo.divergence_coef, layout),
+        "authors_step_etas": authors_step_etas(algo.divergence_coef, layout),
+        "batch_assembly": config.train.batch_assembly,
+    }
+
+
+def short_batches(metrics: Path) -> int:
+    """Steps of ``metrics.jsonl`` whose dynamic sampling ran out of rounds before the batch
+    was full (``dapo/short_batch``)."""
+    rows = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
+    return sum(1 for r in rows if r.get("dapo/short_batch", 0) > 0)

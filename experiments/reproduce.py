@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from divrl.pipeline import (
+    authors_weight_summary,
     check_same_budget,
     divrl_command,
     eval_cli_args,
@@ -56,6 +57,7 @@ from divrl.pipeline import (
     reference_samples,
     reference_store_stats,
     run_logged,
+    short_batches,
     split_summary,
     training_curve,
 )
@@ -487,6 +489,7 @@ class Experiment:
                 "overrides": self.overrides(paths.method, paths.seed),
                 "prompts_per_step": cfg.train.prompts_per_step,
                 "rollout_n": cfg.rollout.n,
+                **authors_weight_summary(cfg),
             }
             metrics_path = RunDir(paths.train).metrics_path
             summary["training"] = training_curve(metrics_path, CURVE_POINTS)
@@ -497,6 +500,8 @@ class Experiment:
                 if x.strip()
             ]
             step_times = [t for t in step_times if t is not None]
+            if cfg.algorithm.dynamic_sampling:  # steps trained on fewer groups than asked
+                summary["dynamic_sampling"] = {"short_batches": short_batches(metrics_path)}
             summary["wall_clock"]["mean_step_seconds"] = (
                 sum(step_times) / len(step_times) if step_times else None
             )

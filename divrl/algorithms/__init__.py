@@ -21,6 +21,7 @@ from divrl.algorithms.dph_weighting import (
     AuthorsLayout,
     StreamWeights,
     authors_effective_eta,
+    authors_step_etas,
     micro_batch_weights,
     stream_weights,
 )
@@ -87,6 +88,7 @@ __all__ = [
     "VanillaOptions",
     "aggregate",
     "authors_effective_eta",
+    "authors_step_etas",
     "clip_cov_loss",
     "divergence_generator",
     "divergence_summaries",

@@ -20,7 +20,9 @@ tokens (``l_i``, e.g. a token-mean); the step loss is ``sum_i w_i * l_i``.
   stream's weight against the rollout stream is the ratio of the counts. The scripts' runs
   (2,048 rollouts + 256 reference samples on 8 GPUs): eta / 8 = 0.125 eta with fixed
   micro-batches of 2 (forward KL), 160 / 2,048 = 0.078 eta with dynamic batch sizes (JS,
-  alpha; 96 reference samples go through the policy loss).
+  alpha; up to 96 reference samples go through the policy loss); on 16 GPUs 0.125 and
+  224 / 2,048 = 0.109 eta. Per optimiser step the authors' weights differ
+  (:func:`authors_step_etas`).
 - ``concat``: one token-mean over the tokens of both streams, reference tokens times eta:
   ``w_i = n_i / (N_rollout + N_reference)`` (times eta on reference). Token-mean only.
 
@@ -141,6 +143,44 @@ def authors_effective_eta(eta: float, layout: AuthorsLayout) -> float:
     policy loss (the 96 reference samples included) the latter is 160 / 2,144 = 0.075."""
     kept = layout.references - references_under_policy_loss(layout)
     return float(eta) * kept / layout.rollouts
+
+
+def authors_step_etas(eta: float, layout: AuthorsLayout) -> list[float]:
+    """The divergence weight against the rollout stream in each of the authors' optimiser
+    steps of one batch: ``eta x (reference rows trained with the divergence) / (rollout
+    rows)`` of that step, all GPUs together (0 for a step without rollouts).
+
+    The rows are laid out as their trainer does (rollouts, then reference rows, contiguous
+    chunks per GPU, mini-batches in order; see :class:`AuthorsLayout`). Fixed micro-batches
+    are typed by their first row; under dynamic batch sizes every micro-batch of a
+    mini-batch that holds a rollout is counted as rollout-typed (the bound
+    :func:`references_under_policy_loss` takes). The scripts' step on 8 GPUs (2,048
+    rollouts, 256 reference rows, 2 mini-batches): ``[96/928, 128/896, 32/224] x eta`` =
+    0.103, 0.143, 0.143 eta with fixed micro-batches of 2, ``[0, 0.143, 0.143] x eta`` with
+    dynamic batch sizes; divrl's default assembly gives its two steps the batch's mean
+    weight (:func:`authors_effective_eta`) each.
+    """
+    total = layout.rollouts + layout.references
+    per_gpu, m = layout.rows_per_gpu, layout.mini_batch_rows
+    rollouts: list[int] = []
+    divergence: list[int] = []
+    for start in range(0, total, per_gpu):
+        gpu = range(start, min(start + per_gpu, total))
+        for k, first in enumerate(range(gpu.start, gpu.stop, m)):
+            rows = range(first, min(first + m, gpu.stop))
+            if k == len(rollouts):
+                rollouts.append(0)
+                divergence.append(0)
+            n_roll = sum(1 for r in rows if r < layout.rollouts)
+            rollouts[k] += n_roll
+            if layout.dynamic:
+                divergence[k] += 0 if n_roll else len(rows)
+                continue
+            size = layout.micro_batch_size
+            for p in range(rows.start, rows.stop, size):
+                if p >= layout.rollouts:  # typed by its first row: a reference one
+                    divergence[k] += min(size, rows.stop - p)
+    return [float(eta) * d / r if r else 0.0 for d, r in zip(divergence, rollouts, strict=True)]
 
 
 def _check(kinds: Sequence[str], token_counts: Sequence[int], eta: float, mode: str) -> None:

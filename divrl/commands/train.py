@@ -166,6 +166,14 @@ def _train(args: argparse.Namespace, config: Config) -> int:
                 file=sys.stderr,
             )
         return 1
+    short = sum(1 for m in history if m.get("dapo/short_batch", 0) > 0)
+    if short and trainer.accelerator.is_main_process:
+        print(
+            f"divrl train: {short} of {len(history)} steps trained on fewer groups than "
+            "train.prompts_per_step: dynamic sampling ran out of generation rounds "
+            "(algorithm.refill_exhausted=continue; dapo/short_batch in the metrics)",
+            file=sys.stderr,
+        )
     if trainer.accelerator.is_main_process and history:
         last = history[-1]
         model = trainer.run.final_model()

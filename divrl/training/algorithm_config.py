@@ -85,7 +85,11 @@ class AlgorithmConfig:
         "'paper': L_pg + eta * L_f; 'concat': one token-mean over both streams",
         "authors",
     )
-    authors_gpus: int = help_field("the DPH-RL authors' GPU count (their scripts: 8)", 8)
+    authors_gpus: int = help_field(
+        "the DPH-RL authors' GPU count, 8 x nodes: their scripts set n_gpus_per_node=8 and "
+        "nnodes from the cluster (8 on one node: 0.078 eta for js_kl.sh; 16 on two: 0.109 eta)",
+        8,
+    )
     authors_dynamic_batch: bool = help_field("the authors' run had dynamic batch sizes", False)
     authors_micro_batch_size: int = help_field("the authors' fixed micro-batch rows per GPU", 2)
     entropy_coef: float = help_field("entropy bonus: loss -= coef * aggregate(H)", 0.0)
@@ -94,6 +98,12 @@ class AlgorithmConfig:
     )
     max_refill_rounds: int = help_field("DAPO: extra generation rounds to refill the batch", 4)
     gen_batch_factor: int = help_field("DAPO: prompts per round = this x prompts_per_step", 1)
+    refill_exhausted: Literal["continue", "raise"] = help_field(
+        "DAPO: when the last round leaves the batch short of informative groups: 'continue' "
+        "trains on the groups kept (a warning, dapo/short_batch logged and counted at the "
+        "end), 'raise' stops the run as verl's DAPO and entropy recipes do",
+        "continue",
+    )
     overlong_buffer: int = help_field(
         "DAPO overlong shaping: length of the penalty buffer before max_new_tokens (0 = off)", 0
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from divrl.algorithms import AuthorsLayout
+from divrl.algorithms import AuthorsLayout, authors_effective_eta, authors_step_etas
 
 #: parts of the authors' step that ``train.authors_replica_omit`` leaves out (ablations of
 #: the replica, docs/algorithms.md "The authors' batch assembly")
@@ -26,6 +26,29 @@ def authors_layout(config: Any) -> AuthorsLayout:
         gpus=algo.authors_gpus,
         micro_batch_size=algo.authors_micro_batch_size,
         dynamic=algo.authors_dynamic_batch,
+    )
+
+
+def authors_weight_line(config: Any) -> str:
+    """The ``authors`` weighting's numbers for ``config``, as the trainer prints them at the
+    start: the GPU count they assume, the batch's effective eta, the authors' per-step
+    weights, and what this run's assembly applies."""
+    algo = config.algorithm
+    layout = authors_layout(config)
+    eta = algo.divergence_coef
+    steps = ", ".join(f"{w:.4g}" for w in authors_step_etas(eta, layout))
+    mean = authors_effective_eta(eta, layout)
+    applied = (
+        "the replica applies them step by step (train.batch_assembly=authors)"
+        if config.train.batch_assembly == "authors"
+        else f"divrl's assembly applies {mean:.4g} to each of its "
+        f"{config.train.num_mini_batches * config.train.ppo_epochs} optimiser steps"
+    )
+    return (
+        f"authors weighting on algorithm.authors_gpus={layout.gpus} GPUs "
+        f"({'dynamic batch sizes' if layout.dynamic else f'micro-batches of {layout.micro_batch_size}'}): "
+        f"effective eta {mean:.4g} (eta {eta:g} x {mean / eta if eta else 0:.4g}); "
+        f"their optimiser steps weigh the divergence {steps}; {applied}"
     )
 
 

@@ -11,6 +11,7 @@ rolls out) and :func:`informative_groups` (DAPO's dynamic-sampling filter).
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
 
@@ -24,6 +25,8 @@ from divrl.rewards.types import BatchScores, ScoreRequest, is_correct
 from divrl.rollout import RolloutEngine, RolloutOutput, SamplingParams
 from divrl.training.batch import Experience
 from divrl.training.config import Config
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "Experience",
@@ -212,6 +215,24 @@ class ExperienceMaker:
             "response/truncated": sum(out.truncated) / len(out.truncated),
         }
 
+    def _short_batch(self, step: int, least: int, per_rank: int, rounds: int) -> None:
+        """The last generation round left the batch short: stop (``refill_exhausted: raise``,
+        as the recipes) or say so and train on what was kept."""
+        algo = self.config.algorithm
+        what = (
+            f"step {step + 1}: dynamic sampling kept {least} of {per_rank} informative groups "
+            f"per process after {rounds} generation rounds (algorithm.max_refill_rounds="
+            f"{algo.max_refill_rounds}, gen_batch_factor={algo.gen_batch_factor})"
+        )
+        if algo.refill_exhausted == "raise":
+            raise RuntimeError(
+                f"{what}; algorithm.refill_exhausted=raise stops here, as verl's recipe does: "
+                "raise algorithm.max_refill_rounds or gen_batch_factor, or set "
+                "algorithm.refill_exhausted=continue to train on the groups kept"
+            )
+        if self.collective.rank == 0:
+            logger.warning("%s; training on the groups kept", what)
+
     def make(self, step: int) -> tuple[Experience | None, dict[str, float], dict[str, float]]:
         """(experience or None when every group was dropped, mean metrics, count metrics)
         of training step ``step`` (0-based)."""
@@ -253,7 +274,10 @@ class ExperienceMaker:
             if experience is not None:
                 experience = experience.truncate(int(least) * n)
             means["dapo/rounds"] = round_
+            means["dapo/short_batch"] = float(least < per_rank)
             counts["dapo/kept_groups"] = int(least)
+            if least < per_rank:
+                self._short_batch(step, int(least), per_rank, round_)
         if experience is not None and len(experience):
             experience.advantages = group_advantages(
                 experience.rewards, experience.groups, scale=algo.adv_scale

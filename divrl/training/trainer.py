@@ -33,7 +33,7 @@ from divrl.data.reference_store import ReferenceStore
 from divrl.data.sampling import EpochSampler
 from divrl.distributed import Collective
 from divrl.runs import RunDir
-from divrl.training import checkpointing
+from divrl.training import authors_config, checkpointing
 from divrl.training.checkpointing import CheckpointStage
 from divrl.training.config import Config, check_divisibility
 from divrl.training.experience import ExperienceMaker, RewardFn, default_reward_fn, overlong_penalty
@@ -149,6 +149,8 @@ class Trainer:
             reference_store=self.reference_store,
             pad_id=self.pad_id,
         )
+        if self.update.layout is not None:
+            logger.info(authors_config.authors_weight_line(cfg))
         if cfg.algorithm.policy_loss == "lp_reg":
             logger.info("Lp-Reg selection scope: %s", cfg.algorithm.lp_reg_scope)
         self.step = 0

@@ -89,6 +89,7 @@ ENTROPY_RECIPE = {
     "algorithm.dynamic_sampling": True,
     "algorithm.max_refill_rounds": 9,
     "algorithm.gen_batch_factor": 3,
+    "algorithm.refill_exhausted": "raise",
     "checkpoint.save_every": 32,
 }
 

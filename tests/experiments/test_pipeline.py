@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from divrl.data.reference_store import ReferenceSample, write_reference_store
-from divrl.pipeline import final_checkpoint, reference_samples, reference_store_stats
+from divrl.pipeline import (
+    authors_weight_summary,
+    final_checkpoint,
+    reference_samples,
+    reference_store_stats,
+    short_batches,
+)
 from divrl.runs import RunDir
 
 
@@ -27,3 +33,24 @@ def test_reference_store_stats_read_what_presample_wrote(tmp_path):
     store = write_reference_store(tmp_path / "store", [sample], rows, {"stats": stats})
     assert reference_store_stats(store) == stats
     assert reference_samples(store) == 1
+
+
+def test_summary_records_the_authors_weighting_and_short_batches(tmp_path):
+    from pathlib import Path
+
+    from divrl.training.config import load_config
+
+    presets = Path(__file__).resolve().parents[2] / "configs"
+    js = authors_weight_summary(load_config(presets / "dph_js.yaml"))
+    assert js["authors_gpus"] == 8 and js["batch_assembly"] == "divrl"
+    assert js["authors_effective_eta"] == 0.2 * 160 / 2048
+    two_nodes = load_config(presets / "dph_js.yaml", ["algorithm.authors_gpus=16"])
+    assert authors_weight_summary(two_nodes)["authors_effective_eta"] == 0.2 * 224 / 2048
+    assert len(js["authors_step_etas"]) == 3 and js["authors_step_etas"][0] == 0.0
+    assert authors_weight_summary(load_config(presets / "grpo.yaml")) == {}
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text(
+        '{"step": 1, "dapo/short_batch": 1.0}\n{"step": 2, "dapo/short_batch": 0.0}\n'
+        '{"step": 3}\n{"step": 4, "dapo/short_batch": 1.0}\n'
+    )
+    assert short_batches(metrics) == 2

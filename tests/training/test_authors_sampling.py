@@ -98,3 +98,30 @@ def test_a_round_generates_factor_times_the_prompts(factor, tiny_world, tmp_path
 def test_gen_batch_factor_needs_dynamic_sampling():
     with pytest.raises(ConfigError, match=r"gen_batch_factor=3 needs algorithm\.dynamic_sampling"):
         load_config(None, ["algorithm.gen_batch_factor=3"])
+
+
+def _never_informative(requests):
+    return [0.0 for _ in requests]  # every group's rewards are equal: all dropped
+
+
+@pytest.mark.parametrize("end", ["continue", "raise"])
+def test_the_end_of_dynamic_sampling(end, tiny_world, tmp_path, caplog):
+    overrides = {
+        "algorithm.dynamic_sampling": True,
+        "algorithm.max_refill_rounds": 1,
+        "algorithm.refill_exhausted": end,
+        "train.prompts_per_step": 4,
+        "rollout.n": 4,
+        "rollout.max_new_tokens": 8,
+    }
+    cfg = load_config(None, tiny_overrides(tiny_world, tmp_path, **overrides))
+    trainer = Trainer(cfg, reward_fn=_never_informative)
+    if end == "raise":  # as verl's recipe: an error after the last round
+        with pytest.raises(RuntimeError, match=r"kept 0 of 4 .* after 2 generation rounds"):
+            trainer.experience.make(0)
+        return
+    with caplog.at_level("WARNING", logger="divrl.training.experience"):
+        exp, means, counts = trainer.experience.make(0)
+    assert exp is None and counts["dapo/kept_groups"] == 0
+    assert means["dapo/short_batch"] == 1.0
+    assert "kept 0 of 4 informative groups" in caplog.text
