@@ -16,6 +16,7 @@ Layout of a store directory (written once by ``divrl presample``):
 from __future__ import annotations
 
 import functools
+import glob
 import logging
 import shutil
 from collections.abc import Sequence
@@ -44,8 +45,10 @@ from divrl.data.store_files import (
     check_store_target,
     manifest_text,
     new_temp_dir,
+    recover_store,
     replace_store_dir,
     store_lock,
+    sweep_leftovers,
 )
 
 __all__ = [
@@ -83,6 +86,7 @@ def write_reference_store(
     else there is refused with :class:`StoreTargetError` unless ``overwrite``."""
     path = Path(path)
     with store_lock(path):
+        sweep_leftovers(path)
         check_store_target(path, overwrite)
         tmp = new_temp_dir(path)
         try:
@@ -242,6 +246,20 @@ def _prompt_mismatches(store: ReferenceStore, prompts, digest: str) -> list[str]
     return [line]
 
 
+def _no_store_message(path: Path) -> str:
+    old = sorted(path.parent.glob(f".{glob.escape(path.name)}.old*/{glob.escape(path.name)}"))
+    if old:
+        return (
+            f"no DPH reference store at {path}: a writer was stopped while replacing it and "
+            f"the previous store is in {old[0]}; move it back (mv {old[0]} {path}) or run "
+            "`divrl presample <config>` again"
+        )
+    return (
+        f"no DPH reference store at {path}: run `divrl presample <config>` first "
+        "(or set reference.store)"
+    )
+
+
 class ReferenceStore:
     """Read side of a reference store (everything is loaded in memory: it is small).
 
@@ -321,17 +339,19 @@ class ReferenceStore:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         if not (self.path / MANIFEST).is_file():
-            raise FileNotFoundError(
-                f"no DPH reference store at {self.path}: run `divrl presample <config>` first "
-                "(or set reference.store)"
-            )
-        self.manifest: dict[str, Any] = read_manifest(self.path / MANIFEST)
-        self._table = read_table(self.path / SAMPLES, SAMPLE_COLUMNS)  # checked vectorised
+            recover_store(self.path, lock=True)  # a writer killed in the fallback swap
+        # shared with writers' exclusive lock: the three files are of one store
+        with store_lock(self.path, shared=True):
+            if not (self.path / MANIFEST).is_file():
+                raise FileNotFoundError(_no_store_message(self.path))
+            self.manifest: dict[str, Any] = read_manifest(self.path / MANIFEST)
+            self._table = read_table(self.path / SAMPLES, SAMPLE_COLUMNS)  # checked vectorised
+            prompts = read_table(self.path / PROMPTS, PROMPT_COLUMNS)
         samples = self._table.to_pydict()
         self.samples = [
             ReferenceSample(*row) for row in zip(*(samples[c] for c in SAMPLE_COLUMNS), strict=True)
         ]
-        self.prompts = read_table(self.path / PROMPTS, PROMPT_COLUMNS).to_pydict()
+        self.prompts = prompts.to_pydict()
 
     def check_samples(
         self,

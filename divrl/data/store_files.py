@@ -9,7 +9,12 @@ but an older store.
 * The files go to a uniquely named temp folder beside the target, are fsynced, and the
   folder is swapped in with one ``renameat2(RENAME_EXCHANGE)`` where the kernel has it (a
   reader sees the old store or the new one, never no store); elsewhere with two renames
-  under the lock.
+  under the lock; a writer killed between those renames leaves the previous store in
+  ``.<name>.oldXXXXXXXX/``, put back by the next writer or reader (:func:`recover_store`).
+* Each writer first removes the temp folders of writers that died (:func:`sweep_leftovers`).
+* Readers hold a shared lock while they open the files, so they never read the manifest of
+  one store with the samples of another.
+* The folder gets the permissions of any new folder under the umask.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -36,8 +42,10 @@ __all__ = [
     "ReferenceStoreError",
     "StoreTargetError",
     "check_store_target",
+    "recover_store",
     "replace_store_dir",
     "store_lock",
+    "sweep_leftovers",
 ]
 
 logger = logging.getLogger(__name__)
@@ -103,32 +111,114 @@ def check_store_target(path: str | Path, overwrite: bool = False, flag: str = "-
 
 
 @contextlib.contextmanager
-def store_lock(path: str | Path) -> Iterator[None]:
-    """Hold the exclusive ``flock`` of ``.<name>.lock`` beside store ``path`` (waits for
-    another writer of the same path; the kernel drops it when a writer dies)."""
+def store_lock(path: str | Path, shared: bool = False) -> Iterator[None]:
+    """Hold the ``flock`` of ``.<name>.lock`` beside store ``path``: exclusive for a writer
+    (waits for other writers and readers of the same path), ``shared`` for a reader (waits
+    for a writer's swap, so that the three files it opens are of one store). The kernel
+    drops it when a process dies. A reader that cannot create the lock file (a read-only
+    folder, where nothing writes either) reads unlocked."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     lock = path.parent / f".{path.name}.lock"
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
+        if not shared:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        if not shared or exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT):
+            raise
+        yield
+        return
+    try:
+        mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
         except BlockingIOError:
             logger.info("%s: another process writes this store; waiting for it", path)
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            fcntl.flock(fd, mode)
         except OSError as exc:  # a filesystem without flock
             if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
                 raise
-            logger.warning("%s: no file locks on this filesystem; writing unlocked", path)
+            logger.warning("%s: no file locks on this filesystem; working unlocked", path)
         yield
     finally:
         os.close(fd)
 
 
+def _umask() -> int:
+    """The process's umask (read without changing it where ``/proc`` says it)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def new_temp_dir(path: Path) -> Path:
-    """A fresh, uniquely named folder beside ``path`` (same filesystem: renames work)."""
+    """A fresh, uniquely named folder beside ``path`` (same filesystem: renames work), with
+    the permissions of any new folder under the umask (``mkdtemp`` makes it 0700, which the
+    store kept once swapped in)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp", dir=path.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{_TMP}", dir=path.parent))
+    os.chmod(tmp, 0o777 & ~_umask())
+    return tmp
+
+
+_TMP, _OLD = "tmp", "old"
+
+
+def _leftovers(path: Path, kind: str) -> list[Path]:
+    """Folders named as :func:`new_temp_dir` (``kind`` tmp) or the fallback swap (``kind``
+    old) name them for store ``path``: ``.<name>.<kind>`` and mkdtemp's 8 characters."""
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.{kind}[a-z0-9_]{{8}}")
+    if not path.parent.is_dir():
+        return []
+    return sorted(
+        p
+        for p in path.parent.iterdir()
+        if pattern.fullmatch(p.name) and p.is_dir() and not p.is_symlink()
+    )
+
+
+def recover_store(path: Path, lock: bool = False) -> Path | None:
+    """Put back the previous store when a writer died between the two renames of the
+    fallback swap (no store at ``path``, the previous one in ``.<name>.oldXXXXXXXX/``).
+    Call under :func:`store_lock`, or with ``lock=True`` (a reader: it takes the lock only
+    when there is something to put back, and where it cannot, a read-only folder, leaves
+    it for its error message to name). Returns the folder it came from, or None."""
+    if path.exists() or path.is_symlink() or not _leftovers(path, _OLD):
+        return None
+    if lock:
+        with contextlib.suppress(OSError), store_lock(path):
+            return recover_store(path)
+        return None
+    for old in _leftovers(path, _OLD):
+        previous = old / path.name
+        if _is_store_manifest(previous / MANIFEST):
+            os.replace(previous, path)
+            logger.warning(
+                "%s: a writer was stopped while replacing this store; the previous store was "
+                "put back from %s",
+                path,
+                old,
+            )
+            _remove(old)
+            return old
+    return None
+
+
+def sweep_leftovers(path: Path) -> list[Path]:
+    """Remove what writers of ``path`` that died left beside it (their temp folders, and
+    the fallback swap's old folders once the previous store is back). Call under the
+    exclusive :func:`store_lock`: no live writer then owns such a folder."""
+    recover_store(path)
+    removed = [p for kind in (_TMP, _OLD) for p in _leftovers(path, kind)]
+    for folder in removed:
+        _remove(folder)
+    if removed:
+        logger.info("%s: removed %d folder(s) left by interrupted writers", path, len(removed))
+    return removed
 
 
 def _fsync_tree(folder: Path) -> None:
@@ -177,8 +267,8 @@ def replace_store_dir(tmp: Path, path: Path) -> None:
         os.replace(tmp, path)
     elif path.is_dir() and not path.is_symlink() and _exchange(tmp, path):
         _remove(tmp)  # now the old store
-    else:
-        old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old", dir=path.parent))
+    else:  # a kill between these renames is undone by recover_store
+        old = Path(tempfile.mkdtemp(prefix=f".{path.name}.{_OLD}", dir=path.parent))
         os.replace(path, old / path.name)
         os.replace(tmp, path)
         _remove(old)
