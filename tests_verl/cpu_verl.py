@@ -19,6 +19,7 @@ verl loads this module in every process that imports verl when
 
 from __future__ import annotations
 
+import hashlib
 import os
 from types import ModuleType
 from typing import Any
@@ -152,6 +153,11 @@ def _server_name(replica_rank: int) -> str:
     return f"divrl_test_cpu_rollout_{replica_rank}"
 
 
+def _sample_seed(steps, prompt_ids: tuple, k: int) -> int:
+    digest = hashlib.sha256(repr((steps, prompt_ids, k)).encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
 class CPURolloutServer:
     """One rollout replica: the HF model, sampled token by token by ``generate``."""
 
@@ -166,6 +172,7 @@ class CPURolloutServer:
         ).eval()
         self.eos = AutoTokenizer.from_pretrained(path).eos_token_id
         self.global_steps = None
+        self.drawn: dict[tuple, int] = {}  # (weights' step, prompt) -> samples drawn so far
 
     def ready(self) -> bool:
         return True
@@ -184,6 +191,11 @@ class CPURolloutServer:
         temperature = float(sampling_params.get("temperature", 1.0))
         top_k = int(sampling_params.get("top_k", -1) or -1)
         greedy = temperature == 0.0
+        # the k-th sample of a prompt under one set of weights is the same in every run,
+        # whatever order the agent loop sends the requests in (runs compared metric by metric)
+        key = (self.global_steps, tuple(prompt_ids))
+        k = self.drawn[key] = self.drawn.get(key, -1) + 1
+        torch.manual_seed(_sample_seed(*key, k))
         out = self.model.generate(
             torch.tensor([list(prompt_ids)]),
             do_sample=not greedy,

@@ -67,9 +67,10 @@ def env() -> dict[str, str]:
     }
 
 
-def command(model: Path, data: Path, out: Path, *extra: str) -> list[str]:
-    """``python -m verl.trainer.main_ppo`` for 2 GRPO steps of 2 prompts x 2 rollouts."""
-    reward = resources.files("divrl.integrations.verl").joinpath("reward.py")
+def command(model: Path, data: Path, out: Path, *extra: str, reward=None) -> list[str]:
+    """``python -m verl.trainer.main_ppo`` for 2 GRPO steps of 2 prompts x 2 rollouts
+    (``reward``: the reward function's file, divrl's verifiers by default)."""
+    reward = reward or resources.files("divrl.integrations.verl").joinpath("reward.py")
     actor = "actor_rollout_ref.actor"
     return [
         sys.executable,
@@ -164,3 +165,27 @@ def write_store(path: Path, model_path: Path, data: Path, n: int = 2) -> Path:
         samples.append(ReferenceSample(pid, ids, response.tolist(), lp.tolist()))
     write_reference_store(path, samples, prompts, {"log_prob_temperature": 1.0})
     return path
+
+
+def step_metrics(out: str) -> list[dict[str, float]]:
+    """The per-step metrics verl's console logger printed (``step:N - name:value - ...``)."""
+    steps = []
+    for line in out.splitlines():
+        at = line.find("step:")
+        if at < 0 or " - " not in line[at:]:
+            continue
+        values = {}
+        for part in line[at:].split(" - "):
+            name, _, value = part.rpartition(":")
+            try:
+                values[name.strip()] = float(value)
+            except ValueError:
+                continue
+        if "step" in values:
+            steps.append(values)
+    return steps
+
+
+def checkpoint_files(folder: Path) -> list[str]:
+    """The files of a checkpoint folder, relative to it, sorted."""
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())

@@ -81,6 +81,14 @@ class RehearsalSource:
     def draw(self, n: int) -> list[ReferenceSample]:
         return [self.samples[i] for i in self.sampler.take(n)]
 
+    def state_dict(self) -> dict:
+        """The draw order's position (saved in verl's checkpoint folder)."""
+        return self.sampler.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue a saved draw order (a ValueError when the store's size differs)."""
+        self.sampler.load_state_dict(state)
+
 
 def plan_layout(
     rollouts: int, references: int, dp_size: int, mini_batches: int, micro_batch_size: int | None

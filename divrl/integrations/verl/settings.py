@@ -36,6 +36,8 @@ VERL_KEYS = {
 }
 DIVERGENCES = ("forward_kl", "reverse_kl", "js", "alpha")
 SECTION = "divrl"
+#: verl loss modes DPH-RL's rollout term is computed with
+COMPOSED_LOSS_MODES = ("vanilla", "divrl_vanilla")
 
 
 class VerlSettingsError(ValueError):
@@ -143,6 +145,11 @@ class DivRLVerlSettings:
         """Whether the run adds DPH-RL's divergence term."""
         return self.divergence is not None and self.divergence_coef > 0
 
+    @property
+    def replaces_loss(self) -> bool:
+        """Whether the actor's loss is divrl's (DPH-RL or Lp-Reg); else it is verl's own."""
+        return self.dph or self.policy_loss == "lp_reg"
+
     def lp_reg_options(
         self, clip_low: float = 1.0, clip_high: float = 9.0, agg: str = "token-mean"
     ) -> LpRegOptions:
@@ -243,3 +250,74 @@ def _plain(value: Any) -> Any:
 def _choice(name: str, value: Any, valid: tuple[str, ...]) -> None:
     if value not in valid:
         raise VerlSettingsError(f"{SECTION}.{name}={value!r}; valid: {', '.join(valid)}")
+
+
+def _get(config: Mapping[str, Any], dotted: str, default: Any = None) -> Any:
+    """``config``'s value at a dotted key (a DictConfig or nested dicts), else ``default``."""
+    node: Any = config
+    for part in dotted.split("."):
+        if not hasattr(node, "get"):
+            return default
+        node = node.get(part, None)
+        if node is None:
+            return default
+    return node
+
+
+def composition_errors(config: Mapping[str, Any], settings: DivRLVerlSettings) -> list[str]:
+    """What in a verl config cannot stand beside divrl's loss (one line per key), or [].
+
+    Called at start-up (the trainer mode's constructor), before Ray starts any worker, so a
+    run that would drop one of the user's settings stops at once instead of at step 400.
+    Nothing is refused when divrl's loss is off (verl's own ``ppo_loss`` runs).
+    """
+    if not settings.replaces_loss:
+        return []
+    actor = "actor_rollout_ref.actor"
+    errors = []
+    if _get(config, "distillation.enabled", False):
+        errors.append(
+            "distillation.enabled=True: verl's distillation loss is the actor loss that "
+            f"{SECTION}'s DPH-RL / Lp-Reg loss replaces; switch one of them off"
+        )
+    mode = _get(config, f"{actor}.policy_loss.loss_mode", "vanilla")
+    if settings.policy_loss == "lp_reg" and mode != "vanilla":
+        errors.append(
+            f"{actor}.policy_loss.loss_mode={mode}: Lp-Reg ({SECTION}.policy_loss=lp_reg) is "
+            "the policy term itself and cannot stand beside another loss mode; set it to vanilla"
+        )
+    if settings.dph and mode not in COMPOSED_LOSS_MODES:
+        errors.append(
+            f"{actor}.policy_loss.loss_mode={mode}: DPH-RL's rollout term takes "
+            f"{', '.join(COMPOSED_LOSS_MODES)}"
+        )
+    if _get(config, "algorithm.rollout_correction.rollout_is", None) is not None:
+        errors.append(
+            "algorithm.rollout_correction.rollout_is is set: divrl's loss does not apply "
+            "verl's rollout importance weights yet; set it to null"
+        )
+    if settings.policy_loss == "lp_reg" and _get(
+        config, "actor_rollout_ref.model.use_fused_kernels"
+    ):
+        errors.append(
+            "actor_rollout_ref.model.use_fused_kernels=True: fused kernels never materialise "
+            "the logits Lp-Reg's proxy is computed from; set it to False"
+        )
+    if settings.dph and _get(config, f"{actor}.loss_agg_mode", "token-mean") != "token-mean":
+        errors.append(
+            f"{actor}.loss_agg_mode={_get(config, f'{actor}.loss_agg_mode')}: DPH-RL's stream "
+            "weights count tokens; set it to token-mean"
+        )
+    if settings.dph and _get(config, f"{actor}.shuffle", False):
+        errors.append(
+            f"{actor}.shuffle=True: verl would regroup the rows after the rehearsal join; "
+            "set it to False"
+        )
+    return errors
+
+
+def check_composition(config: Mapping[str, Any], settings: DivRLVerlSettings) -> None:
+    """Raise :class:`VerlSettingsError` with the first of :func:`composition_errors`."""
+    errors = composition_errors(config, settings)
+    if errors:
+        raise VerlSettingsError(errors[0])

@@ -1,38 +1,51 @@
 """divrl's trainer mode for verl's v1 trainer: ``trainer.v1.trainer_mode=divrl_sync``.
 
 verl picks its v1 trainer class by name from a registry (``register_trainer``); the
-plugin registers ``divrl_sync``, verl's synchronous trainer with three additions:
+plugin registers ``divrl_sync``: verl's synchronous trainer (``PPOTrainerSync``) with
+divrl's additions, and nothing else changed. The class sets the config's trainer mode back
+to verl's ``sync`` before verl's constructor reads it, so every check verl makes against
+the literal ``"sync"`` (the replay buffer, the user's ``data.gen_batch_size``, what a
+checkpoint holds, the ``trainer.v1.sync`` section) sees the synchronous trainer. With DPH
+and Lp-Reg off (``divrl.divergence_coef=0``, ``divrl.policy_loss=vanilla``) the run is
+verl's sync run: verl's own ``ppo_loss`` and verl's own method bodies.
+
+The additions, each through verl's own body:
 
 - after verl's ``init``, the actor workers get :class:`~divrl.integrations.verl.losses.
-  DivRLLoss` through verl's ``set_loss_fn`` (verl's own ``ppo_loss`` otherwise);
-- the actor update (``_update_actor``): with DPH-RL, ``divrl.reference_per_step`` rehearsal
-  rows are drawn from the reference store and joined to the step's rows in TransferQueue
-  (:func:`join_in_queue`), the worker is told the joined mini-batch size, and the rows are
-  cleared after the update;
-- Lp-Reg: the old-log-prob pass runs with the engine's logits-processor hook on
-  (``distillation_use_topk``), so the loss computes pi_old's min-p proxy from the logits of
-  that very forward, and the update reads it (with verl's bypass mode, which skips that
-  pass, the update's own forward gives the proxy instead);
+  DivRLLoss` through verl's ``set_loss_fn`` (DPH or Lp-Reg only);
+- the actor update: with DPH-RL, ``divrl.reference_per_step`` rehearsal rows are drawn
+  from the reference store and joined to the step's rows in TransferQueue
+  (:func:`join_in_queue`), then verl's ``_update_actor`` runs on the joined batch with the
+  joined mini-batch size, and the rows are cleared after the update; the draw order is
+  saved in verl's checkpoint folder and restored on resume;
+- Lp-Reg: verl's old-log-prob pass runs with the engine's logits-processor hook on, so the
+  loss computes pi_old's min-p proxy from the logits of that very forward, and the update
+  reads it (with verl's bypass mode, which skips that pass, the update's own forward
+  gives the proxy instead);
 - validation metrics: divrl's unbiased ``pass@k`` beside verl's ``best@k``.
 
-Everything else (rollouts, rewards, advantages, old log-probs, checkpoints, logging) is
-verl's, unchanged.
+verl's trainer overwrites the batch keys that switch the logits hook and size the
+mini-batches just before it dispatches to the workers; :class:`PinnedInfo` (the one
+workaround, docs/verl.md) keeps divrl's values of exactly those keys through that call.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 from typing import Any
 
 import transfer_queue as tq
+from omegaconf import open_dict
 from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.config import omega_conf_to_dataclass
-from verl.utils.metric import reduce_metrics
-from verl.utils.py_functional import rename_dict
 from verl.workers.utils.padding import response_from_nested
+
+from divrl.fileio import atomic_write_text
 
 # the modules, not their names: `from divrl.integrations.verl.losses import DivRLLoss` in a
 # process that has not imported verl yet starts verl, whose plugin loading imports this
@@ -47,11 +60,13 @@ from divrl.integrations.verl.keys import (
     STREAM,
 )
 from divrl.integrations.verl.metrics import pass_at_k_metrics
-from divrl.integrations.verl.settings import DivRLVerlSettings
+from divrl.integrations.verl.settings import DivRLVerlSettings, check_composition
 
 logger = logging.getLogger(__name__)
 
 TRAINER_MODE = "divrl_sync"
+#: the verl trainer mode divrl_sync is, as verl's own checks read it
+VERL_MODE = "sync"
 
 
 def join_in_queue(
@@ -124,28 +139,120 @@ def _rehearsal_tag(sample) -> dict:
     }
 
 
+class PinnedInfo(dict):
+    """A batch's ``extra_info`` whose ``pinned`` keys keep their values through ``update``.
+
+    verl's ``_compute_old_log_prob`` and ``_update_actor`` set the batch keys they dispatch
+    with (``compute_loss``, ``distillation_use_topk``, ``mini_batch_size``, ...) right
+    before the worker call, with no hook in between; divrl needs other values of a few of
+    them (the logits hook for Lp-Reg's proxy, the joined batch's mini-batch size). Pinning
+    them lets verl's own method body run unchanged. Upstream, a trainer hook that returns
+    the extra batch keys of each pass would replace this (docs/verl.md).
+    """
+
+    def __init__(self, base=(), pinned=None):
+        super().__init__(base)
+        self.pinned = dict(pinned or {})
+        super().update(self.pinned)
+
+    def update(self, *args, **kwargs) -> None:
+        super().update(*args, **kwargs)
+        super().update(self.pinned)
+
+
+def _pinned_call(batch: KVBatchMeta, pinned: dict, call):
+    """``call()`` with ``batch.extra_info`` pinned; a plain dict again afterwards."""
+    batch.extra_info = PinnedInfo(batch.extra_info or {}, pinned)
+    try:
+        return call()
+    finally:
+        batch.extra_info = dict(batch.extra_info)
+
+
+def actor_dp_size(wg: Any) -> int:
+    """The actor's data-parallel size, read as verl's own ``_balance_batch`` reads it.
+
+    verl 0.9.1 has no public accessor: this uses the worker group's dispatch table
+    (``_dispatch_info``, filled by ``_query_dispatch_info``), exactly as verl's trainer does.
+    """
+    if "actor" not in wg._dispatch_info:
+        wg._dispatch_info["actor"] = wg._query_dispatch_info("actor")
+    return max(wg._dispatch_info["actor"]) + 1
+
+
+#: the file in verl's checkpoint folder (``global_step_N/``) with the rehearsal draw order
+SAMPLER_STATE = "divrl_rehearsal.json"
+
+
 @register_trainer(TRAINER_MODE)
 class DivRLPPOTrainer(PPOTrainerSync):
     """verl's synchronous v1 trainer with divrl's loss, rehearsal join and Pass@k."""
 
-    def init(self):
-        super().init()
-        self.divrl = DivRLVerlSettings.from_mapping(self.config.get("divrl"))
-        actor = self.config.actor_rollout_ref.actor
-        rollouts = self.config.data.train_batch_size * self.config.actor_rollout_ref.rollout.n
-        mini_batches = self.config.data.train_batch_size // actor.ppo_mini_batch_size
-        layout = self.divrl.authors_layout(rollouts, mini_batches)
-        loss = verl_losses.DivRLLoss(omega_conf_to_dataclass(actor), self.divrl, layout)
-        self.actor_rollout_wg.set_loss_fn(loss)
+    def __init__(self, config):
+        # divrl's settings, their composition with verl's and the store: checked before
+        # verl starts any worker
+        self.divrl = DivRLVerlSettings.from_mapping(config.get("divrl"))
+        check_composition(config, self.divrl)
         self.divrl_source = None
         if self.divrl.dph:
             self.divrl_source = verl_rehearsal.RehearsalSource(
                 self.divrl.reference_store,
-                temperature=self.config.actor_rollout_ref.rollout.temperature,
+                temperature=config.actor_rollout_ref.rollout.temperature,
                 seed=self.divrl.reference_seed,
                 allow_mismatch=self.divrl.allow_store_mismatch,
             )
+        # verl compares the mode with the literal "sync" (replay buffer, gen_batch_size,
+        # checkpoint contents, the trainer.v1.sync section): this trainer is that mode
+        with open_dict(config):
+            config.trainer.v1.trainer_mode = VERL_MODE
+        super().__init__(config)
+
+    def init(self):
+        super().init()
+        actor = self.config.actor_rollout_ref.actor
+        if self.divrl.replaces_loss:
+            rollouts = self.config.data.train_batch_size * self.config.actor_rollout_ref.rollout.n
+            mini_batches = self.config.data.train_batch_size // actor.ppo_mini_batch_size
+            layout = self.divrl.authors_layout(rollouts, mini_batches)
+            loss = verl_losses.DivRLLoss(omega_conf_to_dataclass(actor), self.divrl, layout)
+            self.actor_rollout_wg.set_loss_fn(loss)
+        if self.divrl_source is not None:
+            self._load_sampler_state()
         logger.info("divrl: %s", self.divrl)
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _checkpoint_folder(self) -> str:
+        folder = self.config.trainer.default_local_dir
+        return os.path.join(folder, f"global_step_{self.global_steps}")
+
+    def _save_checkpoint(self):
+        if self.divrl_source is not None:  # before verl's tracker file names the folder
+            folder = self._checkpoint_folder()
+            os.makedirs(folder, exist_ok=True)
+            state = json.dumps(self.divrl_source.state_dict())
+            atomic_write_text(os.path.join(folder, SAMPLER_STATE), state)
+        return super()._save_checkpoint()
+
+    def _load_sampler_state(self) -> None:
+        """Continue the rehearsal draw order of the checkpoint verl resumed from."""
+        if self.global_steps <= 0:
+            return
+        if self.config.trainer.resume_mode == "resume_path":
+            folder = self.config.trainer.resume_from_path
+        else:
+            folder = self._checkpoint_folder()
+        path = os.path.join(folder, SAMPLER_STATE)
+        if not os.path.exists(path):
+            raise FileNotFoundError(
+                f"{path} is missing: the checkpoint was not written by a divrl_sync run with "
+                "DPH-RL; resume it without divrl.divergence or start a new run"
+            )
+        with open(path) as f:
+            self.divrl_source.load_state_dict(json.load(f))
+        logger.info("divrl: rehearsal draw order restored from %s", path)
+
+    # ------------------------------------------------------------------ the passes
 
     def _compute_old_log_prob(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         """verl's old-log-prob pass; for Lp-Reg with the engine's logits hook on, so the
@@ -155,72 +262,49 @@ class DivRLPPOTrainer(PPOTrainerSync):
         self.divrl_old_proxy = self.divrl.policy_loss == "lp_reg" and not bypass
         if not self.divrl_old_proxy:
             return super()._compute_old_log_prob(batch, metrics)
-        wg = self.actor_rollout_wg
-        compute = wg.compute_log_prob
-
-        def with_logits(data, *args, **kwargs):
-            # the loss function is the engine's logits processor: it must be passed
-            data.extra_info.update(
-                {"compute_loss": True, "distillation_use_topk": True, "distillation_only": False}
-            )
-            return compute(data, *args, **kwargs)
-
-        wg.compute_log_prob = with_logits
-        try:
-            batch = super()._compute_old_log_prob(batch, metrics)
-        finally:
-            wg.compute_log_prob = compute
+        # the loss function is the engine's logits processor: the pass must be given it
+        pinned = {"compute_loss": True, "distillation_use_topk": True, "distillation_only": False}
+        batch = _pinned_call(
+            batch,
+            pinned,
+            lambda: super(DivRLPPOTrainer, self)._compute_old_log_prob(batch, metrics),
+        )
         batch.extra_info.update({"compute_loss": False, "distillation_use_topk": False})
         proxy_to_responses(tq, batch)
         return batch
 
-    def _actor_dp_size(self) -> int:
-        wg = self.actor_rollout_wg
-        if "actor" not in wg._dispatch_info:
-            wg._dispatch_info["actor"] = wg._query_dispatch_info("actor")
-        return max(wg._dispatch_info["actor"]) + 1
-
     def _update_actor(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
-        actor = self.config.actor_rollout_ref.actor
-        rollout_n = self.config.actor_rollout_ref.rollout.n
-        rows_per_mini_batch = actor.ppo_mini_batch_size * rollout_n
-        update, ref_keys = batch, []
-        if self.divrl_source is not None:
-            update, ref_keys = join_in_queue(
-                tq,
-                batch,
-                self.divrl_source.draw(self.divrl.reference_per_step),
-                dp_size=self._actor_dp_size(),
-                mini_batches=len(batch.keys) // rows_per_mini_batch,
-                micro_batch_size=None
-                if actor.use_dynamic_bsz
-                else actor.ppo_micro_batch_size_per_gpu,
-                step=self.global_steps,
+        """verl's actor update, on the batch joined with this step's rehearsal rows."""
+        pinned: dict[str, Any] = {}
+        if self.divrl.policy_loss == "lp_reg" and not getattr(self, "divrl_old_proxy", False):
+            # bypass mode: the update's own forward gives the proxy through the logits hook
+            pinned.update({"distillation_use_topk": True, "distillation_only": False})
+        if self.divrl_source is None:
+            if not pinned:
+                return super()._update_actor(batch, metrics)
+            _pinned_call(
+                batch, pinned, lambda: super(DivRLPPOTrainer, self)._update_actor(batch, metrics)
             )
-            rows_per_mini_batch = len(update.keys) // (len(batch.keys) // rows_per_mini_batch)
-        update.extra_info.update(
-            {
-                "calculate_entropy": actor.calculate_entropy or actor.entropy_coeff != 0.0,
-                # the engine's logits-processor hook: DivRLLoss computes Lp-Reg's proxy there
-                "distillation_use_topk": self.divrl.policy_loss == "lp_reg"
-                and not getattr(self, "divrl_old_proxy", False),
-                "distillation_only": False,
-                "global_batch_size": rows_per_mini_batch,
-                "mini_batch_size": rows_per_mini_batch,
-                "epochs": actor.ppo_epochs,
-                "seed": actor.data_loader_seed,
-                "dataloader_kwargs": {"shuffle": actor.shuffle},
-                "temperature": self.config.actor_rollout_ref.rollout.temperature,
-            }
+            return batch
+        actor = self.config.actor_rollout_ref.actor
+        rows_per_mini_batch = actor.ppo_mini_batch_size * self.config.actor_rollout_ref.rollout.n
+        update, ref_keys = join_in_queue(
+            tq,
+            batch,
+            self.divrl_source.draw(self.divrl.reference_per_step),
+            dp_size=actor_dp_size(self.actor_rollout_wg),
+            mini_batches=len(batch.keys) // rows_per_mini_batch,
+            micro_batch_size=None if actor.use_dynamic_bsz else actor.ppo_micro_batch_size_per_gpu,
+            step=self.global_steps,
         )
+        rows = len(update.keys) // (len(batch.keys) // rows_per_mini_batch)
+        pinned.update({"global_batch_size": rows, "mini_batch_size": rows})
         try:
-            output = self.actor_rollout_wg.update_actor(update)
+            _pinned_call(
+                update, pinned, lambda: super(DivRLPPOTrainer, self)._update_actor(update, metrics)
+            )
         finally:
-            if ref_keys:
-                tq.kv_clear(keys=ref_keys, partition_id=batch.partition_id)
-        output = rename_dict(output["metrics"], "actor/")
-        output["perf/mfu/actor"] = output.pop("actor/mfu")
-        metrics.update(reduce_metrics(output))
+            tq.kv_clear(keys=ref_keys, partition_id=batch.partition_id)
         return batch
 
     def _val_metrics_update(self, data_sources, sample_uids, reward_extra_infos_dict, *args, **kw):
