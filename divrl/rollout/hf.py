@@ -19,7 +19,7 @@ from divrl.rollout.base import (
     pad_token_id,
     repeat_samples,
 )
-from divrl.rollout.registry import EngineContext, EngineError, register_engine
+from divrl.rollout.registry import EngineError, register_policy_engine
 
 __all__ = ["HFEngine", "HFOptions", "cut_at_stop", "response_length"]
 
@@ -326,16 +326,9 @@ class HFOptions:
             raise ValueError(f"batch_size={self.batch_size} must be >= 1")
 
 
-@register_engine(
+build_hf = register_policy_engine(
     "hf",
+    HFEngine,
     options=HFOptions,
     summary="transformers generate on the policy itself (no weight copy); CPU or GPU",
 )
-def build_hf(context: EngineContext, options: HFOptions) -> HFEngine:
-    context.require_policy("hf")
-    return HFEngine(
-        context.model,
-        context.tokenizer,
-        batch_size=options.batch_size,
-        full_weights=context.full_weights,
-    )

@@ -47,8 +47,10 @@ __all__ = [
     "check_engine_installed",
     "engine_names",
     "engine_options",
+    "engines_taking",
     "get_engine",
     "register_engine",
+    "register_policy_engine",
     "unregister_engine",
 ]
 
@@ -153,6 +155,32 @@ def register_engine(
         return factory
 
     return decorator
+
+
+def register_policy_engine(
+    name: str, engine: type, *, options: type, summary: str, replace: bool = False
+) -> Factory:
+    """Register ``engine``, a class that generates with the policy loaded in this process,
+    as the engine ``name``; the factory (returned) refuses a context without the policy and
+    builds ``engine(model, tokenizer, full_weights=..., **options fields)``."""
+
+    def factory(context: EngineContext, opts: Any) -> RolloutEngine:
+        context.require_policy(name)
+        kwargs = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}
+        return engine(context.model, context.tokenizer, full_weights=context.full_weights, **kwargs)
+
+    factory.__name__ = factory.__qualname__ = f"build_{name}"
+    factory.__module__ = engine.__module__
+    return register_engine(name, options=options, summary=summary, replace=replace)(factory)
+
+
+def engines_taking(option: str) -> tuple[str, ...]:
+    """The registered engines whose options have a field ``option``, sorted."""
+    return tuple(
+        name
+        for name, spec in sorted(_ENGINES.items())
+        if option in {f.name for f in dataclasses.fields(spec.options)}
+    )
 
 
 def unregister_engine(name: str) -> None:

@@ -21,7 +21,12 @@ import torch
 
 from divrl.rollout.base import RolloutOutput, SamplingParams
 from divrl.rollout.hf import HFEngine, HFOptions, build_hf, cut_at_stop, response_length
-from divrl.rollout.registry import EngineContext, EngineError, register_engine
+from divrl.rollout.registry import (
+    EngineContext,
+    EngineError,
+    register_engine,
+    register_policy_engine,
+)
 
 __all__ = ["StaticCacheEngine", "StaticOptions", "unsupported_reason"]
 
@@ -319,34 +324,21 @@ class StaticCacheEngine(HFEngine):
 
 
 @dataclass(frozen=True)
-class StaticOptions:
-    """Options of the ``static`` engine.
+class StaticOptions(HFOptions):
+    """Options of the ``static`` engine (the ``hf`` engine's fields and checks).
 
     ``batch_size``: prompts per decode loop, seeded or not (``n`` rows each); larger
     batches use the matrix products better, finished rows leave the batch as they end.
     """
 
-    batch_size: int = 64
 
-    def __post_init__(self) -> None:
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size={self.batch_size} must be >= 1")
-
-
-@register_engine(
+build_static = register_policy_engine(
     "static",
+    StaticCacheEngine,
     options=StaticOptions,
     summary="divrl's decode loop on the policy itself (pre-allocated KV cache, batched "
     "seeds); Llama and Qwen2 models, fastest on a CPU",
 )
-def build_static(context: EngineContext, options: StaticOptions) -> StaticCacheEngine:
-    context.require_policy("static")
-    return StaticCacheEngine(
-        context.model,
-        context.tokenizer,
-        batch_size=options.batch_size,
-        full_weights=context.full_weights,
-    )
 
 
 @register_engine(

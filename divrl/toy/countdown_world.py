@@ -125,22 +125,10 @@ def world_key(seed: int, size: str, cfg: CountdownWorldConfig) -> str:
     return WORLD.key(seed, size, cfg)
 
 
-def ensure_countdown_world(
-    cache_dir: str | Path | None = None,
-    size: str = "full",
-    seed: int = 0,
-    *,
-    progress: bool = True,
-    use_shipped: bool = True,
-) -> ToyWorld:
-    """Return the countdown world for (``seed``, ``size``), building it if not cached.
-
-    ``size="full"`` is the benchmark (its seed-0 model ships in ``pretrained_countdown``
-    and is copied instead of trained when the settings match); ``size="tiny"`` builds in
-    seconds for tests. The cache directory defaults to the toy world's
-    (``$DIVRL_CACHE_DIR/toy`` or ``~/.cache/divrl/toy``).
-    """
-    return WORLD.ensure(cache_dir, seed=seed, size=size, progress=progress, use_shipped=use_shipped)
+#: the countdown world for (``seed``, ``size``) from the cache, built first when it is not
+#: there (:meth:`WorldScaffold.ensure`; ``full``'s seed-0 model ships in
+#: ``pretrained_countdown``)
+ensure_countdown_world = WORLD.ensure
 
 
 def make_splits(cfg: CountdownWorldConfig, seed: int) -> tuple[dict[str, list[Example]], set[str]]:

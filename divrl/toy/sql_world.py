@@ -149,25 +149,9 @@ def world_key(seed: int, size: str, cfg: ToyWorldConfig) -> str:
     return WORLD.key(seed, size, cfg)
 
 
-def ensure_toy_world(
-    cache_dir: str | Path | None = None,
-    *,
-    seed: int = 0,
-    size: str = "full",
-    progress: bool = True,
-    use_shipped: bool = True,
-) -> ToyWorld:
-    """Return the toy world for (``seed``, ``size``), building it first if it is not cached.
-
-    ``size="full"`` trains the base model of the benchmark (minutes on 2 CPU cores);
-    ``size="tiny"`` builds a seconds-long miniature for tests (its model generates text
-    but is rarely right); ``size="small"`` (tens of seconds) one whose model is right on
-    some SQL prompts, for tests that need a learning signal. The cache directory defaults
-    to ``$DIVRL_CACHE_DIR/toy`` or ``~/.cache/divrl/toy``. With ``use_shipped`` the model
-    shipped in ``divrl/toy/pretrained`` is copied instead of trained when it was built with
-    exactly these settings (the data is always generated).
-    """
-    return WORLD.ensure(cache_dir, seed=seed, size=size, progress=progress, use_shipped=use_shipped)
+#: the SQL world for (``seed``, ``size``) from the cache, built first when it is not there
+#: (:meth:`WorldScaffold.ensure`; sizes: :data:`SIZES`)
+ensure_toy_world = WORLD.ensure
 
 
 def build_world(

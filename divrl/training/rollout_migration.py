@@ -7,11 +7,9 @@ from typing import Any
 
 __all__ = ["migrate_rollout_section"]
 
-# engine options that used to be keys of the rollout section, and the engines that take each
-_LEGACY_ENGINE_KEYS = {
-    "batch_size": ("auto", "hf", "static"),
-    "gpu_memory_utilization": ("vllm",),
-}
+# engine options that used to be keys of the rollout section; the engines that take each
+# are the registered ones whose options have that field (divrl.rollout.engines_taking)
+_LEGACY_ENGINE_KEYS = ("batch_size", "gpu_memory_utilization")
 
 
 def migrate_rollout_section(raw: dict[str, Any]) -> dict[str, Any]:
@@ -20,18 +18,21 @@ def migrate_rollout_section(raw: dict[str, Any]) -> dict[str, Any]:
     legacy = [k for k in _LEGACY_ENGINE_KEYS if k in raw]
     if not legacy:
         return raw
+    from divrl.rollout.registry import engines_taking
+
     raw = dict(raw)
     engine = raw.get("engine", "auto")  # RolloutConfig.engine's default
     options = dict(raw.get("engine_options") or {})
     log = logging.getLogger(__name__)
     for key in legacy:
         value = raw.pop(key)
-        if engine not in _LEGACY_ENGINE_KEYS[key]:
+        takers = engines_taking(key)
+        if engine not in takers:
             log.warning(
                 "rollout.%s is an option of the %s engine; rollout.engine=%s never read it: "
                 "ignored (remove it)",
                 key,
-                "/".join(_LEGACY_ENGINE_KEYS[key]),
+                "/".join(takers),
                 engine,
             )
             continue

@@ -119,6 +119,41 @@ def test_old_flat_keys_are_read_as_engine_options(caplog):
         load_config(None, ["rollout.batch_size=8", "rollout.engine_options.batch_size=4"])
 
 
+@dataclass(frozen=True)
+class _Batched:
+    batch_size: int = 4
+
+
+def test_an_old_key_goes_to_any_registered_engine_that_takes_it(caplog):
+    """The engines an old flat key belongs to are read from the registry, so a new engine
+    with a ``batch_size`` option takes ``rollout.batch_size`` like ``hf`` does."""
+    register_engine("batched", options=_Batched, summary="test")(lambda context, options: None)
+    try:
+        cfg = load_config(None, ["rollout.engine=batched", "rollout.batch_size=8"])
+        assert cfg.rollout.engine_options == {"batch_size": 8}
+        with caplog.at_level(logging.WARNING):
+            load_config(None, ["rollout.engine=batched", "rollout.gpu_memory_utilization=0.5"])
+        assert "option of the vllm engine; rollout.engine=batched never read it" in caplog.text
+    finally:
+        unregister_engine("batched")
+    with caplog.at_level(logging.WARNING):
+        load_config(None, ["rollout.engine=vllm", "rollout.batch_size=8"])
+    assert "option of the auto/batched/hf/static engine" not in caplog.text
+    assert "option of the auto/hf/static engine; rollout.engine=vllm" in caplog.text
+
+
+def test_the_policy_engines_register_through_one_helper():
+    from divrl.rollout.hf import HFEngine
+    from divrl.rollout.static import StaticCacheEngine
+
+    for name, cls in (("hf", HFEngine), ("static", StaticCacheEngine)):
+        spec = get_engine(name)
+        assert spec.factory.__name__ == f"build_{name}"
+        with pytest.raises(ValueError, match=f"the {name} engine generates with the policy"):
+            spec.factory(EngineContext("m"), spec.options())
+        assert cls.__module__ == spec.factory.__module__
+
+
 def test_config_errors_name_the_key_and_the_valid_options():
     with pytest.raises(ConfigError, match="takes no option 'gpu_memory_utilization'; its options"):
         load_config(None, ["rollout.engine_options.gpu_memory_utilization=0.5"])
