@@ -13,6 +13,9 @@ A run directory (``logging.output_dir``) holds::
                                 and ``model/`` (a plain transformers directory)
     checkpoints/.tmp_step_*/    a checkpoint being written (renamed when complete)
     checkpoints/corrupt_step_*/ a checkpoint that failed to load, moved aside
+    .eval_pins/<pid>@<host>-step_NNNNNN/  a checkpoint's model hard-linked by a running
+                                `divrl eval --model RUN` (removed when it ends; a dead
+                                process's pin is swept by :meth:`RunDir.sweep_stale_pins`)
 
 Each checkpoint's ``trainer_state.json`` holds the ``run_id`` of the run that wrote it:
 pruning deletes only the run's own checkpoints (:meth:`RunDir.own_checkpoints`).
@@ -29,6 +32,7 @@ import fcntl
 import json
 import os
 import re
+import shutil
 import socket
 import time
 from dataclasses import dataclass
@@ -115,6 +119,31 @@ class RunDir:
     def lock_path(self) -> Path:
         return self.root / ".lock"
 
+    @property
+    def pins_dir(self) -> Path:
+        return self.root / PIN_DIR
+
+    def pin_path(self, step_name: str) -> Path:
+        """This process's pin of checkpoint ``step_name`` (``step_NNNNNN``)."""
+        return self.pins_dir / f"{os.getpid()}@{socket.gethostname()}-{step_name}"
+
+    def sweep_stale_pins(self) -> list[Path]:
+        """Remove the pins of processes of this host that are gone (killed with SIGKILL,
+        or from before pins were removed on SIGTERM): each keeps a pruned checkpoint's data
+        on disk. Pins of live processes and of other hosts stay. Returns the removed ones."""
+        removed = []
+        for pin in sorted(self.pins_dir.glob("*-step_*")) if self.pins_dir.is_dir() else []:
+            match = _PIN_NAME.fullmatch(pin.name)
+            if match is None or match["host"] not in (None, socket.gethostname()):
+                continue
+            pid = int(match["pid"])
+            if pid != os.getpid() and not _pid_alive(pid):
+                shutil.rmtree(pin, ignore_errors=True)
+                removed.append(pin)
+        with contextlib.suppress(OSError):
+            self.pins_dir.rmdir()  # once empty
+        return removed
+
     def run_files(self) -> list[Path]:
         """The files and folders of a training run present here (a DPH reference store or
         anything else a user put in the folder is not listed)."""
@@ -173,6 +202,11 @@ class RunDir:
             if ckpt.has_model():
                 return ckpt.model_dir
         return None
+
+
+PIN_DIR = ".eval_pins"
+# <pid>-step_N (older pins) or <pid>@<host>-step_N
+_PIN_NAME = re.compile(r"(?P<pid>\d+)(?:@(?P<host>.+))?-step_\w+")
 
 
 class RunLockedError(RuntimeError):

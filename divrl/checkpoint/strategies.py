@@ -46,12 +46,14 @@ __all__ = [
 
 def prune_checkpoints(run: RunDir, keep_last: int, run_id: str | None) -> list[Path]:
     """Delete all but the ``keep_last`` newest checkpoints written by run ``run_id``;
-    checkpoints of any other run are never touched. Returns the deleted paths."""
+    checkpoints of any other run are never touched. The pins of evaluations that are gone
+    go too (each kept a pruned checkpoint's data on disk). Returns the deleted paths."""
     if run_id is None:
         return []
     old = [c.path for c in run.own_checkpoints(run_id)[:-keep_last]]
     for path in old:
         shutil.rmtree(path, ignore_errors=True)
+    run.sweep_stale_pins()
     return old
 
 

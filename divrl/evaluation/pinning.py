@@ -3,10 +3,13 @@
 Training keeps ``checkpoint.keep_last`` checkpoints and deletes older ones; an evaluation
 that chose ``checkpoints/step_N/model`` could see it deleted while it loads (the files
 vanish one by one). :func:`pin_newest_model` hard-links the newest complete model folder of
-a run into ``<run>/.eval_pins/<pid>-step_N/`` (same filesystem: no copy; a file keeps its
-data while a link to it remains), checks the pin is whole, and retries on the then-newest
-checkpoint when the chosen one vanished mid-way. The pin is removed when the process exits;
-pins of dead processes are swept by the next one.
+a run into ``<run>/.eval_pins/<pid>@<host>-step_N/`` (same filesystem: no copy; a file
+keeps its data while a link to it remains), checks the pin is whole, and retries on the
+then-newest checkpoint when the chosen one vanished mid-way. The pin is removed when the
+process exits, also when it is ended by SIGTERM or SIGHUP (a ``timeout``, a scheduler, a
+closed terminal); pins of dead processes (SIGKILL) are swept by the next pin, and by
+training when it prunes checkpoints or overwrites the run
+(:meth:`divrl.runs.RunDir.sweep_stale_pins`).
 """
 
 from __future__ import annotations
@@ -18,15 +21,16 @@ import json
 import logging
 import os
 import shutil
+import signal
+import threading
 from pathlib import Path
 
-from divrl.runs import Checkpoint, RunDir
+from divrl.runs import PIN_DIR, Checkpoint, RunDir
 
 __all__ = ["PIN_DIR", "PinError", "origin_of", "pin_newest_model"]
 
 logger = logging.getLogger(__name__)
 
-PIN_DIR = ".eval_pins"
 _TRIES = 5
 _pins: dict[Path, tuple[Path, Path]] = {}  # run root -> (pinned model dir, original)
 _origins: dict[str, str] = {}  # pinned model dir -> the checkpoint's model dir
@@ -41,22 +45,34 @@ def origin_of(path: str) -> str:
     return _origins.get(str(path), str(path))
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _sweep(pins: Path) -> None:
     """Remove pins left by processes that died without cleaning up (kill -9)."""
-    for old in pins.glob("*-step_*"):
-        pid = old.name.split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-            shutil.rmtree(old, ignore_errors=True)
+    RunDir(pins.parent).sweep_stale_pins()
+
+
+_SIGNALS = ("SIGTERM", "SIGHUP")
+_handled: dict[int, object] = {}  # signal -> the handler it had before
+
+
+def _remove_pins_on_signals() -> None:
+    """On SIGTERM / SIGHUP (whose default ends the process without ``atexit``), remove
+    this process's pins, then end as the signal would have (its default action). A signal
+    with a handler of its own, or a call outside the main thread, is left alone."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for name in _SIGNALS:
+        number = getattr(signal, name, None)
+        if number is None or number in _handled or signal.getsignal(number) != signal.SIG_DFL:
+            continue
+        _handled[number] = signal.SIG_DFL
+        signal.signal(number, _on_signal)
+
+
+def _on_signal(number: int, frame) -> None:
+    for pin, _ in list(_pins.values()):
+        _cleanup(pin)
+    signal.signal(number, _handled.get(number, signal.SIG_DFL))
+    os.kill(os.getpid(), number)
 
 
 def _link_tree(src: Path, dst: Path) -> None:
@@ -129,7 +145,7 @@ def pin_newest_model(run_dir: str | Path) -> tuple[Path, Checkpoint] | None:
             logger.info("%s: cannot pin a checkpoint here (%s); loading it in place", run.root, exc)
             return ckpt.model_dir, ckpt
         _sweep(pins)
-        pin = pins / f"{os.getpid()}-{ckpt.path.name}"
+        pin = run.pin_path(ckpt.path.name)
         shutil.rmtree(pin, ignore_errors=True)
         try:
             _link_tree(ckpt.model_dir, pin)
@@ -141,6 +157,7 @@ def pin_newest_model(run_dir: str | Path) -> tuple[Path, Checkpoint] | None:
             _pins[run.root] = (pin, ckpt.model_dir)
             _origins[str(pin)] = str(ckpt.model_dir)
             atexit.register(_cleanup, pin)
+            _remove_pins_on_signals()
             return pin, ckpt
         logger.info("%s vanished while it was being pinned (pruned?); trying again", ckpt.path)
         _cleanup(pin)

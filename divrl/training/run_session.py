@@ -244,6 +244,7 @@ class RunSession:
             logger.warning("--overwrite: deleting %s in %s", event["overwrote"], run.root)
             for path in present:
                 shutil.rmtree(path) if path.is_dir() else path.unlink()
+            run.sweep_stale_pins()  # a live evaluation's pin stays: it reads it
         self._write_identity()
         atomic_write_text(run.config_path, dump_config(self.config))
         return event
