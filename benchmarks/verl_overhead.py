@@ -29,7 +29,7 @@ from divrl.integrations.verl.rehearsal import join_rehearsal
 from divrl.integrations.verl.settings import DivRLVerlSettings
 
 
-def _rows(n: int, prompt: int, response: int, vocab: int, seed: int):
+def packed_rows(n: int, prompt: int, response: int, vocab: int, seed: int):
     from verl.utils import tensordict_utils as tu
 
     g = torch.Generator().manual_seed(seed)
@@ -55,7 +55,7 @@ def _rows(n: int, prompt: int, response: int, vocab: int, seed: int):
     return tu.list_of_dict_to_tensordict(rows)
 
 
-def _actor_config():
+def actor_config():
     from omegaconf import OmegaConf
     from verl.utils.config import omega_conf_to_dataclass
 
@@ -122,9 +122,9 @@ def main(argv: list[str] | None = None) -> dict:
         num_key_value_heads=4,
     )
     model = LlamaForCausalLM(cfg)
-    config = _actor_config()
-    rollouts = _rows(args.rows, args.prompt, args.response, args.vocab, seed=1)
-    refs = _rows(args.rows // 4 or 1, args.prompt, args.response, args.vocab, seed=2)
+    config = actor_config()
+    rollouts = packed_rows(args.rows, args.prompt, args.response, args.vocab, seed=1)
+    refs = packed_rows(args.rows // 4 or 1, args.prompt, args.response, args.vocab, seed=2)
     samples = [
         ReferenceSample(
             f"q{i}",

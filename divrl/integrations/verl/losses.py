@@ -32,7 +32,6 @@ from verl.workers.utils.padding import no_padding_2_padding
 
 from divrl.algorithms import (
     aggregate,
-    logit_stats,
     lp_reg_loss,
     micro_batch_weights,
     policy_loss,
@@ -47,6 +46,12 @@ from divrl.integrations.verl.keys import (
     PROXY_LOG_PROB,
     REF_LOG_PROB,
     STREAM,
+)
+from divrl.integrations.verl.lp_reg_proxy import (
+    check_megatron_layout,
+    check_megatron_parallel,
+    minp_proxy,
+    next_token_labels,
 )
 from divrl.integrations.verl.settings import DivRLVerlSettings
 
@@ -168,6 +173,17 @@ def _stream_weights(
     return weights[0], weights[1], effective
 
 
+def _batch_temperature(data: Any) -> float:
+    """The micro-batch's one sampling temperature (Lp-Reg takes one per batch)."""
+    temperature = tu.get(data, key="temperature", default=1.0)
+    if isinstance(temperature, torch.Tensor):
+        first = temperature.flatten()[0]
+        if not bool((temperature == first).all()):
+            raise ValueError("Lp-Reg in verl takes one sampling temperature for the batch")
+        temperature = first
+    return float(temperature)
+
+
 class DivRLLoss:
     """verl's actor loss with divrl's policy loss, DPH-RL rehearsal and Lp-Reg.
 
@@ -201,6 +217,7 @@ class DivRLLoss:
             )
         low, high = _clip_range(config)
         if settings.policy_loss == "lp_reg":
+            check_megatron_layout(config)
             self.options = settings.lp_reg_options(low, high, self.agg)
         else:
             self.options = vanilla_options(config, self.agg)
@@ -208,44 +225,43 @@ class DivRLLoss:
     # ------------------------------------------------------------------ logits processor
 
     @torch.no_grad()
-    def logits_outputs(self, student_logits: torch.Tensor, data: Any) -> dict[str, torch.Tensor]:
-        """Lp-Reg's proxy log-prob of each next token and log Z, ``[1, positions]`` each.
+    def logits_outputs(
+        self, student_logits: torch.Tensor, data: Any, data_format: str | None = None
+    ) -> dict[str, torch.Tensor]:
+        """Lp-Reg's proxy log-prob of each next token and log Z, shaped like the logits
+        without their vocabulary dimension (FSDP: ``[1, positions]``; Megatron: ``[1,
+        positions]`` for ``data_format="thd"``, ``[batch, padded length]`` for ``"bshd"``).
 
-        verl passes the packed logits already divided by the temperature; the min-p filter
-        is on the untempered probabilities (divrl's and the authors' convention), so the
-        logits are multiplied back (exact at temperature 1).
+        verl passes the logits already divided by the temperature, in its engine's dtype;
+        the min-p filter is on the untempered probabilities (divrl's and the authors'
+        convention), which :func:`minp_proxy` applies as a threshold on the tempered ones.
+        The proxy walks the logits in chunks of rows (no fp32 copy of the whole tensor).
         """
         if self.settings.policy_loss != "lp_reg":
             return {}
         if int(tu.get_non_tensor_data(data=data, key="sp_size", default=1)) > 1:
             raise ValueError("Lp-Reg in verl does not support Ulysses sequence parallelism yet")
-        logits = student_logits.squeeze(0)
-        ids = data["input_ids"]
-        labels = torch.roll(ids.values() if ids.is_nested else ids.reshape(-1), -1)
-        pad = logits.shape[0] - labels.shape[0]
-        labels = torch.nn.functional.pad(labels, (0, pad)) if pad > 0 else labels
-        temperature = tu.get(data, key="temperature", default=1.0)
-        if isinstance(temperature, torch.Tensor):
-            first = temperature.flatten()[0]
-            if not bool((temperature == first).all()):
-                raise ValueError("Lp-Reg in verl takes one sampling temperature for the batch")
-            temperature = first
-        t = float(temperature)
-        raw = logits if t == 1.0 else logits.float() * t
-        # one chunked pass over the logits, as divrl train computes the proxy
-        stats = logit_stats(
-            raw, labels.to(raw.device), t, with_entropy=False, minp_kappa=self.options.kappa
+        if data_format is not None:
+            check_megatron_parallel()
+        labels = next_token_labels(student_logits, data["input_ids"], data_format)
+        proxy, log_z = minp_proxy(
+            student_logits.reshape(-1, student_logits.shape[-1]),
+            labels.reshape(-1),
+            self.options.kappa,
+            _batch_temperature(data),
         )
-        return {
-            PROXY_LOG_PROB: stats.proxy_log_prob.unsqueeze(0),
-            LOG_NORMALIZER: stats.log_normalizer.unsqueeze(0),
-        }
+        lead = student_logits.shape[:-1]
+        return {PROXY_LOG_PROB: proxy.reshape(lead), LOG_NORMALIZER: log_z.reshape(lead)}
 
     # ------------------------------------------------------------------ the loss
 
-    def __call__(self, model_output=None, data=None, dp_group=None, student_logits=None):
+    def __call__(
+        self, model_output=None, data=None, dp_group=None, student_logits=None, data_format=None
+    ):
+        """verl's loss call, or its logits-processor call: FSDP's ``(student_logits=,
+        data=)`` or Megatron's ``(student_logits=, data=, data_format=)``."""
         if student_logits is not None:
-            return self.logits_outputs(student_logits, data)
+            return self.logits_outputs(student_logits, data, data_format)
         return self.loss(model_output, data)
 
     def loss(self, model_output: dict, data: Any) -> tuple[torch.Tensor, dict[str, Any]]:
