@@ -207,6 +207,7 @@ def lp_reg_loss(
     proxy_rows: torch.Tensor | None = None,
     policy_rows: torch.Tensor | None = None,
     selected: torch.Tensor | None = None,
+    token_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Lp-Reg policy loss (the authors' code semantics).
 
@@ -240,6 +241,11 @@ def lp_reg_loss(
             than this batch (the trainer's ``algorithm.lp_reg_scope``: a mini-batch or step);
             it replaces step 2 (``rho`` and ``min_k`` were applied to that population), and
             is intersected with this batch's candidates.
+        token_weights: optional ``[batch, len]`` or ``[batch, 1]`` detached factors on the
+            per-token loss before aggregation (the aggregation's denominators stay the
+            mask's): a rollout engine's truncated importance-sampling weights, applied as
+            TRL applies them to its per-token loss. They change neither the selection nor
+            the metrics.
 
     Returns:
         ``(loss, metrics)``: the clipped-surrogate metrics plus ``lp_reg/num_negative``,
@@ -268,6 +274,8 @@ def lp_reg_loss(
     penalty = _full_vocab_kl(proxy_rows, policy_rows) if full_vocab else k3(proxy - lp)
     replaced = -adv * ratio + beta * penalty
     loss_mat = torch.where(regularized, replaced, loss_mat)
+    if token_weights is not None:
+        loss_mat = loss_mat * as_fp32(token_weights.detach())
     loss = aggregate(loss_mat, m, agg)
 
     num_selected = int(selected.sum())

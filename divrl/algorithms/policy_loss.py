@@ -145,6 +145,7 @@ def policy_loss(
     clip_high: float = VanillaOptions.clip_high,
     dual_clip: float | None = VanillaOptions.dual_clip,
     agg: str = VanillaOptions.agg,
+    token_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO / GRPO / DAPO clipped surrogate.
 
@@ -159,6 +160,9 @@ def policy_loss(
         advantages: ``[batch]`` or ``[batch, len]``.
         mask: ``[batch, len]`` response mask.
         agg: aggregation mode (see :func:`divrl.algorithms.aggregate`).
+        token_weights: optional ``[batch, len]`` or ``[batch, 1]`` detached factors on the
+            per-token loss before aggregation (denominators stay the mask's), e.g. a rollout
+            engine's truncated importance-sampling weights; metrics are unweighted.
 
     Returns:
         ``(loss, metrics)`` with ``pg/clip_frac``, ``pg/dual_clip_frac``, ``pg/approx_kl``
@@ -167,6 +171,8 @@ def policy_loss(
     loss_mat, parts = clipped_surrogate(
         log_prob, old_log_prob, advantages, mask, clip_low, clip_high, dual_clip
     )
+    if token_weights is not None:
+        loss_mat = loss_mat * as_fp32(token_weights.detach())
     loss = aggregate(loss_mat, mask, agg)
     return loss, {"pg/loss": to_float(loss), **surrogate_metrics(parts, mask)}
 

@@ -25,6 +25,8 @@ public name is importable from here.
 
 from __future__ import annotations
 
+import atexit
+import weakref
 from typing import Any
 
 import torch
@@ -35,9 +37,14 @@ from divrl.algorithms import (
     policy_loss,
     reference_divergence_loss,
 )
-from divrl.distributed import warn_if_ddp_wrappers_live
+from divrl.distributed import release_process_group, warn_if_ddp_wrappers_live
 from divrl.integrations.trl_config import LP_REG_LOSS_TYPES, DivRLGRPOConfig
-from divrl.integrations.trl_data import exploration_dataset, trl_dataset, verifier_reward
+from divrl.integrations.trl_data import (
+    exploration_dataset,
+    rollout_arguments,
+    trl_dataset,
+    verifier_reward,
+)
 from divrl.integrations.trl_dph import ReferenceStream
 from divrl.integrations.trl_hooks import (
     ALLOW_UNTESTED_ENV,
@@ -86,6 +93,22 @@ __all__ = [
 # --------------------------------------------------------------------------- trainer
 
 
+def end_at_exit(trainer: DivRLGRPOTrainer) -> None:
+    """At interpreter exit (before torch's own exit handlers, registered earlier): call
+    ``trainer.end()`` (nothing when it has ended already); when the trainer was collected
+    before, with its DDP wrapper, release the process group it left."""
+    ref = weakref.ref(trainer)
+
+    def end() -> None:
+        alive = ref()
+        if alive is not None:
+            alive.end()
+        elif torch.distributed.is_initialized():
+            release_process_group()
+
+    atexit.register(end)
+
+
 class DivRLGRPOTrainer(GRPOTrainer):
     """TRL's ``GRPOTrainer`` with DPH-RL and/or Lp-Reg; takes a :class:`DivRLGRPOConfig`.
 
@@ -99,7 +122,7 @@ class DivRLGRPOTrainer(GRPOTrainer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         check_trl_version()
         raise_on_internal_problems(check_trl_internals(GRPOTrainer))
-        super().__init__(*args, **kwargs)
+        super().__init__(*rollout_arguments(args, kwargs), **kwargs)
         if not isinstance(self.args, DivRLGRPOConfig):
             raise TypeError(
                 f"DivRLGRPOTrainer needs args=DivRLGRPOConfig(...), got {type(self.args).__name__}"
@@ -108,17 +131,20 @@ class DivRLGRPOTrainer(GRPOTrainer):
         raise_on_internal_problems([f"GRPOTrainer no longer sets {missing}"] if missing else [])
         self._divrl_capture: HiddenCapture | None = None
         self._reference: ReferenceStream | None = None
+        self._divrl_ended = False
+        if torch.distributed.is_initialized():
+            end_at_exit(self)  # the process group released without the user's end()
         if self.args.divergence is not None:
             tokenizer = getattr(self.processing_class, "tokenizer", self.processing_class)
+            lm = unwrapped_causal_lm(self.accelerator, self.model)
             self._reference = ReferenceStream(
                 self.args.reference_store,
                 self.temperature,
                 self.args.seed,
                 pad_token_id(tokenizer),
-                model_path=getattr(
-                    unwrapped_causal_lm(self.accelerator, self.model), "name_or_path", ""
-                ),
+                model_path=getattr(lm, "name_or_path", ""),
                 allow_mismatch=self.args.allow_store_mismatch,
+                vocab_size=getattr(lm.config.get_text_config(), "vocab_size", None),
             )
             self._reference_seeked = False
         if self.args.lp_reg:
@@ -146,7 +172,12 @@ class DivRLGRPOTrainer(GRPOTrainer):
         """transformers' ``Trainer.end`` (finish the trackers, destroy the process group),
         with the DDP wrapper dropped first: when the wrapper is the group's last holder a
         rank can hang at exit (:func:`divrl.distributed.release_process_group`
-        says why). Call it once, after the last ``train()`` / ``save_model()``."""
+        says why). Under several processes the trainer calls it itself when the
+        interpreter exits; calling it after the last ``train()`` / ``save_model()`` ends
+        earlier, and a second call does nothing."""
+        if self._divrl_ended:
+            return
+        self._divrl_ended = True
         if torch.distributed.is_initialized():
             self.model_wrapped = self.model
             self.accelerator.free_memory()  # its references to the prepared model
@@ -253,7 +284,8 @@ class DivRLGRPOTrainer(GRPOTrainer):
 
         TRL's loss already holds the clipped surrogate on every token; adding the difference
         replaces it by Lp-Reg's term on the regularised tokens and changes nothing elsewhere
-        (both divrl losses share one clipped surrogate with TRL's epsilons).
+        (both divrl losses share one clipped surrogate with TRL's epsilons). With vLLM's
+        importance-sampling correction each token's difference carries TRL's weight.
         """
         lp = cap.log_probs
         old = inputs.get("old_per_token_logps")
@@ -267,6 +299,10 @@ class DivRLGRPOTrainer(GRPOTrainer):
             mask = mask * inputs["tool_mask"]
         agg = LP_REG_LOSS_TYPES[self.loss_type]
         clip = {"clip_low": self.epsilon_low, "clip_high": self.epsilon_high, "agg": agg}
+        # TRL multiplies its per-token loss by the truncated vLLM/trainer importance
+        # weights before reducing it; both divrl terms get the same factor per token.
+        if self.use_vllm and self.vllm_importance_sampling_correction:
+            clip["token_weights"] = inputs["importance_sampling_ratio"]
         lp_loss, metrics = lp_reg_loss(
             lp,
             old,

@@ -18,6 +18,8 @@ from divrl.algorithms.loss_options import FULL_VOCAB_REFUSED
 
 __all__ = ["LP_REG_LOSS_TYPES", "TRL_DPH_WEIGHTINGS", "TRL_SETS", "DivRLGRPOConfig"]
 
+# which dataset rows a DPH-RL run rolls out (DivRLGRPOConfig.rollout_prompts)
+ROLLOUT_PROMPTS = ("exploration", "all")
 # divrl's DPH stream weightings the adapter offers (docs/trl.md)
 TRL_DPH_WEIGHTINGS = ("authors", "paper")
 
@@ -101,6 +103,15 @@ class DivRLGRPOConfig(GRPOConfig):
             "as `divrl train`'s reference.per_step (all processes, per step).",
         },
     )
+    rollout_prompts: str = field(
+        default="exploration",
+        metadata={
+            "help": "With DPH-RL, which rows of train_dataset are rolled out. 'exploration' "
+            "(default): the rows whose prompt_id column names an exploration prompt of the "
+            "store (the near-perfect ones are rehearsed from the store instead: DPH-RL's "
+            "split); the dataset needs that column (trl_dataset writes it). 'all': every row.",
+        },
+    )
     allow_store_mismatch: bool = field(
         default=False,
         metadata={
@@ -139,6 +150,10 @@ class DivRLGRPOConfig(GRPOConfig):
             }
 
     def _validate_dph(self) -> None:
+        if self.rollout_prompts not in ROLLOUT_PROMPTS:
+            raise ValueError(
+                f"rollout_prompts={self.rollout_prompts!r}: use one of {list(ROLLOUT_PROMPTS)}"
+            )
         if self.divergence is None:
             if self.reference_store is not None:
                 raise ValueError(
@@ -220,9 +235,6 @@ class DivRLGRPOConfig(GRPOConfig):
             "off_policy_mask_threshold (set it to None)": self.off_policy_mask_threshold
             is not None,
             "top_entropy_quantile < 1 (set 1.0)": self.top_entropy_quantile < 1.0,
-            "vLLM importance-sampling correction (set vllm_importance_sampling_correction=False)": (
-                self.use_vllm and self.vllm_importance_sampling_correction
-            ),
         }
         bad = [name for name, on in unsupported.items() if on]
         if bad:

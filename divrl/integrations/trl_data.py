@@ -7,6 +7,8 @@
 - :func:`exploration_dataset`: keep the rows a DPH-RL run rolls out (the store's
   exploration prompts): one set lookup per row, the store read once.
 - :func:`verifier_reward`: a TRL reward function that scores with divrl's verifiers.
+- :func:`rollout_arguments`: what ``DivRLGRPOTrainer`` does with its ``train_dataset``
+  (the exploration filter, applied for the user under DPH-RL).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 from divrl.data.prompts import PromptSettings, load_prompts
 from divrl.data.reference_store import ReferenceStore
 
-__all__ = ["exploration_dataset", "trl_dataset", "verifier_reward"]
+__all__ = ["exploration_dataset", "rollout_arguments", "trl_dataset", "verifier_reward"]
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +105,46 @@ def exploration_dataset(
     return dataset.filter(
         lambda batch: [str(pid) in keep for pid in batch[id_column]], batched=True
     )
+
+
+def rollout_arguments(args: tuple, kwargs: dict[str, Any], id_column: str = "prompt_id") -> tuple:
+    """``GRPOTrainer``'s arguments with ``train_dataset`` cut to the store's exploration
+    prompts (:func:`exploration_dataset`) when the config asks for it: DPH-RL
+    (``divergence`` set) with ``rollout_prompts="exploration"``. Returns the positional
+    arguments; ``kwargs`` is updated in place.
+
+    Raises:
+        ValueError: the dataset has no ``id_column`` (divrl's prompt ids), or none of its
+            rows is an exploration prompt of the store.
+    """
+    import inspect
+
+    from trl import GRPOTrainer
+
+    bound = inspect.signature(GRPOTrainer.__init__).bind_partial(None, *args, **kwargs)
+    config, data = bound.arguments.get("args"), bound.arguments.get("train_dataset")
+    dph = getattr(config, "divergence", None) is not None
+    if not dph or getattr(config, "rollout_prompts", "all") != "exploration" or data is None:
+        return args
+    if id_column not in (getattr(data, "column_names", None) or []):
+        raise ValueError(
+            "DPH-RL rolls out only the reference store's exploration prompts, found by the "
+            f"dataset's {id_column!r} column (divrl's prompt ids), which train_dataset lacks: "
+            "build it with divrl.integrations.trl.trl_dataset (or add the column), or set "
+            "rollout_prompts='all' to roll out every row"
+        )
+    kept = exploration_dataset(data, config.reference_store, id_column=id_column)
+    if len(kept) == 0:
+        raise ValueError(
+            f"none of the dataset's {len(data)} prompts is an exploration prompt of the "
+            f"reference store {config.reference_store} (all near-perfect): presample with a "
+            "higher reference.threshold, or set rollout_prompts='all'"
+        )
+    logger.info("DPH-RL rolls out %d of the dataset's %d prompts", len(kept), len(data))
+    bound.arguments["train_dataset"] = kept
+    kwargs.clear()
+    kwargs.update(bound.kwargs)
+    return bound.args[1:]
 
 
 def verifier_reward(

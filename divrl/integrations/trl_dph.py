@@ -39,6 +39,7 @@ class ReferenceStream:
         *,
         model_path: str = "",
         allow_mismatch: bool = False,
+        vocab_size: int | None = None,
     ) -> None:
         # The model is checked when it was loaded from a local folder (its fingerprint);
         # the prompts are the user's dataset (see exploration_dataset).
@@ -51,6 +52,7 @@ class ReferenceStream:
             expect=expect,
             allow_mismatch=allow_mismatch,
             allow_hint="allow_store_mismatch=True",
+            vocab_size=vocab_size,  # every stored token id must be below it
         )
         self.samples = store.samples
         self.sampler = EpochSampler(len(store), seed, shuffle=True)

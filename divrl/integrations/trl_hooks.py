@@ -65,6 +65,8 @@ REQUIRED_TRAINER_ATTRIBUTES = (
     "epsilon_high",
     "max_completion_length",
     "beta",
+    "use_vllm",
+    "vllm_importance_sampling_correction",
 )
 
 # --------------------------------------------------------------------------- checks

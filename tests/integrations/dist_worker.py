@@ -1,6 +1,7 @@
 """Worker of the 2-process test: `torchrun --nproc_per_node 2 dist_worker.py OUT_DIR`.
 
-Trains 2 steps with DPH-JS and Lp-Reg on (gloo, CPU) and writes ``OUT_DIR/rank<r>.json``.
+Trains 2 steps with DPH-JS and Lp-Reg on (gloo, CPU) and writes ``OUT_DIR/rank<r>.json``;
+the trainer's own end at exit writes ``OUT_DIR/rank<r>.end.json``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from trl_helpers import (  # noqa: E402
 from divrl.integrations import trl as integration  # noqa: E402
 
 
-def main(out: Path) -> None:
+def main(out: Path) -> integration.DivRLGRPOTrainer:
     first: list[list[int]] = []
     next_batch = integration.ReferenceStream.next_batch
 
@@ -70,12 +71,21 @@ def main(out: Path) -> None:
         "log_history": trainer.state.log_history,
     }
     rank = acc.process_index
-    # the DDP wrapper goes before the process group, or the rank can hang at exit
-    trainer.end()
-    result["ddp_alive_after_end"] = wrapper() is not None
     out.mkdir(parents=True, exist_ok=True)
     (out / f"rank{rank}.json").write_text(json.dumps(result))
+    # No trainer.end() here: the trainer ends the run itself at exit, dropping the DDP
+    # wrapper before the process group (else a rank can hang at exit); recorded below.
+    real_end = integration.DivRLGRPOTrainer.end
+
+    def recording_end(self) -> None:
+        real_end(self)
+        ended = {"ddp_alive_after_end": wrapper() is not None}
+        ended["group_alive"] = torch.distributed.is_initialized()
+        (out / f"rank{rank}.end.json").write_text(json.dumps(ended))
+
+    integration.DivRLGRPOTrainer.end = recording_end
+    return trainer
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    trainer = main(Path(sys.argv[1]))  # alive until exit, as in a plain training script

@@ -73,8 +73,8 @@ def test_trl_doc_runs_as_written_on_a_cpu(tmp_path, monkeypatch, tmp_path_factor
     assert trainer.state.global_step == 1
     logged = trainer.state.log_history[0]
     assert "divrl/dph/divergence" in logged and "divrl/lp_reg/num_selected" in logged
-    # the dataset holds the store's exploration prompts, by divrl's ids
+    # the trainer rolls out the store's exploration prompts only, by divrl's ids
     from divrl.data.reference_store import ReferenceStore
 
-    ids = set(namespace["dataset"]["prompt_id"])
+    ids = set(trainer.train_dataset["prompt_id"])
     assert ids and ids <= ReferenceStore(tmp_path / "runs/toy/dph_reference").exploration_ids

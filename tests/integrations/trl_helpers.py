@@ -26,7 +26,7 @@ def tiny_tokenizer():
     )
 
 
-def tiny_model(seed: int = 0):
+def tiny_model(seed: int = 0, max_positions: int = 64):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
@@ -37,7 +37,7 @@ def tiny_model(seed: int = 0):
         num_hidden_layers=2,
         num_attention_heads=2,
         num_key_value_heads=2,
-        max_position_embeddings=64,
+        max_position_embeddings=max_positions,
         pad_token_id=0,
         bos_token_id=1,
         eos_token_id=2,
@@ -57,15 +57,21 @@ def varied_reward(completions, **kwargs) -> list[float]:
     return [float(sum(ord(ch) % 3 for ch in c)) for c in completions]
 
 
-def prompt_dataset():
+def prompt_dataset(with_ids: bool = False):
+    """The prompts; ``with_ids``: with a ``prompt_id`` column, the ids :func:`write_store`
+    gives them."""
     from datasets import Dataset
 
-    return Dataset.from_dict({"prompt": PROMPTS})
+    ids = {"prompt_id": [f"p{i}" for i in range(len(PROMPTS))]} if with_ids else {}
+    return Dataset.from_dict({"prompt": PROMPTS, **ids})
 
 
-def write_store(path: Path, model, tokenizer, seed: int = 0, temperature: float = 1.0) -> Path:
+def write_store(
+    path: Path, model, tokenizer, seed: int = 0, temperature: float = 1.0, exploration: int = 0
+) -> Path:
     """A reference store of random responses (lengths 2 to 6) to every prompt, with their
-    log-probs under ``model``, each computed on its own unpadded sequence."""
+    log-probs under ``model``, each computed on its own unpadded sequence. The last
+    ``exploration`` prompts are exploration prompts (their samples left out)."""
     from divrl.algorithms import token_log_probs
     from divrl.data.reference_store import ReferenceSample, write_reference_store
 
@@ -84,10 +90,15 @@ def write_store(path: Path, model, tokenizer, seed: int = 0, temperature: float 
                     f"p{i}", prompt_ids, response, lp.tolist(), tokenizer.decode(response)
                 )
             )
+    near = len(samples) - exploration
     prompts = [
         {"prompt_id": s.prompt_id, "n_correct": 8, "split": "near_perfect", "has_reference": True}
-        for s in samples
+        for s in samples[:near]
+    ] + [
+        {"prompt_id": s.prompt_id, "n_correct": 0, "split": "exploration", "has_reference": False}
+        for s in samples[near:]
     ]
+    samples = samples[:near]
     manifest = {"model": "tiny", "log_prob_temperature": temperature}
     return write_reference_store(path, samples, prompts, manifest)
 
@@ -109,6 +120,8 @@ def make_args(tmp_path: Path, **overrides):
         save_strategy="no",
         seed=0,
         disable_dropout=True,
+        # the tests' prompt set has no prompt ids: roll out every prompt under DPH-RL
+        rollout_prompts="all",
     )
     kwargs.update(overrides)
     return DivRLGRPOConfig(**kwargs)
