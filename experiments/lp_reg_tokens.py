@@ -131,7 +131,14 @@ def analyse(config_path: str, overrides: list[str], batches: int) -> dict[str, A
     from divrl.training.update import split
 
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = load_config(config_path, [*overrides, f"logging.output_dir={tmp}/run"])
+        # the counts are per divrl micro-batch (the selection population of the runs it
+        # explains), whatever population the preset selects in; an override can change it
+        scope = [
+            "algorithm.lp_reg_scope=micro_batch",
+            "algorithm.lp_reg_group_size=null",
+            "algorithm.lp_reg_micro_batch_tokens=null",
+        ]
+        cfg = load_config(config_path, [*scope, *overrides, f"logging.output_dir={tmp}/run"])
         cfg = with_toy_defaults(cfg)  # a null model.path: the preset's toy world, as divrl train
         algo = cfg.algorithm
         if algo.policy_loss != "lp_reg" or algo.lp_reg_scope != "micro_batch":

@@ -58,14 +58,23 @@ class AlgorithmConfig:
         f"KL, entropy and DPH terms ({_UNSET}: token-mean, gspo seq-mean-token-mean)",
         None,
     )
-    lp_reg_scope: Literal["micro_batch", "mini_batch", "step", "group"] = help_field(
-        "Lp-Reg: the tokens of the rho-quantile selection: each micro-batch (the authors' "
-        "code), mini-batch, the whole step, or groups of lp_reg_group_size sequences (the "
-        "last three cost one extra no-grad forward per mini-batch)",
+    lp_reg_scope: Literal["micro_batch", "mini_batch", "step", "group", "authors"] = help_field(
+        "Lp-Reg: the tokens of the rho-quantile selection: each of divrl's micro-batches, "
+        "the mini-batch, the whole step, groups of lp_reg_group_size sequences, or 'authors': "
+        "the Lp-Reg authors' micro-batches (each virtual GPU's lp_reg_group_size rows cut "
+        "into Karmarkar-Karp partitions of lp_reg_micro_batch_tokens, as verl's dynamic batch "
+        "size). All but micro_batch cost one extra no-grad forward per mini-batch",
         "micro_batch",
     )
     lp_reg_group_size: int | None = help_field(
-        "Lp-Reg, lp_reg_scope=group: sequences per selection group (consecutive rows)", None
+        "Lp-Reg, lp_reg_scope=group: sequences per selection group (consecutive rows); "
+        "lp_reg_scope=authors: rows per virtual GPU (theirs: 32 on-policy, 4 off-policy)",
+        None,
+    )
+    lp_reg_micro_batch_tokens: int | None = help_field(
+        "Lp-Reg, lp_reg_scope=authors: the token budget (prompt + response) of the authors' "
+        "micro-batches (null = train.micro_batch_tokens; theirs 30720)",
+        None,
     )
     kl_coef: float = help_field(
         "beta of the online reverse-KL term on policy samples (> 0 loads a frozen reference model)",

@@ -74,6 +74,19 @@ def authors_assembly_problems(config: Any) -> list[str]:
     return problems
 
 
+def lp_reg_authors_problems(config: Any) -> list[str]:
+    """``lp_reg_scope: authors`` needs a token budget for the authors' micro-batches."""
+    algo = config.algorithm
+    if algo.lp_reg_scope != "authors":
+        return []
+    if (algo.lp_reg_micro_batch_tokens or config.train.micro_batch_tokens) is None:
+        return [
+            "algorithm.lp_reg_scope=authors cuts each virtual GPU's rows by a token budget: "
+            "set algorithm.lp_reg_micro_batch_tokens (or train.micro_batch_tokens)"
+        ]
+    return []
+
+
 def replica_omit_problems(config: Any) -> list[str]:
     """``train.authors_replica_omit``: known parts, and only with the replica."""
     omit = config.train.authors_replica_omit
@@ -102,13 +115,22 @@ def algorithm_problems(algo: Any) -> list[str]:
             f"algorithm.gen_batch_factor={algo.gen_batch_factor} needs "
             "algorithm.dynamic_sampling=true (without it every generated group is kept)"
         )
-    if (algo.lp_reg_scope == "group") != (algo.lp_reg_group_size is not None):
+    grouped = algo.lp_reg_scope in ("group", "authors")
+    if grouped != (algo.lp_reg_group_size is not None):
         problems.append(
-            "algorithm.lp_reg_scope=group and algorithm.lp_reg_group_size go together: set "
-            "both (a group size >= 1) or neither"
+            "algorithm.lp_reg_scope=group (or authors) and algorithm.lp_reg_group_size go "
+            "together: set both (a group size >= 1) or neither"
         )
     elif algo.lp_reg_group_size is not None and algo.lp_reg_group_size < 1:
         problems.append(f"algorithm.lp_reg_group_size={algo.lp_reg_group_size} must be >= 1")
+    tokens = algo.lp_reg_micro_batch_tokens
+    if tokens is not None and algo.lp_reg_scope != "authors":
+        problems.append(
+            "algorithm.lp_reg_micro_batch_tokens is read with algorithm.lp_reg_scope=authors "
+            "only: remove it or set the scope"
+        )
+    elif tokens is not None and tokens < 1:
+        problems.append(f"algorithm.lp_reg_micro_batch_tokens={tokens} must be >= 1")
     return problems
 
 

@@ -108,6 +108,8 @@ class Config:
         problems = authors_config.authors_assembly_problems(self)
         if self.train.batch_assembly == "authors" and problems:
             raise ConfigError("train.batch_assembly=authors: " + "; ".join(problems))
+        if problems := authors_config.lp_reg_authors_problems(self):
+            raise ConfigError("; ".join(problems))
         if problems := authors_config.replica_omit_problems(self):
             raise ConfigError("; ".join(problems))
         if algo.dynamic_sampling and self.rollout.n < 2:

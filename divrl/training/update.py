@@ -40,7 +40,7 @@ from divrl.algorithms.dph_weighting import REFERENCE, ROLLOUT
 from divrl.data.reference_store import ReferenceStore
 from divrl.distributed import Collective
 from divrl.training import authors_config
-from divrl.training.authors_assembly import AuthorsAssembly
+from divrl.training.authors_assembly import AuthorsAssembly, karmarkar_karp
 from divrl.training.batch import Experience, PaddedPairs, ReferenceSamples
 from divrl.training.config import Config
 from divrl.training.forward import response_logits, to_device
@@ -249,8 +249,13 @@ class PolicyUpdate:
                 self.chunk,
             )
             _scatter(lp, idx, values, data["response_mask"])
-        if self.config.algorithm.lp_reg_scope == "group":
-            in_population, population_size = self._select_in_groups(exp, lp, seqs)
+        scope = self.config.algorithm.lp_reg_scope
+        if scope in ("group", "authors"):
+            groups = chunks(seqs, self.config.algorithm.lp_reg_group_size)
+            if scope == "authors":
+                groups, count = self._authors_micro_batches(exp, groups)
+                meter.add({"lp_reg/authors_micro_batches": float(count)})
+            in_population, population_size = self._select_in_groups(exp, lp, groups)
         else:
             rows = torch.as_tensor(population, dtype=torch.long)
             negative = exp.advantages[rows] < 0
@@ -264,17 +269,17 @@ class PolicyUpdate:
         meter.add({"lp_reg/population_negative": population_size})
 
     def _select_in_groups(
-        self, exp: Experience, lp: torch.Tensor, seqs: list[int]
+        self, exp: Experience, lp: torch.Tensor, groups: list[list[int]]
     ) -> tuple[torch.Tensor, float]:
         """(selected, mean candidates per group): Lp-Reg's selection (the k lowest of the
-        negative-advantage tokens, as the loss selects in a micro-batch) within consecutive
-        groups of ``algorithm.lp_reg_group_size`` rows of the mini-batch. A process holds
-        whole groups (checked at launch), so the groups are the same on any number of
-        processes."""
+        negative-advantage tokens, as the loss selects in a micro-batch) within each group
+        of rows: consecutive ``algorithm.lp_reg_group_size`` rows of the mini-batch, or the
+        authors' micro-batches cut from them. A process holds whole groups (checked at
+        launch), so the groups are the same on any number of processes."""
         opts = self.loss_options
         selected = torch.zeros(exp.responses.shape, dtype=torch.bool)
         sizes = []
-        for group in chunks(seqs, self.config.algorithm.lp_reg_group_size):
+        for group in groups:
             rows, here = torch.as_tensor(group, dtype=torch.long), lp[group]
             # the proxy only decides which selected tokens are regularised: not needed here
             pick = lp_reg_selection(
@@ -283,6 +288,27 @@ class PolicyUpdate:
             selected[rows] = pick.selected
             sizes.append(float(pick.candidates.sum()))
         return selected, sum(sizes) / max(1, len(sizes))
+
+    def _authors_micro_batches(
+        self, exp: Experience, gpus: list[list[int]]
+    ) -> tuple[list[list[int]], int]:
+        """The Lp-Reg authors' micro-batches of a mini-batch: each virtual GPU's rows (``gpus``)
+        cut into Karmarkar-Karp partitions balancing prompt + response tokens, as many as the
+        most any virtual GPU of any process needs for the token budget (verl's
+        ``rearrange_micro_batches``: ``min(rows, ceil(tokens / budget))``, max over ranks),
+        and that count."""
+        algo = self.config.algorithm
+        budget = algo.lp_reg_micro_batch_tokens or self.config.train.micro_batch_tokens
+        lengths = (exp.prompt_lengths + exp.response_lengths).tolist()
+        need = max(
+            (min(len(g), math.ceil(sum(lengths[r] for r in g) / budget)) for g in gpus), default=1
+        )
+        (count,) = self.collective.all_reduce([float(need)], op="max")
+        parts = []
+        for g in gpus:
+            for part in karmarkar_karp([lengths[r] for r in g], min(int(count), len(g))):
+                parts.append([g[i] for i in part])
+        return parts, int(count)
 
     def _lowest_share(self, values: torch.Tensor) -> tuple[float, float]:
         """(threshold, N): the k-th lowest of the candidates' log-probs of all processes,

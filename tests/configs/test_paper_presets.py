@@ -81,7 +81,8 @@ LP_REG = {
     "algorithm.loss_options.clip_low": 1.0,
     "algorithm.loss_options.clip_high": 9.0,
     "algorithm.loss_options.min_k": 2,
-    "algorithm.lp_reg_scope": "micro_batch",
+    "algorithm.lp_reg_scope": "authors",
+    "algorithm.lp_reg_micro_batch_tokens": None,  # train.micro_batch_tokens' 30720
 }
 
 # the entropy recipe's dynamic sampling (7b_kl_cov.sh, 7b_clip_cov.sh)
@@ -148,8 +149,18 @@ EXPECTED = {
         "algorithm.clip_high": 0.2,
         "train.mini_batch_size": None,
     },
-    "lp_reg.yaml": {**MATH_COMMON, **LP_REG, "train.mini_batch_size": None},
-    "lp_reg_offpolicy.yaml": {**MATH_COMMON, **LP_REG, "train.mini_batch_size": 32},
+    "lp_reg.yaml": {
+        **MATH_COMMON,
+        **LP_REG,
+        "train.mini_batch_size": None,
+        "algorithm.lp_reg_group_size": 32,  # 2,048 rows / 64 GPUs
+    },
+    "lp_reg_offpolicy.yaml": {
+        **MATH_COMMON,
+        **LP_REG,
+        "train.mini_batch_size": 32,
+        "algorithm.lp_reg_group_size": 4,  # a mini-batch's 256 rows / 64 GPUs
+    },
     "kl_cov.yaml": {
         **MATH_COMMON,
         **ENTROPY_RECIPE,

@@ -40,6 +40,7 @@ SCALE_KEYS = {
     ("reference", "per_step"),
     ("logging", "output_dir"),
     ("algorithm", "overlong_buffer"),
+    ("algorithm", "lp_reg_micro_batch_tokens"),
 }
 # deliberate toy variants, said in the toy preset's header
 TOY_VARIANTS = {"dapo": {("algorithm", "dynamic_sampling")}}

@@ -40,6 +40,12 @@ RECORDED_DPH_SIDE = {
     "algorithm.dual_clip": None,
     "optim.weight_decay": 0.0,
 }
+# the Lp-Reg selection population the recording ran with: divrl's own micro-batches
+RECORDED_SCOPE = {
+    "algorithm.lp_reg_scope": "micro_batch",
+    "algorithm.lp_reg_group_size": None,
+    "algorithm.lp_reg_micro_batch_tokens": None,
+}
 # preset file -> overrides on top of the tiny world (5 steps, tiny batches)
 CASES: dict[str, tuple[str, dict]] = {
     "grpo": ("configs/toy/grpo.yaml", {**RECORDED_DPH_SIDE, "train.mini_batch_size": None}),
@@ -55,10 +61,10 @@ CASES: dict[str, tuple[str, dict]] = {
             "reference.response_top_p": None,
         },
     ),
-    "lp_reg": ("configs/toy/lp_reg.yaml", {"algorithm.loss_agg": "token-mean"}),
+    "lp_reg": ("configs/toy/lp_reg.yaml", {"algorithm.loss_agg": "token-mean", **RECORDED_SCOPE}),
     "lp_reg_offpolicy": (
         "configs/toy/lp_reg.yaml",
-        {"algorithm.loss_agg": "token-mean", "train.mini_batch_size": 2},
+        {"algorithm.loss_agg": "token-mean", "train.mini_batch_size": 2, **RECORDED_SCOPE},
     ),
     "dapo": (
         "configs/toy/dapo.yaml",
@@ -75,7 +81,7 @@ CASES: dict[str, tuple[str, dict]] = {
 # step's sums instead of token-weighted means over micro-batches (every other value and the
 # parameter digest unchanged).
 # metrics added since the recording (checked to exist, not compared)
-NEW_METRICS = {"dph/effective_eta"}
+NEW_METRICS = {"dph/effective_eta", "dapo/short_batch"}
 
 
 def parameter_digest(model: torch.nn.Module) -> str:

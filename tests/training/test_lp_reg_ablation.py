@@ -1,7 +1,8 @@
 """Lp-Reg without its regulariser is the vanilla clipped loss: on-policy (one optimiser step
 per batch, as the Lp-Reg presets run) the ratio is 1, so Lp-Reg's wide clip range (1.0 /
 9.0) has no effect either, and the `grpo_math` preset, which differs from `lp_reg` only in
-the loss and the clip range, is the ablation of the regulariser."""
+the loss, the clip range and where Lp-Reg selects (the selection keys, which the vanilla loss
+does not read), is the ablation of the regulariser."""
 
 from __future__ import annotations
 
@@ -36,6 +37,9 @@ def test_grpo_math_differs_from_lp_reg_only_in_the_loss_and_clip_range():
         "algorithm.loss_options",
         "algorithm.clip_low",
         "algorithm.clip_high",
+        "algorithm.lp_reg_scope",
+        "algorithm.lp_reg_group_size",
+        "algorithm.lp_reg_micro_batch_tokens",
         "logging.output_dir",
     }
     assert load_config(CONFIGS / "lp_reg.yaml").train.on_policy

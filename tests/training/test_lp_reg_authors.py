@@ -1,0 +1,155 @@
+"""``algorithm.lp_reg_scope: authors``: Lp-Reg's selection within the Lp-Reg authors'
+micro-batches (each virtual GPU's rows cut into Karmarkar-Karp partitions by a token
+budget, verl's dynamic batch size) against a re-implementation of verl's partitioning and of
+the authors' selection written here (Lp-Reg-dev ``seqlen_balancing.py``
+get_seqlen_balanced_partitions / rearrange_micro_batches, ``core_algos.py`` the k lowest
+of the negative-advantage tokens, k = max(1, int(rho N)), applied only when k > 1)."""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+import pytest
+import torch
+from train_helpers import sevens_reward, tiny_overrides
+
+from divrl.algorithms import token_log_probs
+from divrl.training.config import ConfigError, load_config
+from divrl.training.forward import response_logits
+from divrl.training.metrics import MetricMeter
+from divrl.training.trainer import Trainer
+
+RHO, ROWS_PER_GPU = 0.3, 8
+
+
+class _Set:
+    def __init__(self) -> None:
+        self.sum, self.items = 0, []
+
+    def add(self, idx: int, val: int) -> None:
+        self.items.append((idx, val))
+        self.sum += val
+
+    def merge(self, other: _Set) -> None:
+        for idx, val in other.items:
+            self.add(idx, val)
+
+    def __lt__(self, other: _Set) -> bool:
+        if self.sum != other.sum:
+            return self.sum < other.sum
+        if len(self.items) != len(other.items):
+            return len(self.items) < len(other.items)
+        return self.items < other.items
+
+
+class _State:
+    def __init__(self, items: list[tuple[int, int]], k: int) -> None:
+        self.k, self.sets = k, [_Set() for _ in range(k)]
+        for i, (idx, val) in enumerate(items):
+            self.sets[i].add(idx, val)
+        self.sets = sorted(self.sets, reverse=True)
+
+    @property
+    def spread(self) -> int:
+        return self.sets[0].sum - self.sets[-1].sum
+
+    def merge(self, other: _State) -> None:
+        for i in range(self.k):
+            self.sets[i].merge(other.sets[self.k - 1 - i])
+        self.sets = sorted(self.sets, reverse=True)
+
+    def __lt__(self, other: _State) -> bool:
+        if self.spread != other.spread:
+            return self.spread > other.spread
+        return self.sets[0] > other.sets[0]
+
+
+def _verl_partitions(lengths: list[int], k: int) -> list[list[int]]:
+    """verl's get_seqlen_balanced_partitions(lengths, k, equal_size=False)."""
+    heap: list[_State] = []
+    for val, idx in sorted((v, i) for i, v in enumerate(lengths)):
+        heapq.heappush(heap, _State([(idx, val)], k))
+    while len(heap) > 1:
+        a, b = heapq.heappop(heap), heapq.heappop(heap)
+        a.merge(b)
+        heapq.heappush(heap, a)
+    return [sorted(i for i, _ in s.items) for s in heap[0].sets]
+
+
+def _trainer(world, out, budget: int | None) -> Trainer:
+    overrides = {
+        "rollout.max_new_tokens": 8,
+        "train.prompts_per_step": 4,
+        "rollout.n": 4,
+        "train.micro_batch_size": 16,
+        "algorithm.policy_loss": "lp_reg",
+        "algorithm.loss_options.rho": RHO,
+        "algorithm.lp_reg_scope": "authors",
+        "algorithm.lp_reg_group_size": ROWS_PER_GPU,
+        "algorithm.lp_reg_micro_batch_tokens": budget,
+    }
+    torch.manual_seed(0)
+    return Trainer(
+        load_config(None, tiny_overrides(world, out, **overrides)), reward_fn=sevens_reward
+    )
+
+
+def test_selection_within_the_authors_micro_batches(tiny_world, tmp_path):
+    probe = _trainer(tiny_world, tmp_path / "probe", budget=10_000)
+    exp, _, _ = probe.experience.make(0)
+    lengths = (exp.prompt_lengths + exp.response_lengths).tolist()
+    gpus = [list(range(g, g + ROWS_PER_GPU)) for g in range(0, len(exp), ROWS_PER_GPU)]
+    # a budget that cuts the fuller virtual GPU into 3 micro-batches
+    budget = math.ceil(max(sum(lengths[r] for r in g) for g in gpus) / 3)
+    trainer = _trainer(tiny_world, tmp_path / "run", budget=budget)
+    trainer.model.load_state_dict(probe.model.state_dict())
+    meter = MetricMeter()
+    trainer.update.select_lp_reg(exp, list(range(len(exp))), meter)
+    got = exp.lp_reg_selected.clone()
+
+    # theirs: one micro-batch count for all GPUs (all_reduce MAX of min(rows, ceil(T / B)))
+    count = max(min(len(g), -(-sum(lengths[r] for r in g) // budget)) for g in gpus)
+    assert count == 3 and meter.means()["lp_reg/authors_micro_batches"] == 3
+    want = torch.zeros_like(got)
+    selected_somewhere = False
+    for g in gpus:
+        for part in _verl_partitions([lengths[r] for r in g], count):
+            rows = [g[i] for i in part]
+            data = exp.model_inputs(rows)
+            with torch.no_grad():
+                lp = token_log_probs(
+                    response_logits(trainer.model, data),
+                    data["responses"],
+                    trainer.config.rollout.temperature,
+                )
+            negative = (data["response_mask"] > 0) & (exp.advantages[rows] < 0).view(-1, 1)
+            n = int(negative.sum())
+            k = max(1, int(RHO * n))
+            if n == 0 or k <= 1:  # the authors skip the regulariser
+                continue
+            values = lp.masked_fill(~negative, float("inf"))
+            threshold = values.flatten().kthvalue(k).values
+            mine = negative & (lp <= threshold)
+            want[rows, : mine.shape[1]] = mine
+            selected_somewhere = True
+    assert selected_somewhere
+    assert torch.equal(got, want)
+    # the partitions mix lengths: not the length-sorted neighbours of divrl's micro-batches
+    assert got.sum() > 0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["algorithm.lp_reg_scope=authors"], "go together"),
+        (
+            ["algorithm.lp_reg_scope=authors", "algorithm.lp_reg_group_size=4"],
+            "needs|token budget",
+        ),
+        (["algorithm.lp_reg_micro_batch_tokens=100"], "lp_reg_scope=authors only"),
+    ],
+)
+def test_authors_scope_settings_are_checked(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, ["algorithm.policy_loss=lp_reg", *overrides])
