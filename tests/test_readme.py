@@ -76,6 +76,16 @@ def readme_sequence(commands: list[str]) -> list[str]:
     ]
 
 
+def _groups(preset: str) -> list[str]:
+    """Lp-Reg's virtual GPUs of the authors' selection, shrunk to fit the small batch."""
+    from divrl.training.config import load_config
+
+    path = ROOT / preset
+    if path.is_file() and load_config(path).algorithm.lp_reg_scope == "authors":
+        return ["algorithm.lp_reg_group_size=4"]
+    return []
+
+
 def scaled(command: str) -> list[str]:
     """argv of ``command`` (without the program) with the small-scale settings added."""
     argv = shlex.split(command)
@@ -84,7 +94,7 @@ def scaled(command: str) -> list[str]:
     argv = argv[1:]
     if argv[0] in ("train", "presample"):  # after the README's overrides, before its flags
         flags = [a for a in argv[2:] if a.startswith("-")]
-        return [*[a for a in argv if a not in flags], *TRAIN_SCALE, *flags]
+        return [*[a for a in argv if a not in flags], *_groups(argv[1]), *TRAIN_SCALE, *flags]
     if argv[0] == "eval" and "--reuse" not in argv:
         return [*argv, *EVAL_SCALE, "--no-progress"]
     if argv[0] == "toy":
