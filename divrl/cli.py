@@ -103,8 +103,9 @@ def non_negative_int(text: str) -> int:
 
 
 def seed_int(text: str) -> int:
-    """argparse ``type``: a seed, a whole number from 0 to 2**32 - 1 (numpy's range)."""
-    return _number(text, int, "a whole number from 0 to 4294967295", lambda v: 0 <= v < 2**32)
+    """argparse ``type``: a seed, a whole number from 0 to 2**31 - 1 (numpy's seeds are
+    below 2**32, and seeds get offsets such as the prompt index)."""
+    return _number(text, int, "a whole number from 0 to 2147483647", lambda v: 0 <= v < 2**31)
 
 
 def positive_int(text: str) -> int:

@@ -205,7 +205,7 @@ def test_a_thread_variable_that_is_not_a_count_is_refused(
         (["--temperature", "nan"], "argument --temperature: 'nan' is not a finite number > 0"),
         (["--temperature", "inf"], "argument --temperature: 'inf' is not a finite number > 0"),
         (["--top-p", "nan"], "argument --top-p: 'nan' is not a finite number"),
-        (["--seed", "-1"], "argument --seed: '-1' is not a whole number from 0 to 4294967295"),
+        (["--seed", "-1"], "argument --seed: '-1' is not a whole number from 0 to 2147483647"),
         (["--n", "0"], "argument --n: '0' is not a whole number >= 1"),
     ],
 )

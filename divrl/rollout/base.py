@@ -161,14 +161,19 @@ def pad_token_id(tokenizer: Any) -> int:
     so that no two places pad with different ids. A list of EOS ids gives its first.
 
     Raises:
-        ValueError: the tokenizer has neither.
+        EngineError: the tokenizer has neither (a ValueError).
     """
     for candidate in (tokenizer.pad_token_id, tokenizer.eos_token_id):
         if isinstance(candidate, list | tuple):
             candidate = candidate[0] if candidate else None
         if candidate is not None:
             return int(candidate)
-    raise ValueError("the tokenizer has neither a pad token nor an eos token: set one")
+    from divrl.rollout.registry import EngineError  # a user error of every command
+
+    raise EngineError(
+        "the tokenizer has neither a pad token nor an eos token (end of sequence): set eos_token "
+        "(and pad_token) in the model's tokenizer_config.json"
+    )
 
 
 def collate(

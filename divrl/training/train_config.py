@@ -72,6 +72,8 @@ class TrainConfig(FSDPConfig):  # strategy, param_dtype, fsdp_*: divrl.training.
             raise ConfigError(str(exc)) from None
         for name in ("total_steps", "prompts_per_step", "micro_batch_size", "ppo_epochs"):
             positive(f"train.{name}", getattr(self, name))
+        if not 0 <= self.seed <= MAX_SEED:  # numpy seeds are below 2**32; seeds get offsets
+            raise ConfigError(f"train.seed={self.seed} must be a whole number from 0 to {MAX_SEED}")
         if self.logits_chunk_size is not None:
             positive("train.logits_chunk_size", self.logits_chunk_size)
         if self.micro_batch_tokens is not None:
@@ -92,6 +94,11 @@ class TrainConfig(FSDPConfig):  # strategy, param_dtype, fsdp_*: divrl.training.
     def on_policy(self) -> bool:
         """One optimiser step per rollout batch: the old policy is the current one."""
         return self.ppo_epochs == 1 and self.num_mini_batches == 1
+
+
+#: the largest seed a config or option takes (numpy's seeds are below 2**32, and divrl adds
+#: offsets such as the process rank or the prompt index)
+MAX_SEED = 2**31 - 1
 
 
 @dataclass

@@ -20,6 +20,7 @@ import torch
 
 from divrl.cli import main
 from divrl.rollout import EngineContext, EngineError, SamplingParams, build_engine, get_engine
+from divrl.rollout.base import pad_token_id
 from divrl.rollout.hf import HFEngine
 
 _spec = importlib.util.spec_from_file_location(
@@ -138,6 +139,8 @@ def test_a_tokenizer_without_eos_is_an_engine_error_saying_what_to_set(tiny_lm):
     tokenizer = types.SimpleNamespace(eos_token_id=None, pad_token_id=0)
     with pytest.raises(EngineError, match=r"no end-of-sequence token .* set eos_token"):
         HFEngine(model, tokenizer)
+    with pytest.raises(EngineError, match="neither a pad token nor an eos token"):
+        pad_token_id(types.SimpleNamespace(eos_token_id=None, pad_token_id=None))
 
 
 def _gpt2_model(root: Path) -> Path:

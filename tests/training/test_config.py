@@ -66,6 +66,7 @@ def test_defaults_are_valid():
         ("train.mini_batch_size=5", "must divide"),
         ("logging.progress=maybe", "must be true or false"),
         ("train.total_steps", "must look like section.key=value"),
+        ("train.seed=-1", "train.seed=-1 must be a whole number from 0 to 2147483647"),
     ],
 )
 def test_bad_overrides_name_the_key(override, message):
