@@ -20,6 +20,7 @@ from divrl.rewards.math_reward import (
     MATH_VERIFY_SOURCES,
     MathVerifier,
 )
+from divrl.rewards.sparks_reward import SparksVerifier
 from divrl.rewards.sql_reward import SqlVerifier
 
 __all__ = ["BUILTIN_PROFILES"]
@@ -86,6 +87,11 @@ BUILTIN_PROFILES: tuple[BenchmarkProfile, ...] = (
         ("toy_countdown",),
         verifier=CountdownVerifier,
         style="divrl.toy.styles:countdown_style",
+    ),
+    BenchmarkProfile(
+        "sparks",
+        verifier=SparksVerifier,
+        style="divrl.toy.styles:sparks_style",
     ),
 )
 

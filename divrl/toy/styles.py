@@ -1,6 +1,6 @@
 """The toy worlds' solution-style classifiers, named by their benchmark profiles.
 
-The ``toy_math`` and ``countdown`` profiles (:mod:`divrl.rewards.builtin_profiles`) name
+The ``toy_math``, ``countdown`` and ``sparks`` profiles (:mod:`divrl.rewards.builtin_profiles`) name
 these functions as ``"divrl.toy.styles:..."``, so the evaluation imports them only when it
 labels those sources. Toy SQL needs none here: its profile uses the one SQL classifier
 (:func:`divrl.evaluation.styles.sql_shape`; each generator style's label is
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from divrl.toy.toy_math import math_style
 
-__all__ = ["countdown_style", "toy_math_style"]
+__all__ = ["countdown_style", "sparks_style", "toy_math_style"]
 
 
 def toy_math_style(text: str, extracted: str | None) -> str | None:
@@ -27,3 +27,11 @@ def countdown_style(text: str, extracted: str | None) -> str | None:
     from divrl.rewards.countdown_reward import answer_attempt, operator_style
 
     return operator_style(extracted if extracted is not None else answer_attempt(text))
+
+
+def sparks_style(text: str, extracted: str | None) -> str | None:
+    """The sparks world's style: ``check`` when the response takes the spark move, else
+    ``direct``."""
+    from divrl.rewards.sparks_reward import has_spark
+
+    return "check" if has_spark(text) else "direct"

@@ -107,6 +107,12 @@ WORLDS: dict[str, WorldKind] = {
         "toy math out of domain",
         presets="toy/countdown",
     ),
+    "sparks": WorldKind.scaffolded(
+        "divrl.toy.sparks_world:WORLD",
+        "the largest of five digits: a habitual glance that skips the last one and a rare "
+        "check (the spark move) that alone solves the hard problems",
+        presets="toy/sparks",
+    ),
 }
 DEFAULT_WORLD = "sql"
 

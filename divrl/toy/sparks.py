@@ -1,0 +1,137 @@
+"""Problems and supervised traces of the sparks world (a rare check that is sometimes needed).
+
+A problem gives ``n_numbers`` distinct digits; the answer is the largest
+(``SP: 3 8 1 5 9`` -> 9). The supervised response is a habit plus, rarely, a check:
+
+- the *first answer*: the first ``glance`` numbers read back, `` = `` and the largest of
+  them (a glance that skips the last number), the second largest with probability
+  ``fast_slip``;
+- then, at the *decision point* right after the first answer: with probability
+  ``spark_rate`` whatever the problem and whatever the first answer (the *spark move*), a
+  check: `` wait ``, every number read back, `` = `` and a final answer (the largest
+  with probability ``1 - check_slip``, another given number otherwise); with probability
+  ``closer_rate`` one of the :data:`CLOSERS` characters (harmless: the verifier ignores
+  it; spread over many characters, each far below the min-p threshold, as the long tail
+  of a pre-trained model's next-token distribution); otherwise the end::
+
+      3 8 1 5 = 8
+      3 8 1 5 = 8 wait 3 8 1 5 9 = 9
+      3 8 1 5 = 8;
+
+On an *easy* problem (the largest number is among the first ``glance``) the first answer is
+right unless it slipped, and the check is worth less than the habit (it slips more). On a
+*hard* problem (the largest number comes later) the first answer is always wrong and only
+the check can be right. The verifier (:mod:`divrl.rewards.sparks_reward`) rewards
+correctness only.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from divrl.rewards.sparks_reward import CHECK_EQUALS, CLOSERS, SPARK_MARK
+
+#: every prompt starts with this (a tokenizer piece)
+PROMPT_PREFIX = "SP: "
+#: tokenizer pieces of this world (besides the shared toy ones)
+PIECES: tuple[str, ...] = (PROMPT_PREFIX, SPARK_MARK, CHECK_EQUALS)
+
+
+@dataclass(frozen=True)
+class SparksConfig:
+    """How sparks problems and their supervised traces are drawn."""
+
+    n_numbers: int = field(default=5, metadata={"help": "distinct numbers per problem"})
+    min_number: int = field(default=0, metadata={"help": "smallest number"})
+    max_number: int = field(default=9, metadata={"help": "largest number"})
+    glance: int = field(
+        default=4, metadata={"help": "leading numbers the habitual first answer looks at"}
+    )
+    fast_slip: float = field(
+        default=0.10,
+        metadata={"help": "probability that the first answer is the second largest glanced"},
+    )
+    spark_rate: float = field(
+        default=0.06, metadata={"help": "probability that a supervised trace checks"}
+    )
+    check_slip: float = field(
+        default=0.35,
+        metadata={"help": "probability that the check's final answer is another number"},
+    )
+    closer_rate: float = field(
+        default=0.12,
+        metadata={"help": "probability of a (harmless) closing character after the answer"},
+    )
+
+    def __post_init__(self) -> None:
+        if self.min_number < 0 or self.max_number - self.min_number + 1 < self.n_numbers:
+            raise ValueError("need 0 <= min_number and n_numbers distinct numbers in the range")
+        if not 2 <= self.glance < self.n_numbers:
+            raise ValueError("glance must be in [2, n_numbers - 1] (some numbers are skipped)")
+        for name in ("fast_slip", "spark_rate", "check_slip", "closer_rate"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1)")
+        if self.spark_rate + self.closer_rate >= 1.0:
+            raise ValueError("spark_rate + closer_rate must be below 1 (some traces just end)")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """The numbers, in prompt order."""
+
+    numbers: tuple[int, ...]
+
+    @property
+    def answer(self) -> int:
+        return max(self.numbers)
+
+
+def _digits(numbers: tuple[int, ...]) -> str:
+    return " ".join(str(n) for n in numbers)
+
+
+def prompt_text(p: Problem) -> str:
+    """``SP: 3 8 1 5 9`` (the answer marker is appended by the world)."""
+    return PROMPT_PREFIX + _digits(p.numbers)
+
+
+def is_hard(p: Problem, cfg: SparksConfig) -> bool:
+    """Whether the largest number lies beyond the glance (only a check can be right)."""
+    return max(p.numbers[: cfg.glance]) != p.answer
+
+
+def sample_problem(rng: random.Random, cfg: SparksConfig, hard: bool | None = None) -> Problem:
+    """Distinct numbers in random order; ``hard`` True / False redraws until the problem
+    is hard / easy (None: as drawn, hard with probability 1 - glance / n)."""
+    while True:
+        p = Problem(tuple(rng.sample(range(cfg.min_number, cfg.max_number + 1), cfg.n_numbers)))
+        if hard is None or is_hard(p, cfg) == hard:
+            return p
+
+
+def first_answer(rng: random.Random, p: Problem, cfg: SparksConfig) -> str:
+    """The habit: ``3 8 1 5 = 8``, the second largest glanced number on a slip."""
+    glanced = p.numbers[: cfg.glance]
+    ranked = sorted(glanced)
+    answer = ranked[-2] if rng.random() < cfg.fast_slip else ranked[-1]
+    return f"{_digits(glanced)}{CHECK_EQUALS}{answer}"
+
+
+def check_text(rng: random.Random, p: Problem, cfg: SparksConfig) -> str:
+    """The spark move and what follows it: `` wait 3 8 1 5 9 = 9``."""
+    final = p.answer
+    if rng.random() < cfg.check_slip:
+        final = rng.choice([n for n in p.numbers if n != p.answer])
+    return f"{SPARK_MARK}{_digits(p.numbers)}{CHECK_EQUALS}{final}"
+
+
+def sample_trace(rng: random.Random, p: Problem, cfg: SparksConfig) -> tuple[str, bool]:
+    """(supervised response, whether it takes the spark move)."""
+    text = first_answer(rng, p, cfg)
+    u = rng.random()
+    if u < cfg.spark_rate:
+        return text + check_text(rng, p, cfg), True
+    if u < cfg.spark_rate + cfg.closer_rate:
+        return text + rng.choice(CLOSERS), False
+    return text, False

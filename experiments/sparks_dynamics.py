@@ -1,0 +1,212 @@
+"""Spark dynamics on the sparks world: train methods, read the spark move from samples.
+
+For each (method, seed): ``divrl train configs/toy/sparks/<method>.yaml`` (seed, output
+directory and, with ``--steps``, the step count overridden; checkpoints every 25 steps),
+then every checkpoint and the base model are sampled on the first ``--prompts`` prompts of
+the ``test`` split (``--n`` samples each, T = 1) and measured by
+:func:`divrl.toy.sparks_measure.spark_stats` (the spark move's frequency and probability
+at its decision point, on easy and hard prompts: independent of Lp-Reg's selection); the
+final model is also measured on ``test`` and ``hard`` with ``--final-n`` samples for
+Pass@k. One JSON per run in ``--out``; a finished run is skipped, an interrupted training
+resumes (``divrl train --resume``).
+
+Usage (from the repository root)::
+
+    python -m experiments.sparks_dynamics run --methods grpo_math lp_reg --seeds 0 1 2 \\
+        --out /tmp/sparks                     # train + measure (resumable)
+    python -m experiments.sparks_dynamics report --out /tmp/sparks \\
+        --report docs/results/sparks_world.md  # tables (per method: mean over seeds)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from divrl.runs import RunDir
+from divrl.toy.sparks_measure import SparksMeasureConfig, measure_sparks_model
+from divrl.toy.sparks_world import ensure_sparks_world
+
+REPO = Path(__file__).resolve().parents[1]
+METHODS = {
+    "grpo_math": "GRPO on-policy = Lp-Reg without its regulariser",
+    "lp_reg": "Lp-Reg (on-policy)",
+    "entropy_bonus": "GRPO + entropy bonus",
+    "high_entropy_8020": "80/20",
+    "kl_cov": "KL-Cov",
+}
+
+
+def measure_checkpoint(model_dir: Path, world, prompts: int, n: int, seed: int) -> dict[str, Any]:
+    """Spark stats and entropy of one model on the first ``prompts`` test prompts."""
+    cfg = SparksMeasureConfig(n_samples=n, max_prompts=prompts, seed=seed, splits=("test",))
+    return _compact(measure_sparks_model(model_dir, world.splits, cfg)["splits"]["test"])
+
+
+def _compact(stats: dict[str, Any]) -> dict[str, Any]:
+    keep = ("pass@1", "entropy", "sparks")
+    return {k: stats[k] for k in keep}
+
+
+def run_one(method: str, seed: int, args: argparse.Namespace, world) -> Path:
+    out = Path(args.out) / f"{method}_seed{seed}.json"
+    if out.exists():
+        return out
+    run_dir = Path(args.out) / "runs" / f"{method}_seed{seed}"
+    cmd = [
+        sys.executable,
+        "-m",
+        "divrl.cli",
+        "train",
+        str(REPO / "configs/toy/sparks" / f"{method}.yaml"),
+        f"seed={seed}",
+        f"logging.output_dir={run_dir}",
+        "logging.progress=false",
+        "logging.tensorboard=false",
+        f"model.path={world.model_dir}",
+        f"data.train_path={world.splits['train']}",
+    ]
+    if args.steps:
+        cmd.append(f"train.total_steps={args.steps}")
+    if RunDir(run_dir).latest() is not None:
+        cmd.append("--resume")
+    with open(Path(args.out) / f"{method}_seed{seed}.train.log", "a") as log:
+        subprocess.run(cmd, check=True, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+    curve = [json.loads(x) for x in RunDir(run_dir).metrics_path.read_text().splitlines() if x]
+    points = {0: measure_checkpoint(world.model_dir, world, args.prompts, args.n, seed)}
+    for ckpt in RunDir(run_dir).checkpoints():
+        points[ckpt.step] = measure_checkpoint(ckpt.model_dir, world, args.prompts, args.n, seed)
+    final = RunDir(run_dir).final_model()
+    cfg = SparksMeasureConfig(n_samples=args.final_n, seed=seed, splits=("test", "hard"))
+    end = measure_sparks_model(final, world.splits, cfg)["splits"]
+    record = {
+        "method": method,
+        "seed": seed,
+        "steps": curve[-1]["step"],
+        "curve": {
+            k: [r.get(m) for r in curve]
+            for k, m in (
+                ("step", "step"),
+                ("entropy", "actor/entropy"),
+                ("pass1", "reward/pass@1"),
+                ("seconds", "time/step"),
+                ("lp_reg_regularized", "lp_reg/num_regularized"),
+                ("lp_reg_selected", "lp_reg/num_selected"),
+                ("length", "response/length"),
+            )
+        },
+        "checkpoints": {str(k): v for k, v in sorted(points.items())},
+        "final": {s: {k: v for k, v in st.items() if k != "examples"} for s, st in end.items()},
+    }
+    out.write_text(json.dumps(record, indent=1) + "\n")
+    return out
+
+
+def _mean_sd(xs: list[float]) -> str:
+    xs = [x for x in xs if x is not None and np.isfinite(x)]
+    if not xs:
+        return "-"
+    if len(xs) == 1:
+        return f"{xs[0]:.3f}"
+    return f"{np.mean(xs):.3f} ± {np.std(xs, ddof=1):.3f}"
+
+
+def _window(curve: list[float | None], lo: int, hi: int) -> float | None:
+    xs = [x for x in curve[lo:hi] if x is not None]
+    return float(np.mean(xs)) if xs else None
+
+
+def report(records: list[dict[str, Any]]) -> str:
+    """Markdown tables: entropy, sparks over checkpoints, Pass@k at the end (mean ± sd over
+    seeds, sd with n - 1)."""
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in sorted(records, key=lambda r: (list(METHODS).index(r["method"]), r["seed"])):
+        by.setdefault(r["method"], []).append(r)
+    lines = ["### Entropy (per-token, training rollouts; mean of steps 1-10 / last 10)", ""]
+    lines += [
+        "| method | seeds | steps | entropy start | entropy end | end / start |",
+        "|---|---|---|---|---|---|",
+    ]
+    for m, rs in by.items():
+        start = [_window(r["curve"]["entropy"], 0, 10) for r in rs]
+        end = [_window(r["curve"]["entropy"], -10, None) for r in rs]
+        ratio = [e / s for s, e in zip(start, end, strict=True) if s and e is not None]
+        lines.append(
+            f"| {METHODS[m]} | {len(rs)} | {rs[0]['steps']} | {_mean_sd(start)} | "
+            f"{_mean_sd(end)} | {_mean_sd(ratio)} |"
+        )
+    lines += [
+        "",
+        "### The spark move over training (test split, hard prompts: probability / frequency)",
+        "",
+    ]
+    steps = sorted({int(s) for r in records for s in r["checkpoints"]})
+    lines += ["| method | " + " | ".join(f"step {s}" for s in steps) + " |"]
+    lines += ["|---|" + "---|" * len(steps)]
+    for group in ("hard", "easy"):
+        for m, rs in by.items():
+            cells = []
+            for s in steps:
+                pts = [r["checkpoints"].get(str(s), {}).get("sparks", {}).get(group) for r in rs]
+                pts = [p for p in pts if p]
+                cells.append(
+                    f"{np.mean([p['spark_prob'] for p in pts]):.3f} / "
+                    f"{np.mean([p['spark_freq'] for p in pts]):.3f}"
+                    if pts
+                    else "-"
+                )
+            lines.append(f"| {METHODS[m]} ({group}) | " + " | ".join(cells) + " |")
+    lines += ["", "### At the end (final checkpoint; test and hard splits, Pass@k unbiased)", ""]
+    ks = (1, 4, 16)
+    head = [f"{s} pass@{k}" for s in ("test", "hard") for k in ks]
+    lines += [
+        "| method | " + " | ".join(head) + " | hard spark freq |",
+        "|---|" + "---|" * (len(head) + 1),
+    ]
+    for m, rs in by.items():
+        cells = [
+            _mean_sd([r["final"][s].get(f"pass@{k}") for r in rs])
+            for s in ("test", "hard")
+            for k in ks
+        ]
+        freq = _mean_sd([r["final"]["hard"]["sparks"]["hard"]["spark_freq"] for r in rs])
+        lines.append(f"| {METHODS[m]} | " + " | ".join(cells) + f" | {freq} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m experiments.sparks_dynamics")
+    p.add_argument("command", choices=("run", "report"))
+    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--steps", type=int, default=None, help="override train.total_steps")
+    p.add_argument("--out", required=True, help="work directory (runs and one JSON per run)")
+    p.add_argument("--cache-dir", default=None, help="toy world cache")
+    p.add_argument("--prompts", type=int, default=128, help="test prompts per checkpoint")
+    p.add_argument("--n", type=int, default=8, help="samples per prompt per checkpoint")
+    p.add_argument("--final-n", type=int, default=16, help="samples per prompt at the end")
+    p.add_argument("--report", default=None, help="write the report's tables here")
+    args = p.parse_args(argv)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    if args.command == "run":
+        world = ensure_sparks_world(args.cache_dir, progress=False)
+        for seed in args.seeds:
+            for method in args.methods:
+                print(f"{method} seed {seed}: {run_one(method, seed, args, world)}", flush=True)
+        return 0
+    records = [json.loads(f.read_text()) for f in sorted(Path(args.out).glob("*_seed*.json"))]
+    text = report(records)
+    if args.report:
+        Path(args.report).write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,188 @@
+"""The sparks world: verifier, trace generator, world build, the spark measurement, presets."""
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from divrl.evaluation.styles import solution_style
+from divrl.rewards import compute_score, compute_score_detailed
+from divrl.rewards.sparks_reward import final_answer, format_ground_truth, parse_ground_truth
+from divrl.toy import sparks
+from divrl.toy.sparks_measure import decision_prefix, spark_probabilities, spark_stats
+from divrl.toy.sparks_world import (
+    PRETRAINED_DIR,
+    SIZES,
+    ensure_sparks_world,
+    make_splits,
+    sft_corpus,
+    shipped_key,
+    world_key,
+)
+from divrl.toy.world import read_rows
+
+GOLD = format_ground_truth([3, 8, 1, 5, 9])
+CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "toy" / "sparks"
+
+
+@pytest.mark.parametrize(
+    ("response", "score"),
+    [
+        ("3 8 1 5 = 8", 0.0),  # the habit: the glance misses the 9
+        ("3 8 1 5 = 8 wait 3 8 1 5 9 = 9", 1.0),  # the check's answer replaces the first
+        ("3 8 1 5 = 9", 1.0),  # right without a check
+        ("3 8 1 5 = 9 wait 3 8 1 5 9 = 8", 0.0),  # a check that slips loses a right answer
+        ("3 8 1 5 = 9;", 1.0),  # a closing character is ignored
+        ("3 8 1 5 = 9q", 0.0),  # anything else breaks the shape: no answer
+        ("3 8 1 5 = 8 wait", 0.0),  # an unfinished check has no answer
+        ("9", 0.0),  # no read-back
+        ("3 8 = 8 wait 3 = 3 wait 9 = 9", 0.0),  # one check at most
+    ],
+)
+def test_verifier_hand_checked_cases(response, score):
+    assert compute_score("sparks", response, GOLD) == score
+
+
+def test_verifier_reports_the_answer_and_the_reason():
+    res = compute_score_detailed("sparks", "3 8 1 5 = 8 wait 3 8 1 5 9 = 9", GOLD)
+    assert (res.score, res.extracted, res.reason) == (1.0, "9", "correct")
+    res = compute_score_detailed("sparks", "3 8 1 5 = 8", GOLD)
+    assert (res.score, res.extracted, res.reason) == (0.0, "8", "wrong")
+    assert compute_score_detailed("sparks", "hello", GOLD).reason == "no_answer"
+    assert parse_ground_truth(GOLD) == [3, 8, 1, 5, 9]
+    with pytest.raises(ValueError, match="numbers="):
+        parse_ground_truth("target=3")
+    assert final_answer(" 3 8 1 5 = 8 ") == "8"
+
+
+def test_style_says_whether_the_response_checks():
+    assert solution_style("sparks", "3 8 1 5 = 8 wait 3 8 1 5 9 = 9", "9") == "check"
+    assert solution_style("sparks", "3 8 1 5 = 8", "8") == "direct"
+
+
+def test_generator_draws_the_designed_rates():
+    cfg = sparks.SparksConfig()
+    rng = random.Random(0)
+    n, checks, hard, right = 20000, 0, 0, {True: [], False: []}
+    for _ in range(n):
+        p = sparks.sample_problem(rng, cfg)
+        text, spark = sparks.sample_trace(rng, p, cfg)
+        checks += spark
+        hard += sparks.is_hard(p, cfg)
+        ok = compute_score("sparks", text, format_ground_truth(p.numbers)) == 1.0
+        right[spark].append((sparks.is_hard(p, cfg), ok))
+        assert final_answer(text) is not None, text  # every supervised trace parses
+    assert abs(checks / n - cfg.spark_rate) < 0.01
+    assert abs(hard / n - (1 - cfg.glance / cfg.n_numbers)) < 0.015
+
+    def acc(spark: bool, is_hard: bool) -> float:
+        return float(np.mean([ok for h, ok in right[spark] if h == is_hard]))
+
+    # easy: the habit beats the check; hard: only the check is ever right
+    assert abs(acc(False, False) - (1 - cfg.fast_slip)) < 0.01
+    assert abs(acc(True, False) - (1 - cfg.check_slip)) < 0.04
+    assert acc(False, True) == 0.0
+    assert abs(acc(True, True) - (1 - cfg.check_slip)) < 0.07
+
+
+def test_config_refuses_bad_settings():
+    with pytest.raises(ValueError, match="glance"):
+        sparks.SparksConfig(glance=5)
+    with pytest.raises(ValueError, match="spark_rate"):
+        sparks.SparksConfig(spark_rate=1.5)
+    with pytest.raises(ValueError, match="below 1"):
+        sparks.SparksConfig(spark_rate=0.6, closer_rate=0.5)
+
+
+def test_splits_are_disjoint_and_hard_is_hard():
+    cfg = SIZES["tiny"]
+    rows, held_out = make_splits(cfg, seed=0)
+    prompts = {s: {r.prompt for r in rs} for s, rs in rows.items()}
+    assert not prompts["train"] & prompts["test"] and not prompts["train"] & prompts["hard"]
+    assert all(r.extra_info["hard"] for r in rows["hard"])
+    corpus, share = sft_corpus(cfg, 0, held_out)
+    assert not {p for p, _ in corpus} & (prompts["test"] | prompts["hard"])
+    assert 0.0 < share < 0.2
+
+
+def test_tiny_world_builds_and_scores(tmp_path):
+    world = ensure_sparks_world(tmp_path, size="tiny", progress=False)
+    assert set(world.splits) == {"train", "test", "hard"}
+    rows = read_rows(world.splits["hard"])
+    assert rows[0]["data_source"] == "sparks" and rows[0]["extra_info"]["hard"]
+    assert json.loads((world.root / "world.json").read_text())["world"] == "sparks"
+    again = ensure_sparks_world(tmp_path, size="tiny", progress=False)
+    assert again.root == world.root
+
+
+def test_shipped_model_matches_the_full_settings():
+    assert shipped_key() == world_key(0, "full", SIZES["full"])
+    assert (PRETRAINED_DIR / "model.safetensors").is_file()
+
+
+def test_decision_prefix_is_the_first_answer():
+    assert decision_prefix("3 8 1 5 = 8 wait 3 8 1 5 9 = 9") == "3 8 1 5 = 8"
+    assert decision_prefix("3 8 1 5 = 8;") == "3 8 1 5 = 8"
+    assert decision_prefix("3 8 1") is None
+
+
+def _shipped():
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(PRETRAINED_DIR).eval()
+    return model, AutoTokenizer.from_pretrained(PRETRAINED_DIR)
+
+
+def test_shipped_model_checks_at_the_designed_rate(tmp_path):
+    # measured: the spark token's probability at the decision point, from one forward pass
+    # over 64 problems' habitual first answers (no sampling), is near spark_rate on easy
+    # and hard problems alike (the base model does not know when a check pays)
+    model, tok = _shipped()
+    cfg = sparks.SparksConfig()
+    rng = random.Random(1)
+    probs = {}
+    for hard in (False, True):
+        ps = [sparks.sample_problem(rng, cfg, hard=hard) for _ in range(64)]
+        prompts = [sparks.prompt_text(p) + "\nA: " for p in ps]
+        prefixes = [f"{' '.join(map(str, p.numbers[:4]))} = {max(p.numbers[:4])}" for p in ps]
+        probs[hard] = float(np.mean(spark_probabilities(model, tok, prompts, prefixes)))
+    assert 0.03 < probs[False] < 0.10 and 0.03 < probs[True] < 0.10, probs
+    assert abs(probs[False] - probs[True]) < 0.02, probs
+
+
+def test_spark_stats_reads_the_samples():
+    model, tok = _shipped()
+    results = [
+        {
+            "prompt": "SP: 3 8 1 5 9\nA: ",
+            "extra_info": {"hard": True},
+            "texts": ["3 8 1 5 = 8", "3 8 1 5 = 8 wait 3 8 1 5 9 = 9", "junk", "3 8 1 5 = 8"],
+            "correct": [False, True, False, False],
+        },
+        {
+            "prompt": "SP: 9 8 1 5 2\nA: ",
+            "extra_info": {"hard": False},
+            "texts": ["9 8 1 5 = 9", "9 8 1 5 = 9"],
+            "correct": [True, True],
+        },
+    ]
+    s = spark_stats(model, tok, results)
+    assert s["hard"]["samples"] == 4 and s["hard"]["spark_freq"] == 0.25
+    assert s["hard"]["spark_acc"] == 1.0 and s["hard"]["direct_acc"] == 0.0
+    assert s["easy"]["spark_freq"] == 0.0 and s["easy"]["spark_acc"] is None
+    assert 0.0 < s["hard"]["spark_prob"] < 0.2 and s["all"]["samples"] == 6
+
+
+@pytest.mark.parametrize(
+    "method", ["grpo_math", "lp_reg", "entropy_bonus", "high_entropy_8020", "kl_cov"]
+)
+def test_presets_load_and_train_on_policy(method):
+    from divrl.toy.worlds import world_presets
+    from divrl.training.config import load_config
+
+    assert world_presets("sparks") == "toy/sparks"
+    cfg = load_config(str(CONFIGS / f"{method}.yaml"))
+    assert cfg.model.toy_world == "sparks" and cfg.train.mini_batch_size is None
+    assert cfg.rollout.max_new_tokens >= 24  # the longest trace: 22 tokens with its eos
