@@ -90,8 +90,9 @@ class AlgorithmConfig:
     divergence_coef: float = help_field("eta: weight of the divergence term", 0.0)
     divergence_weighting: Literal["authors", "paper", "concat"] = help_field(
         "DPH-RL weight of the reference stream (docs/algorithms.md): 'authors': the authors' "
-        "balance from the authors_* layout (eta/8 forward_kl.sh, 0.078 eta js_kl.sh, alpha.sh); "
-        "'paper': L_pg + eta * L_f; 'concat': one token-mean over both streams",
+        "balance from the authors_* layout (eta/8 forward_kl.sh, 0.078 eta js_kl.sh, "
+        "alpha.sh on 8 GPUs); 'paper': L_pg + eta * L_f; 'concat': one token-mean over both "
+        "streams",
         "authors",
     )
     authors_gpus: int = help_field(
