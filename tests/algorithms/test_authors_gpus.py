@@ -89,3 +89,21 @@ def test_the_replica_applies_the_per_step_weights(gpus, dynamic, seed):
         divergence = sum(len(mb.rows) for mb in mbs if mb.reference)
         got.append((rollouts, divergence))
     assert got == BY_HAND[(gpus, dynamic)]
+
+
+def test_the_start_line_names_the_gpus_and_the_weights():
+    from pathlib import Path
+
+    from divrl.training.authors_config import authors_weight_line
+    from divrl.training.config import load_config
+
+    js = Path(__file__).resolve().parents[2] / "configs" / "dph_js.yaml"
+    line = authors_weight_line(load_config(js))
+    assert "authors_gpus=8" in line and "effective eta 0.01562" in line
+    assert "their optimiser steps weigh the divergence 0, 0.02857, 0.02857" in line
+    assert "divrl's assembly applies 0.01562 to each of its 2 optimiser steps" in line
+    two_nodes = authors_weight_line(load_config(js, ["algorithm.authors_gpus=16"]))
+    assert "authors_gpus=16" in two_nodes and "effective eta 0.02188" in two_nodes
+    assert "0.01379, 0.02857, 0.02857" in two_nodes
+    replica = authors_weight_line(load_config(js, ["train.batch_assembly=authors"]))
+    assert "the replica applies them step by step" in replica
