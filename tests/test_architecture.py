@@ -71,7 +71,11 @@ def _rel(path: Path) -> str:
 
 
 def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return _module_name_in(ROOT, path)
+
+
+def _module_name_in(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -209,6 +213,72 @@ def test_no_private_name_is_imported_from_another_module():
     assert not found, f"private names imported across modules: {found}"
     caught = private_imports(ast.parse("from divrl.toy.world import _row, ok\n"))
     assert caught == ["divrl.toy.world._row"]
+
+
+def import_graph(files: list[Path], root: Path = ROOT) -> dict[str, set[str]]:
+    """Module -> the project modules it imports, lazy (in-function) imports included;
+    ``from pkg import name`` counts as importing ``pkg.name`` when that is a module."""
+    names = {_module_name_in(root, f): f for f in files}
+    graph: dict[str, set[str]] = {}
+    for module, path in names.items():
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                edges.update(f"{node.module}.{a.name}" for a in node.names)
+        edges |= _imports(ast.parse(path.read_text()), module, path.name == "__init__.py")
+        graph[module] = {e for e in edges if e in names and e != module}
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other round a circle (strongly connected
+    components of more than one module), each sorted."""
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        order[v] = low[v] = len(order)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in order:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], order[w])
+        if low[v] == order[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                circles.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in order:
+            visit(v)
+    return circles
+
+
+def test_no_import_circle_lazy_imports_included():
+    """A lazy import that closes a circle still ties the modules together (each needs the
+    other to work); the package is free of them, and stays so."""
+    files = [f for f in _source_files() if _rel(f).startswith("divrl/")]
+    assert import_circles(import_graph(files)) == []
+
+
+def test_the_circle_check_finds_a_lazy_circle(tmp_path):
+    pkg = tmp_path / "divrl"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("def f():\n    from divrl.b import g\n")
+    (pkg / "b.py").write_text("from divrl import c\n")
+    (pkg / "c.py").write_text("import divrl.a\n")
+    (pkg / "d.py").write_text("from divrl import a\n")  # imports into the circle, not in it
+    circles = import_circles(import_graph(sorted(pkg.glob("*.py")), tmp_path))
+    assert circles == [["divrl.a", "divrl.b", "divrl.c"]]
 
 
 DOC = ROOT / "docs" / "architecture.md"

@@ -70,8 +70,8 @@ def run(args: argparse.Namespace) -> int:
     # idle OpenMP threads must not spin: on a shared CPU spinning makes 2 threads slower
     # than 1 (only effective when torch is not imported yet)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from divrl.toy.measure import load_measurements
     from divrl.toy.kit import model_source_label
+    from divrl.toy.measure import load_measurements
     from divrl.toy.worlds import format_measurements, get_world, measure_world, ship_world
 
     name = args.world

@@ -8,7 +8,7 @@ common dataset names, each registered as a benchmark profile in
 benchmark with :func:`divrl.profiles.register_profile`). See docs/rewards.md.
 """
 
-from divrl.rewards import builtin_profiles  # noqa: F401  (registers the built-in benchmarks)
+from divrl.rewards import profiles  # noqa: F401  (registers the built-in benchmarks)
 from divrl.rewards.math_reward import MathVerifier, last_boxed
 from divrl.rewards.pool import shutdown_pool
 from divrl.rewards.registry import (

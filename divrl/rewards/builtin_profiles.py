@@ -1,4 +1,5 @@
-"""The built-in benchmarks, each one :class:`divrl.profiles.BenchmarkProfile`.
+"""The built-in benchmarks, each one :class:`divrl.profiles.BenchmarkProfile`, registered
+by the registry (:mod:`divrl.rewards.profiles`) when it is imported.
 
 This table is the one place that says, per benchmark, which verifier scores it, which
 converter reads its official layout, how its answers are clustered, how its solutions are
@@ -12,7 +13,6 @@ answer cache each) but are profiles of their own because their style classifiers
 
 from __future__ import annotations
 
-from divrl.profiles import BenchmarkProfile, register_profile
 from divrl.rewards.countdown_reward import CountdownVerifier
 from divrl.rewards.math_reward import (
     GSM8K_SOURCES,
@@ -22,6 +22,7 @@ from divrl.rewards.math_reward import (
 )
 from divrl.rewards.sparks_reward import SparksVerifier
 from divrl.rewards.sql_reward import SqlVerifier
+from divrl.rewards.types import BenchmarkProfile
 
 __all__ = ["BUILTIN_PROFILES"]
 
@@ -94,6 +95,3 @@ BUILTIN_PROFILES: tuple[BenchmarkProfile, ...] = (
         style="divrl.toy.styles:sparks_style",
     ),
 )
-
-for _profile in BUILTIN_PROFILES:
-    register_profile(_profile)

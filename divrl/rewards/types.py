@@ -86,3 +86,23 @@ class BatchScores:
             f"{n} completions, mean score {self.mean:.4f}, failures: {fails}, "
             f"{self.elapsed:.2f}s ({rate:.0f}/s)"
         )
+
+
+@dataclass(frozen=True)
+class BenchmarkProfile:
+    """One benchmark's hooks (see the module's docstring); ``name`` is its data source."""
+
+    name: str
+    aliases: tuple[str, ...] = ()
+    verifier: Any = None
+    converter: Any = None
+    equivalence: Any = None
+    style: Any = None
+    needs_database: bool = False
+    # the samples are worked math solutions: summaries add the solution-style measure read
+    # from the trace (divrl.evaluation.text_diversity.math_trace_style)
+    math_traces: bool = False
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(k.lower() for k in (self.name, *self.aliases))

@@ -22,8 +22,7 @@ import torch
 from divrl.evaluation.pass_at_k import pass_at_k_array
 from divrl.evaluation.runner import EvalConfig, generate_samples, score_samples
 from divrl.evaluation.summary import per_prompt_arrays
-from divrl.toy.kit import ToyWorld
-from divrl.toy.scaffold import MeasureTarget
+from divrl.toy.kit import MeasureTarget, ToyWorld
 
 MEASUREMENTS_FILE = "measurements.json"
 

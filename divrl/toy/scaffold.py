@@ -21,40 +21,14 @@ import hashlib
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from divrl.data import Example, write_examples
 from divrl.toy import kit
+from divrl.toy.kit import MeasureTarget
 
 __all__ = ["MeasureTarget", "WorldScaffold"]
-
-
-@dataclass(frozen=True)
-class MeasureTarget:
-    """A design target of a world's base model, checked by ``divrl toy measure``: the
-    statistic ``stat`` of split ``split`` (minus ``minus`` of the same split, when given)
-    lies in ``[low, high]``."""
-
-    split: str
-    stat: str
-    low: float
-    high: float = float("inf")
-    minus: str | None = None
-
-    @property
-    def label(self) -> str:
-        return f"{self.split} {self.stat}" + (f" - {self.minus}" if self.minus else "")
-
-    def check(self, measured: dict[str, Any]) -> tuple[str, float, str, bool]:
-        """(label, value, wanted, ok) on ``divrl toy measure``'s measurements."""
-        stats = measured["splits"][self.split]
-        value = stats.get(self.stat, float("nan"))
-        if self.minus is not None:
-            value -= stats.get(self.minus, float("nan"))
-        want = f">= {self.low}" if self.high == float("inf") else f"in [{self.low}, {self.high}]"
-        return self.label, value, want, self.low <= value <= self.high
 
 
 class WorldScaffold:
