@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 __all__ = [
+    "EngineError",
     "RolloutEngine",
     "RolloutOutput",
     "SamplingParams",
@@ -18,6 +19,12 @@ __all__ = [
     "collate",
     "repeat_samples",
 ]
+
+
+class EngineError(ValueError):
+    """An unknown engine name, an option the engine does not take or accept, or an input
+    no engine can generate from (a user error of every command; re-exported by
+    :mod:`divrl.rollout.registry`)."""
 
 
 @dataclass(frozen=True)
@@ -168,7 +175,6 @@ def pad_token_id(tokenizer: Any) -> int:
             candidate = candidate[0] if candidate else None
         if candidate is not None:
             return int(candidate)
-    from divrl.rollout.registry import EngineError  # a user error of every command
 
     raise EngineError(
         "the tokenizer has neither a pad token nor an eos token (end of sequence): set eos_token "

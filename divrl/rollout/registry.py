@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 import torch
 
-from divrl.rollout.base import RolloutEngine
+from divrl.rollout.base import EngineError, RolloutEngine
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -55,10 +55,6 @@ __all__ = [
 ]
 
 ENTRY_POINT_GROUP = "divrl.rollout_engines"
-
-
-class EngineError(ValueError):
-    """An unknown engine name, or an option the engine does not take or accept."""
 
 
 @dataclass(frozen=True)
