@@ -217,7 +217,7 @@ def test_unsupported_models_are_refused_with_the_fix():
 
     gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50))
     assert "gpt2" in unsupported_reason(gpt2)
-    with pytest.raises(ValueError, match=r"rollout.engine: hf"):
+    with pytest.raises(ValueError, match=r"rollout\.engine=hf"):
         StaticCacheEngine(gpt2, _Tok())
     assert unsupported_reason(_random_model("qwen2")) is None
 
