@@ -37,7 +37,7 @@ from divrl.algorithms import (
     policy_loss,
     reference_divergence_loss,
 )
-from divrl.distributed import release_process_group, warn_if_ddp_wrappers_live
+from divrl.distributed import Collective, release_process_group, warn_if_ddp_wrappers_live
 from divrl.integrations.trl_config import LP_REG_LOSS_TYPES, DivRLGRPOConfig
 from divrl.integrations.trl_data import (
     exploration_dataset,
@@ -54,6 +54,7 @@ from divrl.integrations.trl_hooks import (
     TRL_HOOKS,
     check_trl_internals,
     check_trl_version,
+    internal_problem,
     raise_on_internal_problems,
 )
 from divrl.integrations.trl_lp_reg import (
@@ -207,7 +208,16 @@ class DivRLGRPOTrainer(GRPOTrainer):
             out = super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
             )
-        logps = out[0]
+        # An error here is recorded, not raised: TRL's collectives after this forward must
+        # run on every rank; the caller raises it on all of them (_raise_on_any_rank).
+        try:
+            self._capture_proxy(cap, lm, out[0], hidden, input_ids, attention_mask, logits_to_keep)
+        except Exception as exc:
+            cap.error = exc
+        return out
+
+    def _capture_proxy(self, cap, lm, logps, hidden, input_ids, attention_mask, logits_to_keep):
+        """The Lp-Reg proxy of the forward TRL just ran, checked against its log-probs."""
         if not hidden or sum(h.shape[0] for h in hidden) != logps.shape[0]:
             raise_on_internal_problems(
                 ["the policy forward no longer runs the backbone module (Lp-Reg proxy hook)"]
@@ -231,7 +241,6 @@ class DivRLGRPOTrainer(GRPOTrainer):
                 ]
             )
         cap.log_probs, cap.proxy, cap.log_z = logps, proxy, log_z
-        return out
 
     def _generate_and_score_completions(self, inputs):
         if not (self.args.lp_reg and self.model.training):
@@ -244,11 +253,13 @@ class DivRLGRPOTrainer(GRPOTrainer):
             output = super()._generate_and_score_completions(inputs)
         finally:
             self._divrl_capture = None
+        error = cap.error
+        if error is None and output.get("old_per_token_logps") is not None and cap.proxy is None:
+            error = internal_problem(
+                ["old_per_token_logps were computed without a policy forward the adapter saw"]
+            )
+        self._raise_on_any_rank(error)
         if output.get("old_per_token_logps") is not None:
-            if cap.proxy is None:
-                raise_on_internal_problems(
-                    ["old_per_token_logps were computed without a policy forward the adapter saw"]
-                )
             output[PROXY_KEY], output[LOG_Z_KEY] = cap.proxy, cap.log_z
         return output
 
@@ -266,20 +277,60 @@ class DivRLGRPOTrainer(GRPOTrainer):
             loss = super()._compute_loss(model, inputs)
         finally:
             self._divrl_capture = None
-        if cap is not None:
-            if cap.log_probs is None:
-                raise_on_internal_problems(["_compute_loss no longer computes log-probs"])
-            loss = loss + self._lp_reg_replacement(inputs, cap)
-        if self._reference is not None and train:
-            loss = loss + self._dph_term(model, int(inputs["completion_ids"].shape[0]))
+        if cap is None and not (self._reference is not None and train):
+            return loss
+        # Each rank computes its terms, then all learn whether one failed before the next
+        # collective (the DPH forward, the metrics), so an error ends every rank.
+        terms: list[tuple[torch.Tensor, dict[str, float]]] = []
+        error, reference = None if cap is None else cap.error, None
+        try:
+            if cap is not None and error is None:
+                if cap.log_probs is None:
+                    raise_on_internal_problems(["_compute_loss no longer computes log-probs"])
+                terms.append(self._lp_reg_replacement(inputs, cap))
+            if self._reference is not None and train and error is None:
+                reference = self._draw_reference()
+        except Exception as exc:
+            error = exc
+        self._raise_on_any_rank(error)
+        if reference is not None:
+            try:
+                rollouts = int(inputs["completion_ids"].shape[0])
+                terms.append(self._dph_term(model, reference, rollouts))
+            except Exception as exc:
+                error = exc
+            self._raise_on_any_rank(error)
+        for term, metrics in terms:
+            loss = loss + term
+            self._log_divrl(metrics)
         return loss
+
+    def _raise_on_any_rank(self, error: BaseException | None) -> None:
+        """Raise ``error`` on its rank and, naming it, on every other rank (one all-reduce
+        of a flag per call under several processes; the messages only on failure)."""
+        acc = self.accelerator
+        if acc.num_processes == 1:
+            if error is not None:
+                raise error
+            return
+        collective = Collective(acc.num_processes, acc.process_index, acc.device)
+        if not collective.all_reduce([0.0 if error is None else 1.0], "max")[0]:
+            return
+        text = None if error is None else f"{type(error).__name__}: {error}"
+        messages = collective.all_gather_object(text)
+        if error is not None:
+            raise error
+        rank = next(r for r, m in enumerate(messages) if m is not None)
+        raise RuntimeError(f"divrl's TRL adapter failed on rank {rank}: {messages[rank]}")
 
     # ------------------------------------------------------------------ the two methods
 
     def _grad_accum(self) -> float:
         return float(self.current_gradient_accumulation_steps)
 
-    def _lp_reg_replacement(self, inputs: dict[str, Any], cap: HiddenCapture) -> torch.Tensor:
+    def _lp_reg_replacement(
+        self, inputs: dict[str, Any], cap: HiddenCapture
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         """``L_lp_reg - L_clipped`` under TRL's reduction of ``self.loss_type``.
 
         TRL's loss already holds the clipped surrogate on every token; adding the difference
@@ -335,8 +386,7 @@ class DivRLGRPOTrainer(GRPOTrainer):
         replacement = (lp_loss - pg_loss) * scale
         metrics = {k: v for k, v in metrics.items() if k.startswith("lp_reg/")}
         metrics["lp_reg/replacement"] = float(replacement.detach()) * ga
-        self._log_divrl(metrics)
-        return replacement
+        return replacement, metrics
 
     def _dph_scale(self, rollouts: int) -> float:
         """The factor on the reference micro-batch's divergence: ``divergence_coef``
@@ -348,9 +398,8 @@ class DivRLGRPOTrainer(GRPOTrainer):
             return eta
         return eta * self.args.reference_batch_size / max(rollouts, 1)
 
-    def _dph_term(self, model: torch.nn.Module, rollouts: int) -> torch.Tensor:
-        """``divergence_coef * D_f`` (scaled per ``divergence_weighting``) on a micro-batch of reference
-        samples, divided by the GA steps; ``rollouts`` = completions in this micro-batch."""
+    def _draw_reference(self):
+        """This process's reference samples for the next micro-batch (a local read)."""
         ref = self._reference
         assert ref is not None
         acc = self.accelerator
@@ -364,7 +413,14 @@ class DivRLGRPOTrainer(GRPOTrainer):
                 * acc.num_processes
             )
             self._reference_seeked = True
-        batch = ref.next_batch(per_device, acc.process_index, acc.num_processes, acc.device)
+        return ref.next_batch(per_device, acc.process_index, acc.num_processes, acc.device)
+
+    def _dph_term(
+        self, model: torch.nn.Module, batch, rollouts: int
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """``divergence_coef * D_f`` (scaled per ``divergence_weighting``) on a micro-batch
+        of reference samples (``batch``, from :meth:`_draw_reference`), divided by the GA
+        steps; ``rollouts`` = completions in this micro-batch. Returns it and its metrics."""
         logps, _, _ = self._get_per_token_logps_and_entropies(
             model, batch.input_ids, batch.attention_mask, batch.logits_to_keep
         )
@@ -379,8 +435,7 @@ class DivRLGRPOTrainer(GRPOTrainer):
         term = self._dph_scale(rollouts) * divergence / self._grad_accum()
         metrics["dph/loss"] = self._dph_scale(rollouts) * metrics["dph/divergence"]
         metrics["dph/response_length"] = float(batch.mask.sum(-1).mean())
-        self._log_divrl(metrics)
-        return term
+        return term, metrics
 
     def _log_divrl(self, metrics: dict[str, float]) -> None:
         """Append ``metrics`` (averaged over processes) to TRL's logger as ``divrl/<name>``."""

@@ -2,14 +2,57 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from divrl.data.fingerprint import model_fingerprint
 from divrl.data.reference_store import ReferenceStore, StoreExpectation
 from divrl.data.sampling import EpochSampler
+from divrl.data.store_checks import read_manifest
+from divrl.data.store_files import MANIFEST
+
+logger = logging.getLogger(__name__)
+
+
+def hub_snapshot(name: str) -> Path | None:
+    """The local snapshot folder of hub model ``name`` in the Hugging Face cache (what
+    ``from_pretrained(name)`` loaded), or None when it is not there."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(name, local_files_only=True))
+    except Exception:  # not a repo id, not cached, no huggingface_hub
+        return None
+
+
+def model_expectation(model_path: str, manifest: dict[str, Any]) -> StoreExpectation | None:
+    """What the store's model fingerprint must be for the model loaded from ``model_path``.
+
+    A local folder: its fingerprint. A hub id: the name when the store was presampled by
+    name (``name:<id>``), else the fingerprint of its cached snapshot (config, tokenizer
+    files, weights' ends: the same as the folder's), so a store presampled from a local
+    copy is checked too. None (with a warning) when the model cannot be fingerprinted.
+    """
+    if not model_path:
+        return None
+    if Path(model_path).is_dir():
+        return StoreExpectation(model=model_fingerprint(model_path), model_name=model_path)
+    stored = str((manifest.get("fingerprint") or {}).get("model") or "")
+    if stored.startswith("name:"):
+        return StoreExpectation(model=f"name:{model_path}", model_name=model_path)
+    snapshot = hub_snapshot(model_path)
+    if snapshot is None:
+        logger.warning(
+            "the model %s is neither a local folder nor in the Hugging Face cache: the "
+            "reference store is not checked against it",
+            model_path,
+        )
+        return None
+    return StoreExpectation(model=model_fingerprint(snapshot), model_name=model_path)
 
 
 @dataclass
@@ -41,11 +84,12 @@ class ReferenceStream:
         allow_mismatch: bool = False,
         vocab_size: int | None = None,
     ) -> None:
-        # The model is checked when it was loaded from a local folder (its fingerprint);
-        # the prompts are the user's dataset (see exploration_dataset).
-        expect = None
-        if model_path and Path(model_path).is_dir():
-            expect = StoreExpectation(model=model_fingerprint(model_path), model_name=model_path)
+        # The model is checked by its fingerprint (model_expectation); the prompts are the
+        # user's dataset (see exploration_dataset).
+        manifest = Path(path) / MANIFEST
+        expect = model_expectation(
+            model_path, read_manifest(manifest) if manifest.is_file() else {}
+        )
         store = ReferenceStore.open(
             path,
             temperature=temperature,

@@ -7,8 +7,10 @@ trainer attributes the adapter reads) against the installed TRL.
 
 from __future__ import annotations
 
+import ast
 import inspect
 import os
+import textwrap
 import warnings
 
 import trl
@@ -22,8 +24,10 @@ __all__ = [
     "REQUIRED_TRAINER_ATTRIBUTES",
     "TESTED_TRL_VERSIONS",
     "TRL_HOOKS",
+    "TRL_LOSS_MODIFIERS",
     "check_trl_internals",
     "check_trl_version",
+    "trl_loss_modifiers",
 ]
 
 # The TRL releases this adapter was tested against; pyproject's `trl` extra pins the same.
@@ -43,6 +47,30 @@ TRL_HOOKS: dict[str, tuple[str, ...]] = {
         "compute_entropy",
     ),
     "_generate_and_score_completions": ("inputs",),
+}
+# Every statement of TRL's `_compute_loss` that changes the per-token loss after computing
+# it (`per_token_loss = f(per_token_loss, ...)`), as `ast.unparse` writes it, with the
+# condition it runs under, and what the Lp-Reg replacement does about it. A TRL release that
+# adds, drops or rewrites one fails check_trl_internals: the replacement would no longer
+# reproduce TRL's per-token loss.
+TRL_LOSS_MODIFIERS: dict[tuple[str, str], str] = {
+    (
+        "per_token_loss * off_policy_mask",
+        "self.off_policy_mask_threshold is not None",
+    ): "refused with lp_reg (off_policy_mask_threshold=None)",
+    (
+        "per_token_loss * entropy_mask",
+        "entropy_mask is not None",
+    ): "refused with lp_reg (top_entropy_quantile=1.0)",
+    (
+        "per_token_loss * inputs['importance_sampling_ratio']",
+        "self.use_vllm and self.vllm_importance_sampling_correction and "
+        "(self.loss_type != 'vespo')",
+    ): "the same weights go on the replacement (token_weights)",
+    (
+        "per_token_loss + self.beta * per_token_kl",
+        "self.beta != 0.0",
+    ): "an added term the replacement leaves alone (DPH-RL needs beta=0)",
 }
 # Keys of the batch dict that `_generate_and_score_completions` returns and the adapter reads.
 REQUIRED_INPUT_KEYS = frozenset(
@@ -96,7 +124,8 @@ def check_trl_internals(trainer_cls: type = GRPOTrainer) -> list[str]:
     """Problems with the TRL internals the adapter relies on (empty when all is well).
 
     Checks that every method in :data:`TRL_HOOKS` exists on ``trainer_cls`` and accepts the
-    listed parameters. The batch keys (:data:`REQUIRED_INPUT_KEYS`) and trainer attributes
+    listed parameters, and that ``_compute_loss`` changes the per-token loss exactly by
+    the statements of :data:`TRL_LOSS_MODIFIERS`. The batch keys (:data:`REQUIRED_INPUT_KEYS`) and trainer attributes
     (:data:`REQUIRED_TRAINER_ATTRIBUTES`) are checked at run time by the trainer itself.
     """
     problems = []
@@ -109,13 +138,53 @@ def check_trl_internals(trainer_cls: type = GRPOTrainer) -> list[str]:
         missing = [p for p in params if p not in accepted]
         if missing:
             problems.append(f"{trainer_cls.__name__}.{name} no longer accepts {missing}")
+    if callable(getattr(trainer_cls, "_compute_loss", None)):
+        found, known = trl_loss_modifiers(trainer_cls), set(TRL_LOSS_MODIFIERS)
+        for statement, condition in sorted(found - known):
+            problems.append(
+                f"{trainer_cls.__name__}._compute_loss changes the per-token loss in a way "
+                f"the Lp-Reg replacement does not know: `per_token_loss = {statement}` "
+                f"(if {condition or 'always'})"
+            )
+        for statement, condition in sorted(known - found):
+            problems.append(
+                f"{trainer_cls.__name__}._compute_loss no longer has `per_token_loss = "
+                f"{statement}` (if {condition})"
+            )
     return problems
+
+
+def trl_loss_modifiers(trainer_cls: type = GRPOTrainer) -> set[tuple[str, str]]:
+    """The ``(statement, condition)`` pairs of ``trainer_cls._compute_loss`` that rewrite
+    ``per_token_loss`` from itself (see :data:`TRL_LOSS_MODIFIERS`)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(trainer_cls._compute_loss)))
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    found = set()
+    for node in ast.walk(tree):
+        targets = getattr(node, "targets", [])
+        if not any(isinstance(t, ast.Name) and t.id == "per_token_loss" for t in targets):
+            continue
+        if not any(
+            isinstance(n, ast.Name) and n.id == "per_token_loss" for n in ast.walk(node.value)
+        ):
+            continue
+        parent = parents.get(node)
+        while parent is not None and not isinstance(parent, ast.If):
+            parent = parents.get(parent)
+        condition = ast.unparse(parent.test) if parent is not None else ""
+        found.add((ast.unparse(node.value), condition))
+    return found
+
+
+def internal_problem(problems: list[str]) -> RuntimeError:
+    """The error naming TRL internals that changed (``problems``, one line each)."""
+    return RuntimeError(
+        f"trl {trl.__version__} changed internals divrl's TRL integration relies on: "
+        + "; ".join(problems)
+        + f". Use trl{TESTED_TRL_VERSIONS} (see docs/trl.md)."
+    )
 
 
 def raise_on_internal_problems(problems: list[str]) -> None:
     if problems:
-        raise RuntimeError(
-            f"trl {trl.__version__} changed internals divrl's TRL integration relies on: "
-            + "; ".join(problems)
-            + f". Use trl{TESTED_TRL_VERSIONS} (see docs/trl.md)."
-        )
+        raise internal_problem(problems)

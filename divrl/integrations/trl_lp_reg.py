@@ -32,6 +32,7 @@ class HiddenCapture:
     proxy: torch.Tensor | None = None  # [B, K] log proxy(token), detached
     log_z: torch.Tensor | None = None  # [B, K] log Z of the proxy, detached
     done: bool = False
+    error: BaseException | None = None  # raised by the caller, on every rank
 
 
 @contextmanager

@@ -1,7 +1,9 @@
 """Worker of the 2-process test: `torchrun --nproc_per_node 2 dist_worker.py OUT_DIR`.
 
 Trains 2 steps with DPH-JS and Lp-Reg on (gloo, CPU) and writes ``OUT_DIR/rank<r>.json``;
-the trainer's own end at exit writes ``OUT_DIR/rank<r>.end.json``.
+the trainer's own end at exit writes ``OUT_DIR/rank<r>.end.json``. With
+``DIVRL_TEST_FAIL_RANK=r`` rank r's Lp-Reg consistency check fails; each rank writes the
+error it raised to ``OUT_DIR/rank<r>.error``.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ def main(out: Path) -> integration.DivRLGRPOTrainer:
         return batch
 
     integration.ReferenceStream.next_batch = recording
+    if os.environ.get("RANK") == os.environ.get("DIVRL_TEST_FAIL_RANK"):
+        integration.PROXY_CONSISTENCY_TOL = -1.0  # this rank's Lp-Reg consistency check fails
     args = make_args(
         out,
         max_steps=2,
@@ -59,7 +63,12 @@ def main(out: Path) -> integration.DivRLGRPOTrainer:
         train_dataset=prompt_dataset(),
         processing_class=tiny_tokenizer(),
     )
-    trainer.train()
+    try:
+        trainer.train()
+    except Exception as exc:  # recorded per rank, then raised (the process fails)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"rank{os.environ['RANK']}.error").write_text(f"{type(exc).__name__}: {exc}")
+        raise
     acc = trainer.accelerator
     wrapper = weakref.ref(trainer.model_wrapped)
     result = {

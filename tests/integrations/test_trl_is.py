@@ -52,7 +52,7 @@ def test_is_weights_scale_the_lp_reg_replacement_per_token(tmp_path):
         cap.log_probs = probs.log().requires_grad_(True)
         cap.proxy = torch.tensor([[0.6, 0.2, 0.4, 0.2]]).log()
         cap.log_z = torch.zeros(1, 4)
-        out = trainer._lp_reg_replacement(inputs, cap)
+        out, _ = trainer._lp_reg_replacement(inputs, cap)
         out.backward()
         return float(out), cap.log_probs.grad
 
