@@ -37,6 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 METHODS = {
     "grpo_math": "GRPO on-policy = Lp-Reg without its regulariser",
     "lp_reg": "Lp-Reg (on-policy)",
+    "lp_reg_toy": "Lp-Reg, rho 0.1 (toy variant)",
     "entropy_bonus": "GRPO + entropy bonus",
     "high_entropy_8020": "80/20",
     "kl_cov": "KL-Cov",
@@ -65,7 +66,7 @@ def run_one(method: str, seed: int, args: argparse.Namespace, world) -> Path:
         "divrl.cli",
         "train",
         str(REPO / "configs/toy/sparks" / f"{method}.yaml"),
-        f"seed={seed}",
+        f"train.seed={seed}",
         f"logging.output_dir={run_dir}",
         "logging.progress=false",
         "logging.tensorboard=false",
@@ -122,32 +123,46 @@ def _window(curve: list[float | None], lo: int, hi: int) -> float | None:
     return float(np.mean(xs)) if xs else None
 
 
-def report(records: list[dict[str, Any]]) -> str:
-    """Markdown tables: entropy, sparks over checkpoints, Pass@k at the end (mean ± sd over
-    seeds, sd with n - 1)."""
+def _by_method(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     by: dict[str, list[dict[str, Any]]] = {}
     for r in sorted(records, key=lambda r: (list(METHODS).index(r["method"]), r["seed"])):
         by.setdefault(r["method"], []).append(r)
-    lines = ["### Entropy (per-token, training rollouts; mean of steps 1-10 / last 10)", ""]
+    return by
+
+
+def _entropy_tables(by: dict[str, list[dict[str, Any]]], steps: list[int]) -> list[str]:
+    lines = ["### Entropy (per token, training rollouts)", ""]
     lines += [
-        "| method | seeds | steps | entropy start | entropy end | end / start |",
-        "|---|---|---|---|---|---|",
+        "Mean of steps 1-10 and of the last 10 steps, then the mean over 5 steps around each "
     ]
+    lines += ["checkpoint step (mean over seeds).", ""]
+    lines += [
+        "| method | seeds | start | end | end / start | "
+        + " | ".join(f"~{s}" for s in steps)
+        + " |"
+    ]
+    lines += ["|---|---|---|---|---|" + "---|" * len(steps)]
     for m, rs in by.items():
         start = [_window(r["curve"]["entropy"], 0, 10) for r in rs]
         end = [_window(r["curve"]["entropy"], -10, None) for r in rs]
         ratio = [e / s for s, e in zip(start, end, strict=True) if s and e is not None]
+        at = []
+        for s in steps:
+            xs = [_window(r["curve"]["entropy"], max(0, s - 3), s + 2) for r in rs]
+            xs = [x for x in xs if x is not None]
+            at.append(f"{np.mean(xs):.3f}" if xs else "-")
         lines.append(
-            f"| {METHODS[m]} | {len(rs)} | {rs[0]['steps']} | {_mean_sd(start)} | "
-            f"{_mean_sd(end)} | {_mean_sd(ratio)} |"
+            f"| {METHODS[m]} | {len(rs)} | {_mean_sd(start)} | {_mean_sd(end)} | "
+            f"{_mean_sd(ratio)} | " + " | ".join(at) + " |"
         )
-    lines += [
-        "",
-        "### The spark move over training (test split, hard prompts: probability / frequency)",
-        "",
-    ]
-    steps = sorted({int(s) for r in records for s in r["checkpoints"]})
-    lines += ["| method | " + " | ".join(f"step {s}" for s in steps) + " |"]
+    return lines
+
+
+def _spark_table(by: dict[str, list[dict[str, Any]]], steps: list[int]) -> list[str]:
+    lines = ["", "### The spark move over training (test split: probability / frequency)", ""]
+    lines += ["Mean over seeds of the spark token's probability at the decision point and the "]
+    lines += ["share of samples that check, 128 test prompts x 8 samples per checkpoint.", ""]
+    lines += ["| method (prompts) | " + " | ".join(f"step {s}" for s in steps) + " |"]
     lines += ["|---|" + "---|" * len(steps)]
     for group in ("hard", "easy"):
         for m, rs in by.items():
@@ -162,21 +177,52 @@ def report(records: list[dict[str, Any]]) -> str:
                     else "-"
                 )
             lines.append(f"| {METHODS[m]} ({group}) | " + " | ".join(cells) + " |")
-    lines += ["", "### At the end (final checkpoint; test and hard splits, Pass@k unbiased)", ""]
+    return lines
+
+
+def _final_table(by: dict[str, list[dict[str, Any]]]) -> list[str]:
+    lines = ["", "### At the end (final checkpoint, 256 prompts x 16 samples, unbiased Pass@k)", ""]
     ks = (1, 4, 16)
     head = [f"{s} pass@{k}" for s in ("test", "hard") for k in ks]
-    lines += [
-        "| method | " + " | ".join(head) + " | hard spark freq |",
-        "|---|" + "---|" * (len(head) + 1),
-    ]
+    lines += ["| method | " + " | ".join(head) + " | hard: check freq | hard: check acc |"]
+    lines += ["|---|" + "---|" * (len(head) + 2)]
     for m, rs in by.items():
         cells = [
             _mean_sd([r["final"][s].get(f"pass@{k}") for r in rs])
             for s in ("test", "hard")
             for k in ks
         ]
-        freq = _mean_sd([r["final"]["hard"]["sparks"]["hard"]["spark_freq"] for r in rs])
-        lines.append(f"| {METHODS[m]} | " + " | ".join(cells) + f" | {freq} |")
+        hard = [r["final"]["hard"]["sparks"]["hard"] for r in rs]
+        cells.append(_mean_sd([h["spark_freq"] for h in hard]))
+        cells.append(_mean_sd([h["spark_acc"] for h in hard]))
+        lines.append(f"| {METHODS[m]} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _lp_reg_table(by: dict[str, list[dict[str, Any]]]) -> list[str]:
+    rs = by.get("lp_reg", [])
+    if not rs:
+        return []
+    lines = ["", "### What Lp-Reg selected and regularised (per step, from metrics.jsonl)", ""]
+    lines += ["| seed | steps | selected: mean (max) | regularised: mean (max) | steps with any |"]
+    lines += ["|---|---|---|---|---|"]
+    for r in rs:
+        sel = [x for x in r["curve"]["lp_reg_selected"] if x is not None]
+        reg = [x for x in r["curve"]["lp_reg_regularized"] if x is not None]
+        lines.append(
+            f"| {r['seed']} | {len(reg)} | {np.mean(sel):.2f} ({max(sel):.0f}) | "
+            f"{np.mean(reg):.3f} ({max(reg):.0f}) | {sum(x > 0 for x in reg)} |"
+        )
+    return lines
+
+
+def report(records: list[dict[str, Any]]) -> str:
+    """Markdown tables: entropy, the spark move over checkpoints, Pass@k at the end, what
+    Lp-Reg regularised (mean ± sd over seeds, sd with n - 1)."""
+    by = _by_method(records)
+    steps = sorted({int(s) for r in records for s in r["checkpoints"]})
+    lines = _entropy_tables(by, [s for s in steps if s > 0])
+    lines += _spark_table(by, steps) + _final_table(by) + _lp_reg_table(by)
     return "\n".join(lines) + "\n"
 
 

@@ -176,7 +176,7 @@ def test_spark_stats_reads_the_samples():
 
 
 @pytest.mark.parametrize(
-    "method", ["grpo_math", "lp_reg", "entropy_bonus", "high_entropy_8020", "kl_cov"]
+    "method", ["grpo_math", "lp_reg", "entropy_bonus", "high_entropy_8020", "kl_cov", "lp_reg_toy"]
 )
 def test_presets_load_and_train_on_policy(method):
     from divrl.toy.worlds import world_presets
