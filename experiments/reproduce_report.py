@@ -42,6 +42,7 @@ METHODS: dict[str, str] = {
     "dph_f": "DPH-F",
     "dph_js": "DPH-JS",
     "dph_js_paper": "DPH-JS (paper weighting)",
+    "dph_js_control": "DPH-JS (rehearsal control)",
     "dph_js_replica": "DPH-JS (the authors' batch assembly)",
     "dph_js_replica_no_clones": "DPH-JS replica without the cloned reference rows",
     "dph_js_replica_no_third_step": "DPH-JS replica without the third step",

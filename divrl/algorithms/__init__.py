@@ -63,10 +63,17 @@ from divrl.algorithms.policy_loss import (
     policy_loss_spec,
     register_policy_loss,
 )
+from divrl.algorithms.rehearsal_control import (
+    CONTROL_MEASURES,
+    RehearsalController,
+    RehearsalControlOptions,
+    control_measurement,
+)
 
 __all__ = [
     "ADVANTAGE_SCALES",
     "AGGREGATIONS",
+    "CONTROL_MEASURES",
     "DIVERGENCES",
     "DIVERGENCE_WEIGHTINGS",
     "FILTERED_LOG_PROB",
@@ -84,12 +91,15 @@ __all__ = [
     "LpRegOptions",
     "LpRegSelection",
     "PolicyLossSpec",
+    "RehearsalControlOptions",
+    "RehearsalController",
     "StreamWeights",
     "VanillaOptions",
     "aggregate",
     "authors_effective_eta",
     "authors_step_etas",
     "clip_cov_loss",
+    "control_measurement",
     "divergence_generator",
     "divergence_summaries",
     "entropy_bonus",

@@ -18,6 +18,7 @@ from divrl.algorithms import (
     divergence_generator,
     divergence_summaries,
 )
+from divrl.algorithms.rehearsal_control import RehearsalControlOptions
 from divrl.training import authors_config, loss_config
 from divrl.training.config_io import ConfigError, choice, help_field, positive
 
@@ -95,6 +96,16 @@ class AlgorithmConfig:
         "streams",
         "authors",
     )
+    rehearsal_control: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "DPH-RL: set eta each step from a target instead of fixing it ({} = off; "
+            "docs/algorithms.md, 'Rehearsal control'): {measure: likelihood, target: 0.02} "
+            "holds the reference responses' loss of log-likelihood at 0.02 nats per token; "
+            "also rate, warmup_steps, min_scale, max_scale (bounds as multiples of "
+            "divergence_coef, the starting eta). After loading: every option it runs with"
+        },
+    )
     authors_gpus: int = help_field(
         "the DPH-RL authors' GPU count, 8 x nodes: their scripts set n_gpus_per_node=8 and "
         "nnodes from the cluster (8 on one node: 0.078 eta for js_kl.sh; 16 on two: 0.109 eta)",
@@ -138,6 +149,7 @@ class AlgorithmConfig:
                 f"algorithm.lp_reg_scope={self.lp_reg_scope!r} is set but "
                 f"algorithm.policy_loss={self.policy_loss!r} (not lp_reg): remove it"
             )
+        self._resolve_rehearsal_control()
         positive("algorithm.max_refill_rounds", self.max_refill_rounds, allow_zero=True)
         if problems := authors_config.algorithm_problems(self):
             raise ConfigError("; ".join(problems))
@@ -155,6 +167,26 @@ class AlgorithmConfig:
             raise ConfigError(f"algorithm: {exc}") from exc
         for key, value in resolved.items():
             setattr(self, key, value)
+
+    def _resolve_rehearsal_control(self) -> None:
+        try:
+            control = RehearsalControlOptions.from_mapping(self.rehearsal_control)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"algorithm.{exc}") from exc
+        if control is None:
+            return
+        if self.divergence is None or self.divergence_coef <= 0:
+            raise ConfigError(
+                "algorithm.rehearsal_control moves the DPH-RL divergence weight: set "
+                "algorithm.divergence and algorithm.divergence_coef > 0 (the starting eta), "
+                "or remove rehearsal_control"
+            )
+        self.rehearsal_control = control.as_dict()
+
+    @property
+    def control(self) -> RehearsalControlOptions | None:
+        """The rehearsal controller's validated options, None when it is off."""
+        return RehearsalControlOptions.from_mapping(self.rehearsal_control)
 
     @functools.cached_property
     def options(self) -> LossOptions:

@@ -322,7 +322,7 @@ class AuthorsAssembly:
             loss, metrics = reference_divergence_loss(
                 lp, old, mask, algo.divergence, algo.divergence_alpha, update.agg
             )
-            loss = algo.divergence_coef * loss
+            loss = update.eta * loss
         else:
             loss, metrics = update.loss_spec.fn(
                 log_prob=lp,

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from divrl.algorithms.rehearsal_control import RehearsalController
 from divrl.data.reference_store import ReferenceStore
 from divrl.data.sampling import EpochSampler
 from divrl.distributed import Collective
@@ -158,6 +159,11 @@ class Trainer:
             self._load_latest_checkpoint()
 
     @property
+    def rehearsal(self) -> RehearsalController | None:
+        """DPH-RL's rehearsal controller (``algorithm.rehearsal_control``), or None."""
+        return self.update.rehearsal
+
+    @property
     def policy(self) -> torch.nn.Module:
         """The policy without accelerate's DDP wrapper (the FSDP model itself under fsdp)."""
         return self.model if self.sharded else self.accelerator.unwrap_model(self.model)
@@ -190,6 +196,8 @@ class Trainer:
         self.step += 1
 
         metrics = reduce_step_metrics(means, counts, meter.means(), self.collective)
+        if self.rehearsal is not None:  # the same reduced metrics on every process
+            metrics.update(self.rehearsal.observe(metrics))  # eta of the next step
         metrics["actor/skipped_steps"] = float(skipped)
         metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
         metrics["time/rollout"] = t_rollout
@@ -265,6 +273,7 @@ class Trainer:
             "reference_cursor": self.ref_sampler.state_dict() if self.ref_sampler else None,
             "world_size": self.world,
             "run_id": self.session.run_id,
+            "rehearsal_control": self.rehearsal.state_dict() if self.rehearsal else None,
         }
         return self.checkpoints.save(self.step, state)
 
@@ -274,6 +283,12 @@ class Trainer:
         if self.ref_sampler is not None and state["reference_cursor"] is not None:
             self.ref_sampler.load_state_dict(state["reference_cursor"])
         self.step = int(state["step"])
+        if self.rehearsal is not None:
+            saved = state.get("rehearsal_control")
+            if saved is None:
+                logger.warning("the checkpoint has no rehearsal controller state: eta restarts")
+            else:
+                self.rehearsal.load_state_dict(saved)
         checkpointing.apply_optimizer_changes(
             self.optimizer, self.scheduler, self.config.optim, self.session.changes
         )

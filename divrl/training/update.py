@@ -37,6 +37,7 @@ from divrl.algorithms import (
     token_log_probs,
 )
 from divrl.algorithms.dph_weighting import REFERENCE, ROLLOUT
+from divrl.algorithms.rehearsal_control import RehearsalController
 from divrl.data.reference_store import ReferenceStore
 from divrl.distributed import Collective
 from divrl.training import authors_config
@@ -137,6 +138,10 @@ class PolicyUpdate:
             else ReferenceSamples.from_samples(reference_store.samples, pad_id)
         )
         self.chunk = config.train.logits_chunk_size
+        control = config.algorithm.control  # eta set each step from a target
+        self.rehearsal = (
+            RehearsalController(control, config.algorithm.divergence_coef) if control else None
+        )
         self.loss_spec = policy_loss_spec(config.algorithm.policy_loss)
         self.loss_options = config.algorithm.options  # typed, validated once by the config
         self.agg = self.loss_options.agg  # also aggregates the KL, entropy and DPH terms
@@ -147,6 +152,13 @@ class PolicyUpdate:
         self.assembly = (
             AuthorsAssembly(self, layout) if config.train.batch_assembly == "authors" else None
         )
+
+    @property
+    def eta(self) -> float:
+        """eta of the divergence term: the rehearsal controller's, else divergence_coef."""
+        if self.rehearsal is not None:
+            return self.rehearsal.eta
+        return self.config.algorithm.divergence_coef
 
     def run(
         self, exp: Experience | None, references: Sequence[int], meter: MetricMeter, step: int
@@ -427,7 +439,7 @@ class PolicyUpdate:
         tokens = [n for part in parts for _, n in part]
         # without reference samples every weighting is the rollouts' token share ('paper')
         mode = algo.divergence_weighting if REFERENCE in kinds else "paper"
-        args = (kinds, tokens, algo.divergence_coef, mode)
+        args = (kinds, tokens, self.eta, mode)
         kw = {"token_mean": self.agg == "token-mean" or by_rows, "layout": self.layout}
         weights = micro_batch_weights(*args, **kw)
         world = self.collective.world

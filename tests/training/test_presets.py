@@ -21,6 +21,7 @@ SIGNATURE = {
     "dph_f": "dph/divergence",
     "dph_js": "dph/divergence",
     "dph_js_paper": "dph/divergence",
+    "dph_js_control": "dph/eta",
     "dph_js_replica": "dph/optimiser_steps",
     "dph_js_replica_no_clones": "dph/optimiser_steps",
     "dph_js_replica_no_third_step": "dph/optimiser_steps",
