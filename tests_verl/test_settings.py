@@ -37,7 +37,10 @@ def test_the_plugin_warns_and_registers_nothing_on_another_verl(monkeypatch, cap
     [
         ({"divergnce": "js"}, r"unknown key\(s\) divrl\.divergnce; valid: policy_loss"),
         ({"policy_loss": "grpo"}, r"divrl\.policy_loss='grpo'; valid: vanilla, lp_reg"),
-        ({"divergence": "alpha", "divergence_coef": 0.1}, r"divergence_alpha in \(0, 1\)"),
+        (
+            {"divergence": "alpha", "divergence_coef": 0.1},
+            r"divergence_alpha=None: the alpha divergence needs 0 < alpha < 1",
+        ),
         ({"divergence": "js", "divergence_coef": 0.2}, r"set divrl\.reference_store"),
         (
             {"policy_loss": "lp_reg", "loss_options": {"kappa": 2.0}},
@@ -95,3 +98,22 @@ def test_values_of_the_wrong_kind_are_refused_naming_the_key(section, message):
 def test_an_empty_loss_options_section_means_no_options():
     settings = DivRLVerlSettings.from_mapping({"policy_loss": "lp_reg", "loss_options": None})
     assert settings.loss_options == {} and settings.lp_reg_options().rho > 0
+
+
+def test_a_registered_divergence_is_a_valid_setting():
+    """The settings read the divergence registry: a divergence registered anywhere is
+    accepted by name, without a list of names in the plugin."""
+    from divrl.algorithms import DIVERGENCES, register_divergence
+
+    @register_divergence("probe_hellinger", "a divergence registered by this test")
+    def probe(**_options):
+        return lambda log_u: (log_u.exp().sqrt() - 1) ** 2
+
+    try:
+        raw = {"divergence": "probe_hellinger", "divergence_coef": 0.1}
+        raw |= {"reference_store": "store", "reference_per_step": 2}
+        assert DivRLVerlSettings.from_mapping(raw).divergence == "probe_hellinger"
+    finally:
+        DIVERGENCES.pop("probe_hellinger")
+    with pytest.raises(VerlSettingsError, match="valid: alpha, forward_kl, js, reverse_kl"):
+        DivRLVerlSettings.from_mapping({"divergence": "probe_hellinger"})

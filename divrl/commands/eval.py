@@ -24,7 +24,6 @@ from divrl.cli import (
 )
 from divrl.fileio import atomic_write_text
 
-TOY_EVAL_SPLITS = ("test", "cross_domain", "ood_math")
 DEFAULT_MAX_NEW_TOKENS = 256
 # prompt tokens left free when capping --max-new-tokens by the context (the toy presets'
 # data.max_prompt_length)
@@ -35,6 +34,8 @@ SET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}$")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from divrl.rollout import engine_summaries
+
     parser.add_argument(
         "--model",
         help="model directory, checkpoint (step_N/) or training run directory (newest "
@@ -46,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="[NAME=]PATH",
         help="eval set (JSONL/Parquet, verl schema); repeat for several; NAME defaults to the "
-        f"file stem; 'toy' = the toy world's {', '.join(TOY_EVAL_SPLITS)} splits",
+        "file stem; 'toy' = the eval splits of the toy SQL world (every split but train)",
     )
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument(
@@ -76,9 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--engine",
         default="auto",
-        help="rollout engine: a registered name (auto, the default: static for a Llama/Qwen2 "
-        "model on a CPU, else hf; static: divrl's decode loop; hf: transformers generate; "
-        "vllm: needs the [vllm] extra and a GPU)",
+        help=f"rollout engine, a registered name: {engine_summaries()}",
     )
     parser.add_argument(
         "--engine-option",
@@ -102,7 +101,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY",
         help="also summarise per value of this extra_info key (repeatable, e.g. hard)",
     )
-    parser.add_argument("--toy-size", default="full", help="toy world size for 'toy' (full/tiny)")
+    parser.add_argument(
+        "--toy-size",
+        default="full",
+        help="size of the toy world for 'toy' (default full; the world declares its sizes and "
+        "an unknown one is refused naming them)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -111,9 +115,10 @@ def _data_sets(specs: list[str], toy_size: str) -> list[tuple[str, str]]:
     for spec in specs:
         if spec == "toy":
             from divrl.toy import ensure_toy_world
+            from divrl.toy.worlds import eval_splits
 
             world = ensure_toy_world(size=toy_size)
-            sets += [(s, str(world.splits[s])) for s in TOY_EVAL_SPLITS]
+            sets += [(s, str(world.splits[s])) for s in eval_splits(world)]
             continue
         name, sep, path = spec.partition("=")
         if not sep:

@@ -35,7 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--world", choices=sorted(WORLDS), default=DEFAULT_WORLD, help=worlds)
         p.add_argument("--seed", type=seed_int, default=0, help="generator and training seed")
         p.add_argument(
-            "--size", default="full", help="'full' (minutes) or 'tiny' (seconds, for tests)"
+            "--size",
+            default="full",
+            help="a size the world declares (full, the default, trains in minutes when no "
+            "shipped model matches; an unknown size is refused naming the world's sizes)",
         )
         p.add_argument(
             "--max-prompts", type=positive_int, default=256, help="prompts measured per split"

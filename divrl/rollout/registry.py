@@ -47,6 +47,7 @@ __all__ = [
     "check_engine_installed",
     "engine_names",
     "engine_options",
+    "engine_summaries",
     "engines_taking",
     "get_engine",
     "register_engine",
@@ -182,6 +183,11 @@ def engines_taking(option: str) -> tuple[str, ...]:
 def unregister_engine(name: str) -> None:
     """Remove ``name`` (a test's engine, after the test); unknown names are ignored."""
     _ENGINES.pop(name, None)
+
+
+def engine_summaries() -> str:
+    """``'name' (summary); ...`` of every registered engine, for help texts."""
+    return "; ".join(f"{name!r} ({_ENGINES[name].summary})" for name in engine_names())
 
 
 def engine_names() -> tuple[str, ...]:

@@ -52,6 +52,7 @@ __all__ = [
     "register_world",
     "ship_world",
     "world_presets",
+    "world_scaffold",
 ]
 
 
@@ -78,6 +79,9 @@ class WorldKind:
     measure: Target = "divrl.toy.measure:measure_world"
     format: Target = "divrl.toy.measure:format_measurements"
     ship: Target | None = None
+    #: the world's :class:`~divrl.toy.scaffold.WorldScaffold` instance (or where it lives),
+    #: for a world written on the scaffold: its declared sizes, splits and targets
+    scaffold: Target | None = None
 
     @classmethod
     def scaffolded(cls, world: str, help: str, *, presets: str) -> WorldKind:
@@ -91,6 +95,7 @@ class WorldKind:
             measure=f"{world}.measure",
             format=f"{world}.format",
             ship=f"{world}.ship",
+            scaffold=world,
         )
 
 
@@ -189,6 +194,13 @@ def ship_world(name: str, world: World) -> Path:
     if ship is None:
         raise ValueError(f"world {name!r} has no shipped model (its kind sets no ship)")
     return _resolve(ship)(world)
+
+
+def world_scaffold(name: str) -> Any:
+    """World ``name``'s scaffold (its declared ``sizes``, ``splits``, ``targets``), or None
+    for a world not written on :class:`divrl.toy.scaffold.WorldScaffold`."""
+    target = _kind(name).scaffold
+    return None if target is None else _resolve(target)
 
 
 def world_presets(name: str) -> str:

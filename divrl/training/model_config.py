@@ -19,13 +19,15 @@ class ModelConfig:
         "null = the toy base model built by divrl.toy",
         None,
     )
-    toy_size: Literal["full", "tiny"] = help_field(
-        "size of the toy world used when path is null ('tiny' builds in seconds)", "full"
+    toy_size: str = help_field(
+        "size of the toy world used when path is null: one the world declares ('full', the "
+        "default; `divrl toy build --size` names a world's sizes when given another), "
+        "checked when the world is built",
+        "full",
     )
     toy_world: str = help_field(
-        "which toy world path null means, a name in the registry divrl.toy.worlds.WORLDS "
-        "(checked when the world is built): 'sql' (toy SQL + math) or 'countdown' "
-        "(countdown arithmetic with search traces), or one registered there",
+        "which toy world path null means: a name in the world registry (divrl.toy.worlds."
+        "WORLDS; `divrl toy build --help` lists them), checked when the world is built",
         "sql",
     )
     dtype: Literal["float32", "bfloat16", "float16"] = help_field(

@@ -8,6 +8,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from divrl.rollout import engine_summaries
 from divrl.training.config_io import ConfigError, help_field, positive
 
 __all__ = ["RolloutConfig"]
@@ -16,10 +17,8 @@ __all__ = ["RolloutConfig"]
 @dataclass
 class RolloutConfig:
     engine: str = help_field(
-        "rollout engine, any registered name (divrl.rollout.engine_names()): 'auto' "
-        "(static for a Llama/Qwen2 policy on a CPU, else hf), 'static' (divrl's decode "
-        "loop), 'hf' (transformers generate) or 'vllm' (colocated, needs the [vllm] extra "
-        "and a GPU); options of the engine go in engine_options",
+        f"rollout engine, a registered name (divrl.rollout.engine_names()): "
+        f"{engine_summaries()}; options of the engine go in engine_options",
         "auto",
     )
     engine_options: dict[str, Any] = field(

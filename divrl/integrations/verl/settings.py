@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from divrl.algorithms.divergences import DIVERGENCES, divergence_generator
 from divrl.algorithms.dph_weighting import DIVERGENCE_WEIGHTINGS
 from divrl.algorithms.loss_options import LpRegOptions
 
@@ -34,7 +35,6 @@ VERL_KEYS = {
     "dual_clip": "actor_rollout_ref.actor.clip_ratio_c",
     "agg": "actor_rollout_ref.actor.loss_agg_mode",
 }
-DIVERGENCES = ("forward_kl", "reverse_kl", "js", "alpha")
 SECTION = "divrl"
 #: verl loss modes DPH-RL's rollout term is computed with
 COMPOSED_LOSS_MODES = ("vanilla", "divrl_vanilla")
@@ -89,13 +89,16 @@ class DivRLVerlSettings:
         _choice("policy_loss", self.policy_loss, POLICY_LOSSES)
         _choice("divergence_weighting", self.divergence_weighting, DIVERGENCE_WEIGHTINGS)
         if self.divergence is not None:
-            _choice("divergence", self.divergence, DIVERGENCES)
-            alpha = self.divergence_alpha
-            if self.divergence == "alpha" and not (alpha is not None and 0.0 < alpha < 1.0):
+            # any registered divergence (divrl.algorithms.DIVERGENCES), its options checked
+            # by the divergence itself, as in divrl train
+            _choice("divergence", self.divergence, tuple(sorted(DIVERGENCES)))
+            try:
+                divergence_generator(self.divergence, self.divergence_alpha)
+            except ValueError as exc:
                 raise VerlSettingsError(
-                    f"{SECTION}.divergence=alpha needs {SECTION}.divergence_alpha in (0, 1), "
-                    f"got {alpha!r}"
-                )
+                    f"{SECTION}.divergence={self.divergence} with {SECTION}.divergence_alpha="
+                    f"{self.divergence_alpha}: {exc}"
+                ) from exc
         if self.divergence_coef < 0:
             raise VerlSettingsError(
                 f"{SECTION}.divergence_coef={self.divergence_coef} must be >= 0 (eta)"
@@ -107,7 +110,7 @@ class DivRLVerlSettings:
         if self.divergence is None and self.divergence_coef > 0:
             raise VerlSettingsError(
                 f"{SECTION}.divergence_coef={self.divergence_coef} has no effect without "
-                f"{SECTION}.divergence: set {SECTION}.divergence ({', '.join(DIVERGENCES)}) "
+                f"{SECTION}.divergence: set {SECTION}.divergence ({', '.join(sorted(DIVERGENCES))}) "
                 f"for DPH-RL, or remove {SECTION}.divergence_coef"
             )
         if self.dph and (self.reference_store is None or self.reference_per_step < 1):
