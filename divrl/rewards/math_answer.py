@@ -92,7 +92,16 @@ def last_box(text: str) -> tuple[str | None, bool]:
     return content, is_box
 
 
-def _last_box(text: str) -> tuple[str | None, bool, int]:
+def last_boxed(text: str) -> str | None:
+    """Content of the last closed ``\\boxed{...}`` (or ``\\boxed x``, ``\\fbox{...}``),
+    looking past an unclosed one. Used for gold answers (the converters take the last box
+    of a MATH solution); scoring reads :func:`final_answer`."""
+    return _last_box(text, closed=True)[0]
+
+
+def _last_box(text: str, closed: bool = False) -> tuple[str | None, bool, int]:
+    """(content, found, position) of the last box command (the last closed one when
+    ``closed``); the one box scanner of the math verifiers and the converters."""
     positions = []
     for cmd in _BOX_COMMANDS:
         end = len(text)
@@ -104,7 +113,7 @@ def _last_box(text: str) -> tuple[str | None, bool, int]:
             end = pos
     for pos, cmd in sorted(positions, reverse=True)[:_MAX_BOX_TRIES]:
         content, is_box = _box_at(text, pos, cmd)
-        if is_box:
+        if is_box and (content is not None or not closed):
             return content, True, pos
     return None, False, -1
 

@@ -45,9 +45,10 @@ from typing import Any
 
 from divrl.rewards.math_answer import (
     alternatives_as_set,
-    balanced_from,
     final_answer,
     hedge,
+    last_box,
+    last_boxed,
     normalise_answer,
     number_before_unit,
     without_percent,
@@ -55,8 +56,6 @@ from divrl.rewards.math_answer import (
 from divrl.rewards.registry import Verifier
 from divrl.rewards.types import ScoreResult
 
-_BOX_COMMANDS = ("\\boxed", "\\fbox")
-_MAX_BOX_TRIES = 5  # bounded look-back over unclosed boxes keeps extraction linear
 _MAX_QUICK_CHARS = 4096
 # A plain integer as both math-verify's number regex and sympy read it: no sign other than
 # "-", no leading zeros, no separators, short enough to stay an exact Integer.
@@ -92,39 +91,6 @@ GSM8K_SOURCES = ("gsm8k", "openai/gsm8k")
 MATH_VERIFY_SOURCES = ("math_verify",)
 MATH_PROFILES = ("math", "gsm8k", "math_verify")
 _NO_FINAL_ANSWER = "no final answer: no \\boxed{}, <answer> tag, 'answer is' phrase or ####"
-
-
-def last_boxed(text: str) -> str | None:
-    """Content of the last closed ``\\boxed{...}`` (or ``\\boxed x``, ``\\fbox{...}``).
-
-    Used for gold answers (the converters take the last box of a MATH solution); scoring
-    uses math-verify's extraction instead.
-    """
-    positions = []
-    for cmd in _BOX_COMMANDS:
-        end = len(text)
-        for _ in range(_MAX_BOX_TRIES):
-            pos = text.rfind(cmd, 0, end)
-            if pos < 0:
-                break
-            positions.append((pos, cmd))
-            end = pos
-    for pos, cmd in sorted(positions, reverse=True)[:_MAX_BOX_TRIES]:
-        rest = pos + len(cmd)
-        if rest < len(text) and text[rest] == " ":
-            # "\boxed 5": the answer runs to the next whitespace or "$"
-            m = re.match(r" ([^\s$]+)", text[rest : rest + 1000])
-            if m:
-                return m.group(1)
-            continue
-        brace = rest
-        while brace < len(text) and text[brace] in " \t":
-            brace += 1
-        if brace < len(text) and text[brace] == "{":
-            content = balanced_from(text, brace)
-            if content is not None:
-                return content
-    return None
 
 
 def check_answer_pattern(pattern: Any) -> re.Pattern[str]:
@@ -268,14 +234,9 @@ class MathVerifier(Verifier):
 
 
 def _last_box_unclosed(text: str) -> bool:
-    """True when the last ``\\boxed{`` has no closing brace (the completion was cut off)."""
-    pos = text.rfind("\\boxed")
-    if pos < 0:
-        return False
-    brace = pos + len("\\boxed")
-    while brace < len(text) and text[brace] in " \t":
-        brace += 1
-    return brace < len(text) and text[brace] == "{" and balanced_from(text, brace) is None
+    """True when the last box has no closing brace (the completion was cut off)."""
+    content, is_box = last_box(text)
+    return is_box and content is None
 
 
 @lru_cache(maxsize=4096)

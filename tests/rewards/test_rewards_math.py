@@ -201,3 +201,21 @@ def test_caller_side_work_is_bounded_for_huge_completions():
         assert verifier.quick(text, "3", {}) is None  # left to the worker and its limit
         assert verifier.extract(text, {}) is None or len(verifier.extract(text, {})) <= 300
         assert time.perf_counter() - start < 0.1
+
+
+def test_one_box_scanner_reads_gold_and_answers():
+    """The converters' ``last_boxed`` is the final-answer rule's scanner, asked for the last
+    closed box: the same contents, spacing and fbox, one past a cut-off box."""
+    from divrl.rewards import math_reward
+    from divrl.rewards.math_answer import last_box
+
+    assert math_reward.last_boxed is last_boxed
+    for text, content in [
+        ("so \\boxed{\\frac{1}{2}}.", "\\frac{1}{2}"),
+        ("\\boxed {x+1}", "x+1"),
+        ("\\boxed 5$ done", "5"),
+        ("\\fbox{7}", "7"),
+    ]:
+        assert last_boxed(text) == content and last_box(text) == (content, True)
+    assert last_box("\\boxed{2} or \\boxed{3") == (None, True)  # cut off: no answer
+    assert last_boxed("\\boxed{2} or \\boxed{3") == "2"  # the gold's last closed box
