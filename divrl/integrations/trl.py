@@ -39,6 +39,7 @@ from divrl.algorithms import (
 )
 from divrl.distributed import Collective, release_process_group, warn_if_ddp_wrappers_live
 from divrl.integrations.trl_config import LP_REG_LOSS_TYPES, DivRLGRPOConfig
+from divrl.integrations.trl_control import TrlRehearsalControl
 from divrl.integrations.trl_data import (
     exploration_dataset,
     rollout_arguments,
@@ -133,6 +134,8 @@ class DivRLGRPOTrainer(GRPOTrainer):
         self._divrl_capture: HiddenCapture | None = None
         self._reference: ReferenceStream | None = None
         self._divrl_ended = False
+        options = self.args.control_options  # DPH-RL's eta from a target, or None
+        self._control = TrlRehearsalControl(options, self.args.divergence_coef) if options else None
         if torch.distributed.is_initialized():
             end_at_exit(self)  # the process group released without the user's end()
         if self.args.divergence is not None:
@@ -295,6 +298,8 @@ class DivRLGRPOTrainer(GRPOTrainer):
         self._raise_on_any_rank(error)
         if reference is not None:
             try:
+                if self._control is not None:
+                    self._control.begin(self.state)  # closes the last optimiser step
                 rollouts = int(inputs["completion_ids"].shape[0])
                 terms.append(self._dph_term(model, reference, rollouts))
             except Exception as exc:
@@ -302,7 +307,9 @@ class DivRLGRPOTrainer(GRPOTrainer):
             self._raise_on_any_rank(error)
         for term, metrics in terms:
             loss = loss + term
-            self._log_divrl(metrics)
+            reduced = self._log_divrl(metrics)
+            if self._control is not None and "dph/log_u_mean" in reduced:
+                self._log_divrl(self._control.record(reduced, self.state))
         return loss
 
     def _raise_on_any_rank(self, error: BaseException | None) -> None:
@@ -393,7 +400,7 @@ class DivRLGRPOTrainer(GRPOTrainer):
         (``paper``), or ``divergence_coef * reference_batch_size / rollouts`` (``authors``:
         the reference stream weighs
         eta times its share of the samples, as in the DPH-RL authors' actor)."""
-        eta = self.args.divergence_coef
+        eta = self.args.divergence_coef if self._control is None else self._control.eta
         if self.args.divergence_weighting == "paper":
             return eta
         return eta * self.args.reference_batch_size / max(rollouts, 1)
@@ -437,11 +444,14 @@ class DivRLGRPOTrainer(GRPOTrainer):
         metrics["dph/response_length"] = float(batch.mask.sum(-1).mean())
         return term, metrics
 
-    def _log_divrl(self, metrics: dict[str, float]) -> None:
-        """Append ``metrics`` (averaged over processes) to TRL's logger as ``divrl/<name>``."""
+    def _log_divrl(self, metrics: dict[str, float]) -> dict[str, float]:
+        """Append ``metrics`` (averaged over processes) to TRL's logger as ``divrl/<name>``;
+        returns the averaged values."""
         mode = "train" if self.model.training else "eval"
         keys = sorted(metrics)
         values = torch.tensor([metrics[k] for k in keys], device=self.accelerator.device)
         values = self.accelerator.reduce(values, reduction="mean")
-        for key, value in zip(keys, values.tolist(), strict=True):
+        reduced = dict(zip(keys, values.tolist(), strict=True))
+        for key, value in reduced.items():
             self._metrics[mode][f"divrl/{key}"].append(value)
+        return reduced

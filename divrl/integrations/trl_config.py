@@ -15,6 +15,7 @@ from divrl.algorithms import (
     divergence_summaries,
 )
 from divrl.algorithms.loss_options import FULL_VOCAB_REFUSED
+from divrl.algorithms.rehearsal_control import RehearsalControlOptions
 
 __all__ = ["LP_REG_LOSS_TYPES", "TRL_DPH_WEIGHTINGS", "TRL_SETS", "DivRLGRPOConfig"]
 
@@ -52,7 +53,11 @@ class DivRLGRPOConfig(GRPOConfig):
     ``to_json_string()`` (what TRL logs and saves with a run) carry the options the run used.
     """
 
-    _VALID_DICT_FIELDS: ClassVar[list[str]] = [*GRPOConfig._VALID_DICT_FIELDS, "loss_options"]
+    _VALID_DICT_FIELDS: ClassVar[list[str]] = [
+        *GRPOConfig._VALID_DICT_FIELDS,
+        "loss_options",
+        "rehearsal_control",
+    ]
 
     divergence: str | None = field(
         default=None,
@@ -138,9 +143,21 @@ class DivRLGRPOConfig(GRPOConfig):
         },
     )
 
+    rehearsal_control: dict[str, Any] | str | None = field(
+        default_factory=dict,
+        metadata={
+            "help": "DPH-RL: set eta (divergence_coef is the start) each optimiser step from "
+            "a target, as algorithm.rehearsal_control in `divrl train` (docs/algorithms.md, "
+            "'Rehearsal control'): a dict or a JSON string such as '{\"target\": 0.02}' "
+            "(measure, target, rate, warmup_steps, min_scale, max_scale); empty = off. "
+            "After validation it holds every option with its value.",
+        },
+    )
+
     def __post_init__(self) -> None:
         super().__post_init__()
         self._validate_dph()
+        self.control_options = self._control_options()
         self.lp_reg_options = self._lp_reg_options()
         if self.lp_reg:
             self._validate_lp_reg()
@@ -191,6 +208,26 @@ class DivRLGRPOConfig(GRPOConfig):
                 f"beta={self.beta} loads a reference model for TRL's reverse-KL term; DPH-RL "
                 "replaces it with the divergence on stored reference samples: set beta=0.0"
             )
+
+    def _control_options(self) -> RehearsalControlOptions | None:
+        """The rehearsal controller's typed options (None: off); the field is rewritten
+        to every option with its value."""
+        if isinstance(self.rehearsal_control, str):
+            raise ValueError(
+                f"rehearsal_control={self.rehearsal_control!r}: give a dict, or on the command "
+                """line a JSON object such as '{"target": 0.02}'"""
+            )
+        options = RehearsalControlOptions.from_mapping(self.rehearsal_control)
+        if options is None:
+            self.rehearsal_control = {}
+            return None
+        if self.divergence is None or not self.divergence_coef > 0:
+            raise ValueError(
+                "rehearsal_control moves the DPH-RL divergence weight: set divergence and "
+                "divergence_coef > 0 (the starting eta), or drop rehearsal_control"
+            )
+        self.rehearsal_control = options.as_dict()
+        return options
 
     def _lp_reg_options(self) -> LpRegOptions:
         """The typed Lp-Reg options (their bounds checked once, by LpRegOptions)."""
