@@ -25,6 +25,10 @@ Profiles (chosen by ``data_source``, see :data:`MATH_SOURCES`, :data:`GSM8K_SOUR
     ``math_verify.verify``; a cut-off last box is no answer (math-verify would fall back to
     an earlier box).
 
+Each profile is a rule registered with :func:`register_math_rule` (:data:`MATH_RULES`);
+a benchmark with its own rule registers one and names it in its verifier,
+``MathVerifier(profile="<rule>")``, with no subclass.
+
 ``extra_info["answer_pattern"]`` (or the verifier's ``answer_pattern``): a regular
 expression whose last match (group 1 if it has groups) replaces the extraction step; the
 matched text is then parsed by math-verify. It is validated at load time
@@ -40,6 +44,8 @@ and plain integers on both sides.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -89,8 +95,49 @@ MATH_SOURCES = (
 )
 GSM8K_SOURCES = ("gsm8k", "openai/gsm8k")
 MATH_VERIFY_SOURCES = ("math_verify",)
-MATH_PROFILES = ("math", "gsm8k", "math_verify")
 _NO_FINAL_ANSWER = "no final answer: no \\boxed{}, <answer> tag, 'answer is' phrase or ####"
+
+
+@dataclass(frozen=True)
+class MathRule:
+    """How a math profile reads a completion: ``score(solution_str, ground_truth) ->
+    ScoreResult`` runs in the worker, under the time limit. ``quick``: the caller may
+    decide plain integers on both sides (the rule agrees with an exact integer match
+    there), except for a completion containing ``quick_unless``; ``reads_markers``: words
+    after "answer" or "####" can be an answer (else text with no digit and no LaTeX is no
+    answer at once)."""
+
+    name: str
+    score: Callable[[str, str], ScoreResult]
+    quick: bool = True
+    quick_unless: str | None = None
+    reads_markers: bool = True
+
+
+#: rule name -> rule; ``MathVerifier(profile=name)`` scores with it
+MATH_RULES: dict[str, MathRule] = {}
+
+
+def register_math_rule(
+    name: str,
+    *,
+    quick: bool = True,
+    quick_unless: str | None = None,
+    reads_markers: bool = True,
+    replace: bool = False,
+) -> Callable[[Callable[[str, str], ScoreResult]], Callable[[str, str], ScoreResult]]:
+    """Decorator: register ``score(solution_str, ground_truth) -> ScoreResult`` as the math
+    rule ``name`` (:class:`MathRule`), so that ``MathVerifier(profile=name)`` is a verifier
+    for a benchmark profile: a new rule is a registration, not a subclass. The function
+    must be importable (module level): the verifier is pickled into the worker with it."""
+
+    def decorator(score: Callable[[str, str], ScoreResult]) -> Callable[[str, str], ScoreResult]:
+        if name in MATH_RULES and not replace:
+            raise ValueError(f"math rule {name!r} is already registered: pick another name")
+        MATH_RULES[name] = MathRule(name, score, quick, quick_unless, reads_markers)
+        return score
+
+    return decorator
 
 
 def check_answer_pattern(pattern: Any) -> re.Pattern[str]:
@@ -151,12 +198,16 @@ class MathVerifier(Verifier):
     default_timeout = 5.0
 
     def __init__(self, answer_pattern: str | None = None, profile: str = "math"):
-        if profile not in MATH_PROFILES:
-            raise ValueError(f"unknown math profile {profile!r}; use one of {MATH_PROFILES}")
+        if profile not in MATH_RULES:
+            raise ValueError(
+                f"unknown math profile {profile!r}; use one of {sorted(MATH_RULES)} (or "
+                "register a rule with register_math_rule)"
+            )
         if answer_pattern is not None:
             check_answer_pattern(answer_pattern)
         self.answer_pattern = answer_pattern
         self.profile = profile
+        self.rule = MATH_RULES[profile]  # pickled with the verifier, so workers have it
 
     def check_inputs(self, ground_truth: str, extra_info: dict[str, Any]) -> None:
         if "answer_pattern" in extra_info:
@@ -176,16 +227,16 @@ class MathVerifier(Verifier):
             return ScoreResult(0.0, None, "no_answer")
         if extra_info.get("answer_pattern") or self.answer_pattern:
             return None
-        if len(solution_str) > _MAX_QUICK_CHARS:
+        if len(solution_str) > _MAX_QUICK_CHARS or not self.rule.quick:
             return None  # scanning megabytes is the worker's job, under the time limit
         if _ANSWER_MATERIAL.search(solution_str) is None and (
-            self.profile == "math_verify" or not _MARKER_MATERIAL.search(solution_str)
+            not self.rule.reads_markers or not _MARKER_MATERIAL.search(solution_str)
         ):
             return ScoreResult(0.0, None, "no_answer", "no number and no LaTeX in the text")
         gold = _quick_int(ground_truth, boxed=False)
         if gold is None:
             return None
-        if self.profile == "gsm8k" and "####" in solution_str:
+        if self.rule.quick_unless is not None and self.rule.quick_unless in solution_str:
             return None
         pred = _quick_int(solution_str, boxed=True)
         if pred is None:
@@ -203,34 +254,49 @@ class MathVerifier(Verifier):
             m = matches[-1]
             answer = m.group(1) if m.re.groups else m.group(0)
             return math_verify_score(answer or "", ground_truth, boxed=True)
-        if self.profile == "gsm8k":
-            pred = _gsm8k_number(solution_str)
-            gold = _gsm8k_number(ground_truth) if "####" in ground_truth else None
-            gold = gold or ground_truth.strip().replace(",", "").removeprefix("$")
-            if pred is not None and _GSM8K_NUMBER.fullmatch(gold):
-                ok = _same_number(pred, gold)
-                return ScoreResult(float(ok), pred, "correct" if ok else "wrong")
-            if "####" in ground_truth or _GSM8K_NUMBER.fullmatch(gold):
-                ground_truth = gold  # a GSM8K gold: its number, not the worked solution
-        if self.profile == "math_verify":
-            if _last_box_unclosed(solution_str):
-                # math-verify would fall back to an earlier box: a cut-off answer is no answer
-                return ScoreResult(0.0, None, "no_answer", "the last \\boxed{ is not closed")
-            return math_verify_score(solution_str, ground_truth)
-        answer, how = final_answer(solution_str)
-        if how == "cut_off_box":
-            return ScoreResult(0.0, None, "no_answer", "the last \\boxed{ is not closed")
-        if answer is None:
-            return ScoreResult(0.0, None, "no_answer", _NO_FINAL_ANSWER)
-        hedged = hedge(answer, ground_truth)
-        if hedged is not None:
-            return ScoreResult(0.0, answer[:1000], "wrong", hedged)
-        number = number_before_unit(answer)
-        gold = ground_truth.strip().replace(",", "").removeprefix("$")
-        if number is not None and _GSM8K_NUMBER.fullmatch(gold):
-            ok = _same_number(number, gold)  # "7 dollars": a number and its unit
-            return ScoreResult(float(ok), number, "correct" if ok else "wrong")
-        return compare_answer(alternatives_as_set(answer), ground_truth)
+        return self.rule.score(solution_str, ground_truth)
+
+
+@register_math_rule("math")
+def final_answer_rule(solution_str: str, ground_truth: str) -> ScoreResult:
+    """The ``math`` profile (module docstring): the final answer, math-verify's equivalence."""
+    answer, how = final_answer(solution_str)
+    if how == "cut_off_box":
+        return ScoreResult(0.0, None, "no_answer", "the last \\boxed{ is not closed")
+    if answer is None:
+        return ScoreResult(0.0, None, "no_answer", _NO_FINAL_ANSWER)
+    hedged = hedge(answer, ground_truth)
+    if hedged is not None:
+        return ScoreResult(0.0, answer[:1000], "wrong", hedged)
+    number = number_before_unit(answer)
+    gold = ground_truth.strip().replace(",", "").removeprefix("$")
+    if number is not None and _GSM8K_NUMBER.fullmatch(gold):
+        ok = _same_number(number, gold)  # "7 dollars": a number and its unit
+        return ScoreResult(float(ok), number, "correct" if ok else "wrong")
+    return compare_answer(alternatives_as_set(answer), ground_truth)
+
+
+@register_math_rule("gsm8k", quick_unless="####")
+def gsm8k_rule(solution_str: str, ground_truth: str) -> ScoreResult:
+    """The ``gsm8k`` profile: a ``#### <number>`` ending first, else the ``math`` rule."""
+    pred = _gsm8k_number(solution_str)
+    gold = _gsm8k_number(ground_truth) if "####" in ground_truth else None
+    gold = gold or ground_truth.strip().replace(",", "").removeprefix("$")
+    if pred is not None and _GSM8K_NUMBER.fullmatch(gold):
+        ok = _same_number(pred, gold)
+        return ScoreResult(float(ok), pred, "correct" if ok else "wrong")
+    if "####" in ground_truth or _GSM8K_NUMBER.fullmatch(gold):
+        ground_truth = gold  # a GSM8K gold: its number, not the worked solution
+    return final_answer_rule(solution_str, ground_truth)
+
+
+@register_math_rule("math_verify", reads_markers=False)
+def math_verify_rule(solution_str: str, ground_truth: str) -> ScoreResult:
+    """The ``math_verify`` profile: verl's scorer on the whole completion."""
+    if _last_box_unclosed(solution_str):
+        # math-verify would fall back to an earlier box: a cut-off answer is no answer
+        return ScoreResult(0.0, None, "no_answer", "the last \\boxed{ is not closed")
+    return math_verify_score(solution_str, ground_truth)
 
 
 def _last_box_unclosed(text: str) -> bool:

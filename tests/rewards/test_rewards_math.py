@@ -219,3 +219,35 @@ def test_one_box_scanner_reads_gold_and_answers():
         assert last_boxed(text) == content and last_box(text) == (content, True)
     assert last_box("\\boxed{2} or \\boxed{3") == (None, True)  # cut off: no answer
     assert last_boxed("\\boxed{2} or \\boxed{3") == "2"  # the gold's last closed box
+
+
+def tolerant_hash_rule(solution_str: str, ground_truth: str):
+    """A rule of a new benchmark: the number after the last ``####``, within 1e-6."""
+    from divrl.rewards.types import ScoreResult
+
+    tail = solution_str.rpartition("####")[2].strip()
+    try:
+        ok = abs(float(tail) - float(ground_truth)) <= 1e-6
+    except ValueError:
+        return ScoreResult(0.0, None, "no_answer")
+    return ScoreResult(float(ok), tail, "correct" if ok else "wrong")
+
+
+def test_a_math_rule_is_a_registration_not_a_subclass():
+    import pickle
+
+    from divrl.rewards.math_reward import MATH_RULES, register_math_rule
+
+    with pytest.raises(ValueError, match=r"unknown math profile 'hash'; use one of \['gsm8k'"):
+        MathVerifier(profile="hash")
+    register_math_rule("hash", quick_unless="####")(tolerant_hash_rule)
+    try:
+        verifier = pickle.loads(pickle.dumps(MathVerifier(profile="hash")))  # as the worker
+        assert verifier.verify("so #### 2.0000001", "2", {}, None).score == 1.0
+        assert verifier.verify("#### 3", "2", {}, None).reason == "wrong"
+        assert verifier.quick("#### 2", "2", {}) is None  # quick_unless: the rule decides
+        assert verifier.quick("2", "2", {}).score == 1.0
+        with pytest.raises(ValueError, match="already registered"):
+            register_math_rule("hash")(tolerant_hash_rule)
+    finally:
+        MATH_RULES.pop("hash")
