@@ -347,11 +347,22 @@ class ReferenceStore:
             self.manifest: dict[str, Any] = read_manifest(self.path / MANIFEST)
             self._table = read_table(self.path / SAMPLES, SAMPLE_COLUMNS)  # checked vectorised
             prompts = read_table(self.path / PROMPTS, PROMPT_COLUMNS)
-        samples = self._table.to_pydict()
-        self.samples = [
-            ReferenceSample(*row) for row in zip(*(samples[c] for c in SAMPLE_COLUMNS), strict=True)
-        ]
         self.prompts = prompts.to_pydict()
+
+    @property
+    def table(self) -> pa.Table:
+        """The samples as the Arrow table read from ``samples.parquet`` (columns
+        ``prompt_id``, ``prompt_ids``, ``response_ids``, ``ref_log_probs``, ``text``)."""
+        return self._table
+
+    @functools.cached_property
+    def samples(self) -> list[ReferenceSample]:
+        """The samples as Python objects, built on first use (several bytes per token more
+        than the Arrow table: a reader that only draws rows can keep :attr:`table`)."""
+        columns = self._table.to_pydict()
+        return [
+            ReferenceSample(*row) for row in zip(*(columns[c] for c in SAMPLE_COLUMNS), strict=True)
+        ]
 
     def check_samples(
         self,
@@ -376,7 +387,7 @@ class ReferenceStore:
             )
 
     def __len__(self) -> int:
-        return len(self.samples)
+        return self._table.num_rows
 
     @functools.cached_property
     def exploration_ids(self) -> set[str]:

@@ -206,34 +206,47 @@ class DivRLGRPOTrainer(GRPOTrainer):
             cap.log_probs = out[0]
             return out
         lm = unwrapped_causal_lm(self.accelerator, model)
-        hidden: list[torch.Tensor] = []
-        with hidden_state_hook(lm.base_model, logits_to_keep, hidden):
+        tokens = input_ids[:, -logits_to_keep:]
+        parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+
+        def project(hidden: torch.Tensor) -> None:
+            # each chunk's hidden states become [rows, K] proxies at once (rows in order)
+            if cap.error is not None:
+                return
+            try:
+                start = sum(p[0].shape[0] for p in parts)
+                rows = tokens[start : start + hidden.shape[0]]
+                parts.append(self._proxy(lm, hidden, rows))
+            except Exception as exc:
+                cap.error = exc
+
+        with hidden_state_hook(lm.base_model, logits_to_keep, project):
             out = super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
             )
         # An error here is recorded, not raised: TRL's collectives after this forward must
         # run on every rank; the caller raises it on all of them (_raise_on_any_rank).
         try:
-            self._capture_proxy(cap, lm, out[0], hidden, input_ids, attention_mask, logits_to_keep)
+            if cap.error is None:
+                self._capture_proxy(cap, out[0], parts, attention_mask, logits_to_keep)
         except Exception as exc:
             cap.error = exc
         return out
 
-    def _capture_proxy(self, cap, lm, logps, hidden, input_ids, attention_mask, logits_to_keep):
+    def _proxy(self, lm, hidden: torch.Tensor, tokens: torch.Tensor):
+        """Proxy log-prob, log Z and plain log-prob of ``tokens`` from ``hidden``."""
+        kappa, autocast = self.args.lp_reg_options.kappa, self.accelerator.autocast
+        return proxy_from_hidden(
+            full_lm_head(lm), hidden, tokens, kappa, self.temperature, autocast
+        )
+
+    def _capture_proxy(self, cap, logps, parts, attention_mask, logits_to_keep):
         """The Lp-Reg proxy of the forward TRL just ran, checked against its log-probs."""
-        if not hidden or sum(h.shape[0] for h in hidden) != logps.shape[0]:
+        if not parts or sum(p[0].shape[0] for p in parts) != logps.shape[0]:
             raise_on_internal_problems(
                 ["the policy forward no longer runs the backbone module (Lp-Reg proxy hook)"]
             )
-        tokens = input_ids[:, -logits_to_keep:]
-        proxy, log_z, check = proxy_from_hidden(
-            full_lm_head(lm),
-            torch.cat(hidden),
-            tokens,
-            self.args.lp_reg_options.kappa,
-            self.temperature,
-            self.accelerator.autocast,
-        )
+        proxy, log_z, check = (torch.cat(p) for p in zip(*parts, strict=True))
         mask = attention_mask[:, -logits_to_keep:].float()
         gap = ((check - logps.detach().float()).abs() * mask).sum() / mask.sum().clamp(min=1)
         if gap > PROXY_CONSISTENCY_TOL:

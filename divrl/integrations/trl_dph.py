@@ -2,20 +2,64 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import torch
 
 from divrl.data.fingerprint import model_fingerprint
-from divrl.data.reference_store import ReferenceStore, StoreExpectation
+from divrl.data.reference_store import ReferenceSample, ReferenceStore, StoreExpectation
 from divrl.data.sampling import EpochSampler
 from divrl.data.store_checks import read_manifest
-from divrl.data.store_files import MANIFEST
+from divrl.data.store_files import MANIFEST, SAMPLES
 
 logger = logging.getLogger(__name__)
+
+
+#: the columns of a reference store the stream reads
+STREAM_COLUMNS = ("prompt_id", "prompt_ids", "response_ids", "ref_log_probs")
+
+
+def arrow_cache_dir() -> Path:
+    """Where the memory-mapped copies of reference stores go: ``$DIVRL_CACHE_DIR/store_arrow``
+    or ``~/.cache/divrl/store_arrow``."""
+    root = os.environ.get("DIVRL_CACHE_DIR") or Path.home() / ".cache" / "divrl"
+    return Path(root) / "store_arrow"
+
+
+def mapped_samples(store: ReferenceStore, cache_dir: Path | None = None) -> pa.Table:
+    """``store``'s token ids and log-probs as an Arrow table memory-mapped from an
+    uncompressed Arrow IPC copy of ``samples.parquet`` (written once per store version,
+    atomically, under ``cache_dir``): the processes of a run share its pages through the
+    page cache and hold no Python object per token. The copy is named by the store's path,
+    manifest and parquet file's size and time, so a presample that replaces the store
+    gets a new one."""
+    parquet = store.path / SAMPLES
+    stat = parquet.stat()
+    key = json.dumps(
+        [str(store.path.resolve()), store.manifest, stat.st_size, stat.st_mtime_ns],
+        sort_keys=True,
+        default=str,
+    )
+    cache = cache_dir or arrow_cache_dir()
+    path = cache / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.arrow"
+    if not path.is_file():
+        cache.mkdir(parents=True, exist_ok=True)
+        table = store.table.select(list(STREAM_COLUMNS))
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        try:
+            with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as out:
+                out.write_table(table)
+            os.replace(tmp, path)  # whole, even with several processes writing it at once
+        finally:
+            tmp.unlink(missing_ok=True)
+    return pa.ipc.open_file(pa.memory_map(str(path))).read_all()
 
 
 def hub_snapshot(name: str) -> Path | None:
@@ -98,13 +142,17 @@ class ReferenceStream:
             allow_hint="allow_store_mismatch=True",
             vocab_size=vocab_size,  # every stored token id must be below it
         )
-        self.samples = store.samples
-        self.sampler = EpochSampler(len(store), seed, shuffle=True)
+        # memory-mapped (mapped_samples), not the store's Python objects; the store's
+        # parquet table is dropped with the store
+        self.samples = mapped_samples(store)
+        del store  # its parquet table, and the memory the reader kept for it
+        pa.default_memory_pool().release_unused()
+        self.sampler = EpochSampler(self.samples.num_rows, seed, shuffle=True)
         self.pad_token_id = pad_token_id
         self.drawn = 0  # samples drawn so far, all processes
 
     def seek(self, drawn: int) -> None:
-        n = len(self.samples)
+        n = self.samples.num_rows
         self.sampler.load_state_dict({"epoch": drawn // n, "position": drawn % n, "size": n})
         self.drawn = drawn
 
@@ -113,7 +161,8 @@ class ReferenceStream:
     ) -> _ReferenceBatch:
         indices = self.sampler.take(per_device * world)[rank * per_device : (rank + 1) * per_device]
         self.drawn += per_device * world
-        rows = [self.samples[i] for i in indices]
+        # zero-copy slices of the mapped table: Python objects for these rows only
+        rows = [ReferenceSample(**self.samples.slice(i, 1).to_pylist()[0]) for i in indices]
         prompt_lens = [len(r.prompt_ids) for r in rows]
         resp_lens = [len(r.response_ids) for r in rows]
         if min(resp_lens) == 0:

@@ -36,14 +36,18 @@ class HiddenCapture:
 
 
 @contextmanager
-def hidden_state_hook(backbone: torch.nn.Module, logits_to_keep: int, out: list) -> Iterator:
-    """Collect the detached hidden states that predict the last ``logits_to_keep`` tokens."""
+def hidden_state_hook(
+    backbone: torch.nn.Module, logits_to_keep: int, on_hidden: Callable[[torch.Tensor], None]
+) -> Iterator:
+    """Pass the detached hidden states that predict the last ``logits_to_keep`` tokens of
+    each forward of ``backbone`` (one per chunk of rows TRL runs) to ``on_hidden``, as
+    they come: nothing here keeps them."""
 
     def hook(module, args, output):
         hidden = getattr(output, "last_hidden_state", None)
         if hidden is None:
             hidden = output[0]
-        out.append(hidden[:, -(logits_to_keep + 1) : -1].detach())
+        on_hidden(hidden[:, -(logits_to_keep + 1) : -1].detach())
 
     handle = backbone.register_forward_hook(hook)
     try:

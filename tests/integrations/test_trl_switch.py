@@ -109,3 +109,31 @@ def test_the_readme_switch_runs_as_printed(tmp_path, monkeypatch):
     assert trained.state.global_step > 0
     logged = [h for h in trained.state.log_history if "divrl/dph/divergence" in h]
     assert logged and all(abs(h["divrl/dph/divergence"]) < 1.0 for h in logged)
+
+
+@pytest.mark.parametrize(("bf16", "max_tol", "mean_tol"), [(False, 1e-5, 1e-6), (True, 0.25, 0.05)])
+def test_u_at_step_zero_under_bf16_autocast(tmp_path, split_store, bf16, max_tol, mean_tol):
+    """u = pi_theta / pi_ref on the reference samples before any update, scored as the DPH
+    term scores them (TRL's log-prob pass under the trainer's autocast) against the fp32
+    log-probs of the store: exactly 1 in fp32; under bf16 autocast within exp(+-0.25) per
+    token and exp(0.05) on average (measured on the six samples of the full tiny store:
+    max |log u| 0.156, mean 0.023; this model's wide initialisation makes its logits
+    large)."""
+
+    args = make_args(
+        tmp_path,
+        divergence="js",
+        reference_store=str(split_store),
+        reference_batch_size=len(PROMPTS) - EXPLORATION,  # every stored sample
+        bf16=bf16,
+    )
+    trained = trainer(args, prompt_dataset(), model=tiny_model(0))
+    assert trained.accelerator.mixed_precision == ("bf16" if bf16 else "no")
+    batch = trained._draw_reference()
+    with trained.compute_loss_context_manager():
+        logps, _, _ = trained._get_per_token_logps_and_entropies(
+            trained.model, batch.input_ids, batch.attention_mask, batch.logits_to_keep
+        )
+    log_u = (logps.gather(1, batch.columns).float() - batch.ref_log_probs) * batch.mask
+    assert float(log_u.abs().max()) < max_tol
+    assert float(log_u.abs().sum() / batch.mask.sum()) < mean_tol
