@@ -82,9 +82,14 @@ class WorldKind:
     #: the world's :class:`~divrl.toy.scaffold.WorldScaffold` instance (or where it lives),
     #: for a world written on the scaffold: its declared sizes, splits and targets
     scaffold: Target | None = None
+    #: the methods whose presets the world ships in its folder (None: every method the
+    #: demo and the reproduction train; tests/toy/test_countdown.py checks either)
+    methods: tuple[str, ...] | None = None
 
     @classmethod
-    def scaffolded(cls, world: str, help: str, *, presets: str) -> WorldKind:
+    def scaffolded(
+        cls, world: str, help: str, *, presets: str, methods: tuple[str, ...] | None = None
+    ) -> WorldKind:
         """The kind of a world written on :class:`divrl.toy.scaffold.WorldScaffold`:
         ``world`` is where its instance lives (``"module:WORLD"``, imported on first use)."""
         return cls(
@@ -96,6 +101,7 @@ class WorldKind:
             format=f"{world}.format",
             ship=f"{world}.ship",
             scaffold=world,
+            methods=methods,
         )
 
 
@@ -117,6 +123,14 @@ WORLDS: dict[str, WorldKind] = {
         "the largest of five digits: a habitual glance that skips the last one and a rare "
         "check (the spark move) that alone solves the hard problems",
         presets="toy/sparks",
+        methods=(
+            "entropy_bonus",
+            "grpo_math",
+            "high_entropy_8020",
+            "kl_cov",
+            "lp_reg",
+            "lp_reg_toy",
+        ),
     ),
 }
 DEFAULT_WORLD = "sql"
