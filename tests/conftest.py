@@ -4,6 +4,7 @@ of tests/training/train_helpers.py (loaded by path: the test directories are not
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 import pytest
@@ -16,12 +17,25 @@ train_helpers = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(train_helpers)
 
 
+def _test_threads() -> int:
+    """torch intra-op threads of each test: ``$DIVRL_TEST_THREADS``, else 1."""
+    raw = os.environ.get("DIVRL_TEST_THREADS", "1").strip()
+    if not raw.isdigit() or int(raw) < 1:
+        raise pytest.UsageError(f"DIVRL_TEST_THREADS={raw!r} must be a whole number >= 1")
+    return int(raw)
+
+
+TEST_THREADS = _test_threads()
+
+
 @pytest.fixture(autouse=True)
 def _one_torch_thread():
     """The models here are tiny: one intra-op thread is as fast, and on a busy 2-core machine
-    two threads measured several times slower. Restored after each test."""
+    two threads measured several times slower. ``DIVRL_TEST_THREADS=2 make test`` runs the
+    suite on two: every tolerance must hold on both (the thread count changes the order of
+    floating-point sums). Restored after each test."""
     before = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(TEST_THREADS)
     yield
     torch.set_num_threads(before)
 

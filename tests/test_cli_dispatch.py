@@ -309,3 +309,12 @@ def test_third_party_progress_bars_are_off_when_stderr_is_not_a_terminal(tmp_pat
         stderr[name] = out.stderr
     assert "Loading weights" in stderr["plain"]  # transformers draws it into a pipe...
     assert "Loading weights" not in stderr["divrl"]  # ... and not under divrl's commands
+
+
+def test_each_test_runs_on_the_thread_count_the_suite_asks_for():
+    """DIVRL_TEST_THREADS=2 make test runs the suite on two threads (1 by default)."""
+    import os
+
+    import torch
+
+    assert torch.get_num_threads() == int(os.environ.get("DIVRL_TEST_THREADS", "1"))
