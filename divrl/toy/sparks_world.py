@@ -30,7 +30,7 @@ from divrl.toy.sft import SFTConfig
 from divrl.toy.tokenizer import ANSWER_MARKER, build_tokenizer
 
 #: Bump when generated data or training would change for the same settings.
-BUILD_VERSION = "1"
+BUILD_VERSION = "2"
 #: The shipped seed-0 ``full`` base model (``divrl toy build --world sparks --ship``).
 PRETRAINED_DIR = Path(__file__).parent / "pretrained_sparks"
 SPLITS = ("train", "test", "hard")
@@ -193,6 +193,6 @@ def _row(p: sparks.Problem, index: int, split: str, cfg: SparksWorldConfig) -> E
         id=f"{split}-{index}",
         prompt=sparks.prompt_text(p) + ANSWER_MARKER,
         data_source="sparks",
-        ground_truth=format_ground_truth(p.numbers),
+        ground_truth=format_ground_truth(p.numbers, cfg.sparks.glance),
         extra_info={"index": index, "split": split, "family": "max", "hard": hard},
     )

@@ -23,7 +23,7 @@ from divrl.toy.sparks_world import (
 )
 from divrl.toy.world import read_rows
 
-GOLD = format_ground_truth([3, 8, 1, 5, 9])
+GOLD = format_ground_truth([3, 8, 1, 5, 9], 4)
 CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "toy" / "sparks"
 
 
@@ -39,6 +39,9 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "toy" / "sparks"
         ("3 8 1 5 = 8 wait", 0.0),  # an unfinished check has no answer
         ("9", 0.0),  # no read-back
         ("3 8 = 8 wait 3 = 3 wait 9 = 9", 0.0),  # one check at most
+        ("3 8 1 9 = 9", 0.0),  # the first read-back must be the first four numbers
+        ("3 8 1 5 9 = 9", 0.0),  # ... no more of them
+        ("3 8 1 5 = 8 wait 3 8 1 9 = 9", 0.0),  # the check reads every number back
     ],
 )
 def test_verifier_hand_checked_cases(response, score):
@@ -51,7 +54,8 @@ def test_verifier_reports_the_answer_and_the_reason():
     res = compute_score_detailed("sparks", "3 8 1 5 = 8", GOLD)
     assert (res.score, res.extracted, res.reason) == (0.0, "8", "wrong")
     assert compute_score_detailed("sparks", "hello", GOLD).reason == "no_answer"
-    assert parse_ground_truth(GOLD) == [3, 8, 1, 5, 9]
+    assert compute_score_detailed("sparks", "3 8 1 9 = 9", GOLD).reason == "unfaithful"
+    assert parse_ground_truth(GOLD) == ([3, 8, 1, 5, 9], 4)
     with pytest.raises(ValueError, match="numbers="):
         parse_ground_truth("target=3")
     assert final_answer(" 3 8 1 5 = 8 ") == "8"
@@ -71,7 +75,7 @@ def test_generator_draws_the_designed_rates():
         text, spark = sparks.sample_trace(rng, p, cfg)
         checks += spark
         hard += sparks.is_hard(p, cfg)
-        ok = compute_score("sparks", text, format_ground_truth(p.numbers)) == 1.0
+        ok = compute_score("sparks", text, format_ground_truth(p.numbers, cfg.glance)) == 1.0
         right[spark].append((sparks.is_hard(p, cfg), ok))
         assert final_answer(text) is not None, text  # every supervised trace parses
     assert abs(checks / n - cfg.spark_rate) < 0.01
