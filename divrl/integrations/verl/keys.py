@@ -12,8 +12,11 @@ REF_LOG_PROB = "divrl_ref_log_prob"
 #: ``[B, 2]`` int64: per row, its mini-batch's rollout and reference (response) tokens, all
 #: ranks together (the DPH stream weights)
 STREAM = "divrl_stream"
+#: ``[B]`` float64: DPH-RL's eta for this step, set by the rehearsal controller on every
+#: joined row (absent: ``divrl.divergence_coef``)
+ETA = "divrl_eta"
 #: model outputs of the logits processor: Lp-Reg's proxy log-prob and log Z per token
 PROXY_LOG_PROB = "divrl_proxy_log_prob"
 LOG_NORMALIZER = "divrl_log_normalizer"
 
-ALL = (IS_REFERENCE, REF_LOG_PROB, STREAM, PROXY_LOG_PROB, LOG_NORMALIZER)
+ALL = (IS_REFERENCE, REF_LOG_PROB, STREAM, ETA, PROXY_LOG_PROB, LOG_NORMALIZER)

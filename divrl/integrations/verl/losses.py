@@ -41,6 +41,7 @@ from divrl.algorithms import (
 from divrl.algorithms.dph_weighting import REFERENCE, ROLLOUT, AuthorsLayout
 from divrl.algorithms.loss_options import VanillaOptions
 from divrl.integrations.verl.keys import (
+    ETA,
     IS_REFERENCE,
     LOG_NORMALIZER,
     PROXY_LOG_PROB,
@@ -299,11 +300,13 @@ class DivRLLoss:
             )
         n_roll, n_ref = int(mask[roll].sum()), int(mask[is_ref].sum())
         self._check_counts(tensors[STREAM][0], info)
+        # the rehearsal controller's eta of this step, written on every row by the join
+        eta = float(tensors[ETA][0]) if ETA in tensors else self.settings.divergence_coef
         w_roll, w_ref, effective = _stream_weights(
             tensors[STREAM][0],
             n_roll,
             n_ref,
-            self.settings.divergence_coef,
+            eta,
             self.settings.divergence_weighting,
             self.layout,
         )
@@ -338,7 +341,9 @@ class DivRLLoss:
             if key in model_output:
                 out[key] = no_padding_2_padding(model_output[key], data)
         fields = ["response_mask", "old_log_probs", "advantages"]
-        fields += [k for k in (IS_REFERENCE, REF_LOG_PROB, STREAM, "ref_log_prob") if k in data]
+        fields += [
+            k for k in (IS_REFERENCE, REF_LOG_PROB, STREAM, ETA, "ref_log_prob") if k in data
+        ]
         fields += [k for k in (PROXY_LOG_PROB, LOG_NORMALIZER) if k in data and k not in out]
         padded = data.select(*fields).to_padded_tensor()
         out.update({k: padded[k] for k in fields})

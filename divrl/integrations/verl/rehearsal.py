@@ -28,6 +28,7 @@ from verl.utils import tensordict_utils as tu
 from divrl.data.reference_store import ReferenceSample, ReferenceStore
 from divrl.data.sampling import EpochSampler
 from divrl.integrations.verl.keys import (
+    ETA,
     IS_REFERENCE,
     LOG_NORMALIZER,
     PROXY_LOG_PROB,
@@ -153,6 +154,7 @@ def join_rehearsal(
     dp_size: int = 1,
     mini_batches: int = 1,
     micro_batch_size: int | None = None,
+    eta: float | None = None,
 ) -> tuple[TensorDict, JoinLayout]:
     """``batch`` with ``samples`` appended as rehearsal rows, laid out for verl's update.
 
@@ -162,6 +164,8 @@ def join_rehearsal(
         dp_size, mini_batches: how verl's update cuts the batch (ranks, optimiser steps).
         micro_batch_size: ``ppo_micro_batch_size_per_gpu`` with fixed micro-batches (None:
             dynamic batch sizes), checked to divide each rank's mini-batch.
+        eta: the step's eta from the rehearsal controller, written on every row as
+            ``divrl_eta`` (None: the loss uses ``divrl.divergence_coef``).
 
     Returns:
         The joined TensorDict (rollout keys, ``divrl_is_reference``, ``divrl_ref_log_prob``,
@@ -201,6 +205,8 @@ def join_rehearsal(
     stream = _stream_tokens(rows, kinds, cell_of, mini_batches)
     for row, k in zip(rows, cell_of, strict=True):
         row[STREAM] = stream[k]
+        if eta is not None:
+            row[ETA] = torch.tensor(float(eta), dtype=torch.float64)
     return tu.list_of_dict_to_tensordict(rows), dataclasses.replace(layout, order=tuple(order))
 
 

@@ -23,6 +23,7 @@ from typing import Any
 from divrl.algorithms.divergences import DIVERGENCES, divergence_generator
 from divrl.algorithms.dph_weighting import DIVERGENCE_WEIGHTINGS
 from divrl.algorithms.loss_options import LpRegOptions
+from divrl.algorithms.rehearsal_control import RehearsalControlOptions
 
 POLICY_LOSSES = ("vanilla", "lp_reg")
 #: Lp-Reg's options set in the divrl section (``full_vocab`` is refused, as by divrl train:
@@ -62,6 +63,9 @@ class DivRLVerlSettings:
         loss_options: the policy loss's own options by the names ``divrl train`` gives
             them under ``algorithm.loss_options`` (Lp-Reg: ``rho``, ``beta``, ``kappa``,
             ``min_k``); the clip range and the aggregation are verl's keys.
+        rehearsal_control: DPH-RL's eta set each step from a target (``divergence_coef``
+            the start), the options of ``algorithm.rehearsal_control`` in ``divrl train``
+            (:class:`divrl.algorithms.RehearsalControlOptions`); empty = off.
         authors_gpus, authors_dynamic_batch, authors_micro_batch_size: the DPH-RL authors'
             layout that the ``authors`` weighting's eta is computed from
             (:class:`divrl.algorithms.AuthorsLayout`; their scripts: 8 GPUs, micro-batches
@@ -78,6 +82,7 @@ class DivRLVerlSettings:
     reference_seed: int = 0
     allow_store_mismatch: bool = False
     loss_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    rehearsal_control: dict[str, Any] = dataclasses.field(default_factory=dict)
     authors_gpus: int = 8
     authors_dynamic_batch: bool = False
     authors_micro_batch_size: int = 2
@@ -85,6 +90,8 @@ class DivRLVerlSettings:
     def __post_init__(self) -> None:
         if self.loss_options is None:  # YAML `loss_options:` with nothing under it
             object.__setattr__(self, "loss_options", {})
+        if self.rehearsal_control is None:
+            object.__setattr__(self, "rehearsal_control", {})
         _check_types(self)
         _choice("policy_loss", self.policy_loss, POLICY_LOSSES)
         _choice("divergence_weighting", self.divergence_weighting, DIVERGENCE_WEIGHTINGS)
@@ -119,6 +126,23 @@ class DivRLVerlSettings:
                 f"`divrl presample` wrote) and {SECTION}.reference_per_step >= 1"
             )
         self._check_loss_options()
+        self._check_control()
+
+    def _check_control(self) -> None:
+        try:
+            options = self.control
+        except ValueError as e:
+            raise VerlSettingsError(f"{SECTION}.{e}") from e
+        if options is not None and not self.dph:
+            raise VerlSettingsError(
+                f"{SECTION}.rehearsal_control moves DPH-RL's eta: set {SECTION}.divergence and "
+                f"{SECTION}.divergence_coef > 0 (the starting eta), or remove it"
+            )
+
+    @property
+    def control(self) -> RehearsalControlOptions | None:
+        """The rehearsal controller's validated options, None when it is off."""
+        return RehearsalControlOptions.from_mapping(self.rehearsal_control)
 
     def _check_loss_options(self) -> None:
         keys = set(self.loss_options)

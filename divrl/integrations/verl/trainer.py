@@ -45,6 +45,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.utils.padding import response_from_nested
 
+from divrl.algorithms.rehearsal_control import RehearsalController
 from divrl.fileio import atomic_write_text
 
 # the modules, not their names: `from divrl.integrations.verl.losses import DivRLLoss` in a
@@ -53,6 +54,7 @@ from divrl.fileio import atomic_write_text
 from divrl.integrations.verl import losses as verl_losses
 from divrl.integrations.verl import rehearsal as verl_rehearsal
 from divrl.integrations.verl.keys import (
+    ETA,
     IS_REFERENCE,
     LOG_NORMALIZER,
     PROXY_LOG_PROB,
@@ -78,10 +80,11 @@ def join_in_queue(
     mini_batches: int,
     micro_batch_size: int | None,
     step: int,
+    eta: float | None = None,
 ) -> tuple[KVBatchMeta, list[str]]:
     """Join ``samples`` to ``batch``'s rows in TransferQueue (``queue``: its ``kv_batch_get``
     / ``kv_batch_put`` API) and return the joined batch's meta and the rehearsal keys (clear
-    them after the update)."""
+    them after the update). ``eta``: the rehearsal controller's, written on every row."""
     present = queue.kv_batch_get(keys=batch.keys[:1], partition_id=batch.partition_id).keys()
     fields = list(verl_rehearsal.UPDATE_KEYS) + [
         k for k in verl_rehearsal.OPTIONAL_KEYS if k in present
@@ -95,6 +98,7 @@ def join_in_queue(
         dp_size=dp_size,
         mini_batches=mini_batches,
         micro_batch_size=micro_batch_size,
+        eta=eta,
     )
     ref_keys = [f"divrl_rehearsal_{step}_{j}" for j in range(len(samples))]
     keys = [batch.keys[i] if i >= 0 else ref_keys[-i - 1] for i in layout.order]
@@ -104,7 +108,7 @@ def join_in_queue(
         keys=keys,
         tags=tags,
         partition_id=batch.partition_id,
-        fields=[*fields, IS_REFERENCE, REF_LOG_PROB, STREAM],
+        fields=[*fields, IS_REFERENCE, REF_LOG_PROB, STREAM, *([ETA] if eta is not None else [])],
         extra_info=dict(batch.extra_info or {}),
     )
     return meta, ref_keys
@@ -182,6 +186,8 @@ def actor_dp_size(wg: Any) -> int:
 
 #: the file in verl's checkpoint folder (``global_step_N/``) with the rehearsal draw order
 SAMPLER_STATE = "divrl_rehearsal.json"
+#: ... and the one with the rehearsal controller's state (eta, its measurements)
+CONTROL_STATE = "divrl_rehearsal_control.json"
 
 
 @register_trainer(TRAINER_MODE)
@@ -201,6 +207,10 @@ class DivRLPPOTrainer(PPOTrainerSync):
                 seed=self.divrl.reference_seed,
                 allow_mismatch=self.divrl.allow_store_mismatch,
             )
+        control = self.divrl.control  # DPH-RL's eta from a target, on the driver
+        self.divrl_control = (
+            RehearsalController(control, self.divrl.divergence_coef) if control else None
+        )
         # verl compares the mode with the literal "sync" (replay buffer, gen_batch_size,
         # checkpoint contents, the trainer.v1.sync section): this trainer is that mode
         with open_dict(config):
@@ -218,6 +228,8 @@ class DivRLPPOTrainer(PPOTrainerSync):
             self.actor_rollout_wg.set_loss_fn(loss)
         if self.divrl_source is not None:
             self._load_sampler_state()
+        if self.divrl_control is not None:
+            self._load_control_state()
         logger.info("divrl: %s", self.divrl)
 
     # ------------------------------------------------------------------ checkpoints
@@ -232,17 +244,41 @@ class DivRLPPOTrainer(PPOTrainerSync):
             os.makedirs(folder, exist_ok=True)
             state = json.dumps(self.divrl_source.state_dict())
             atomic_write_text(os.path.join(folder, SAMPLER_STATE), state)
+            if self.divrl_control is not None:
+                state = json.dumps(self.divrl_control.state_dict())
+                atomic_write_text(os.path.join(folder, CONTROL_STATE), state)
         return super()._save_checkpoint()
+
+    def _resumed_folder(self) -> str:
+        """The checkpoint folder verl resumed from."""
+        if self.config.trainer.resume_mode == "resume_path":
+            return self.config.trainer.resume_from_path
+        return self._checkpoint_folder()
+
+    def _load_control_state(self) -> None:
+        """Continue the rehearsal controller (eta, warm-up count) of the resumed checkpoint."""
+        if self.global_steps <= 0:
+            return
+        path = os.path.join(self._resumed_folder(), CONTROL_STATE)
+        if not os.path.exists(path):
+            raise FileNotFoundError(
+                f"{path} is missing: the checkpoint was not written with "
+                "divrl.rehearsal_control; resume without it or start a new run"
+            )
+        with open(path) as f:
+            self.divrl_control.load_state_dict(json.load(f))
+
+    def _observe_control(self, metrics: dict) -> None:
+        """The rehearsal controller reads the update's metrics (verl's ``actor/`` keys,
+        reduced over ranks) and sets the next step's eta; its values are logged."""
+        actor = {k.removeprefix("actor/"): v for k, v in metrics.items() if k.startswith("actor/")}
+        metrics.update({f"divrl/{k}": v for k, v in self.divrl_control.observe(actor).items()})
 
     def _load_sampler_state(self) -> None:
         """Continue the rehearsal draw order of the checkpoint verl resumed from."""
         if self.global_steps <= 0:
             return
-        if self.config.trainer.resume_mode == "resume_path":
-            folder = self.config.trainer.resume_from_path
-        else:
-            folder = self._checkpoint_folder()
-        path = os.path.join(folder, SAMPLER_STATE)
+        path = os.path.join(self._resumed_folder(), SAMPLER_STATE)
         if not os.path.exists(path):
             raise FileNotFoundError(
                 f"{path} is missing: the checkpoint was not written by a divrl_sync run with "
@@ -296,6 +332,7 @@ class DivRLPPOTrainer(PPOTrainerSync):
             mini_batches=len(batch.keys) // rows_per_mini_batch,
             micro_batch_size=None if actor.use_dynamic_bsz else actor.ppo_micro_batch_size_per_gpu,
             step=self.global_steps,
+            eta=None if self.divrl_control is None else self.divrl_control.eta,
         )
         rows = len(update.keys) // (len(batch.keys) // rows_per_mini_batch)
         pinned.update({"global_batch_size": rows, "mini_batch_size": rows})
@@ -303,6 +340,8 @@ class DivRLPPOTrainer(PPOTrainerSync):
             _pinned_call(
                 update, pinned, lambda: super(DivRLPPOTrainer, self)._update_actor(update, metrics)
             )
+            if self.divrl_control is not None:
+                self._observe_control(metrics)
         finally:
             tq.kv_clear(keys=ref_keys, partition_id=batch.partition_id)
         return batch
