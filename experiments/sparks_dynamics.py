@@ -200,18 +200,20 @@ def _final_table(by: dict[str, list[dict[str, Any]]]) -> list[str]:
 
 
 def _lp_reg_table(by: dict[str, list[dict[str, Any]]]) -> list[str]:
-    rs = by.get("lp_reg", [])
-    if not rs:
+    rows = [r for m in ("lp_reg", "lp_reg_toy") for r in by.get(m, [])]
+    if not rows:
         return []
     lines = ["", "### What Lp-Reg selected and regularised (per step, from metrics.jsonl)", ""]
-    lines += ["| seed | steps | selected: mean (max) | regularised: mean (max) | steps with any |"]
-    lines += ["|---|---|---|---|---|"]
-    for r in rs:
-        sel = [x for x in r["curve"]["lp_reg_selected"] if x is not None]
-        reg = [x for x in r["curve"]["lp_reg_regularized"] if x is not None]
+    lines += [
+        "| method | seed | steps | selected: mean (max) | regularised: mean (max) | steps with any |"
+    ]
+    lines += ["|---|---|---|---|---|---|"]
+    for r in rows:
+        sel = [x for x in r["curve"]["lp_reg_selected"] if x is not None] or [0.0]
+        reg = [x for x in r["curve"]["lp_reg_regularized"] if x is not None] or [0.0]
         lines.append(
-            f"| {r['seed']} | {len(reg)} | {np.mean(sel):.2f} ({max(sel):.0f}) | "
-            f"{np.mean(reg):.3f} ({max(reg):.0f}) | {sum(x > 0 for x in reg)} |"
+            f"| {METHODS[r['method']]} | {r['seed']} | {len(reg)} | {np.mean(sel):.2f} "
+            f"({max(sel):.0f}) | {np.mean(reg):.3f} ({max(reg):.0f}) | {sum(x > 0 for x in reg)} |"
         )
     return lines
 
