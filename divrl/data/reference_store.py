@@ -19,6 +19,8 @@ import functools
 import glob
 import logging
 import shutil
+import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,10 +30,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from divrl.data.store_checks import (
+    GENERATION,
+    GENERATION_METADATA,
     PROMPT_COLUMNS,
     SAMPLE_COLUMNS,
     empty_store_message,
     missing_prompts,
+    mixed_generations,
     read_manifest,
     read_table,
     sample_problems,
@@ -89,9 +94,11 @@ def write_reference_store(
         sweep_leftovers(path)
         check_store_target(path, overwrite)
         tmp = new_temp_dir(path)
+        generation = uuid.uuid4().hex  # in all three files: a reader checks they agree
         try:
-            _write_tables(tmp, samples, prompts)
-            (tmp / MANIFEST).write_text(manifest_text(manifest), encoding="utf-8")
+            _write_tables(tmp, samples, prompts, {GENERATION_METADATA: generation.encode()})
+            text = manifest_text({**manifest, GENERATION: generation})
+            (tmp / MANIFEST).write_text(text, encoding="utf-8")
             replace_store_dir(tmp, path)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -99,7 +106,9 @@ def write_reference_store(
     return path
 
 
-def _write_tables(tmp: Path, samples: list[ReferenceSample], prompts: list[dict]) -> None:
+def _write_tables(
+    tmp: Path, samples: list[ReferenceSample], prompts: list[dict], metadata: dict[bytes, bytes]
+) -> None:
     sample_table = pa.table(
         {
             "prompt_id": pa.array([s.prompt_id for s in samples], pa.string()),
@@ -109,7 +118,7 @@ def _write_tables(tmp: Path, samples: list[ReferenceSample], prompts: list[dict]
             "text": pa.array([s.text for s in samples], pa.string()),
         }
     )
-    pq.write_table(sample_table, tmp / SAMPLES)
+    pq.write_table(sample_table.replace_schema_metadata(metadata), tmp / SAMPLES)
     prompt_table = pa.table(
         {
             "prompt_id": pa.array([str(p["prompt_id"]) for p in prompts], pa.string()),
@@ -118,7 +127,7 @@ def _write_tables(tmp: Path, samples: list[ReferenceSample], prompts: list[dict]
             "has_reference": pa.array([bool(p["has_reference"]) for p in prompts], pa.bool_()),
         }
     )
-    pq.write_table(prompt_table, tmp / PROMPTS)
+    pq.write_table(prompt_table.replace_schema_metadata(metadata), tmp / PROMPTS)
 
 
 #: manifest["sampling"] key -> the config setting it comes from (for messages)
@@ -260,6 +269,9 @@ def _no_store_message(path: Path) -> str:
     )
 
 
+_READ_TRIES = 3  # reads of a store whose files are of different writers before giving up
+
+
 class ReferenceStore:
     """Read side of a reference store (everything is loaded in memory: it is small).
 
@@ -340,13 +352,26 @@ class ReferenceStore:
         self.path = Path(path)
         if not (self.path / MANIFEST).is_file():
             recover_store(self.path, lock=True)  # a writer killed in the fallback swap
-        # shared with writers' exclusive lock: the three files are of one store
-        with store_lock(self.path, shared=True):
-            if not (self.path / MANIFEST).is_file():
-                raise FileNotFoundError(_no_store_message(self.path))
-            self.manifest: dict[str, Any] = read_manifest(self.path / MANIFEST)
-            self._table = read_table(self.path / SAMPLES, SAMPLE_COLUMNS)  # checked vectorised
-            prompts = read_table(self.path / PROMPTS, PROMPT_COLUMNS)
+        for attempt in range(_READ_TRIES):
+            # shared with writers' exclusive lock: the three files are of one store; the
+            # generation check catches a writer on a filesystem without locks
+            with store_lock(self.path, shared=True):
+                if not (self.path / MANIFEST).is_file():
+                    raise FileNotFoundError(_no_store_message(self.path))
+                self.manifest: dict[str, Any] = read_manifest(self.path / MANIFEST)
+                self._table = read_table(self.path / SAMPLES, SAMPLE_COLUMNS)  # checked vectorised
+                prompts = read_table(self.path / PROMPTS, PROMPT_COLUMNS)
+            tables = {self.path / SAMPLES: self._table, self.path / PROMPTS: prompts}
+            mixed = mixed_generations(self.manifest, tables)
+            if not mixed:
+                break
+            if attempt + 1 == _READ_TRIES:
+                raise ReferenceStoreError(
+                    f"{mixed[0]} is not of the store that {self.path / MANIFEST} describes "
+                    f"(another writer replaced the store while it was read, {_READ_TRIES} "
+                    "times): wait for the presample that writes it, or presample again"
+                )
+            time.sleep(0.5 * (attempt + 1))
         self.prompts = prompts.to_pydict()
 
     @property

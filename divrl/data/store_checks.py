@@ -34,6 +34,24 @@ PROMPT_COLUMNS = ("prompt_id", "n_correct", "split", "has_reference")
 AGAIN = "presample again: `divrl presample CONFIG --overwrite`"
 
 
+#: the manifest key and the parquet metadata key of a store's generation: one id that its
+#: writer puts in all three files (stores from before it have none and are not checked)
+GENERATION, GENERATION_METADATA = "generation", b"divrl_store_generation"
+
+
+def mixed_generations(manifest: dict[str, Any], tables: dict[Path, pa.Table]) -> list[Path]:
+    """The files among ``tables`` written by another writer than ``manifest`` (empty when
+    all are of one store, or the manifest has no generation)."""
+    generation = manifest.get(GENERATION)
+    if not isinstance(generation, str):
+        return []
+    return [
+        path
+        for path, table in tables.items()
+        if (table.schema.metadata or {}).get(GENERATION_METADATA) != generation.encode()
+    ]
+
+
 def read_manifest(path: Path) -> dict[str, Any]:
     try:
         manifest = json.loads(path.read_bytes().decode("utf-8"))

@@ -119,3 +119,20 @@ def test_the_store_folder_honours_the_umask(tmp_path):
         os.umask(before)
     assert stat.S_IMODE((tmp_path / "store").stat().st_mode) == 0o755
     assert stat.S_IMODE((tmp_path / "group").stat().st_mode) == 0o750
+
+
+def test_files_of_another_writer_are_refused_without_locks_too(tmp_path, monkeypatch):
+    """Where the filesystem has no flock, the generation each writer puts in all three
+    files still tells the reader that the samples are of another store."""
+    import shutil
+
+    import pytest
+
+    from divrl.data.reference_store import ReferenceStoreError
+
+    _store(tmp_path / "a", "a")
+    _store(tmp_path / "b", "b")
+    shutil.copy(tmp_path / "b" / "samples.parquet", tmp_path / "a" / "samples.parquet")
+    monkeypatch.setattr(reference_store.time, "sleep", lambda seconds: None)
+    with pytest.raises(ReferenceStoreError, match=r"a/samples\.parquet is not of the store that"):
+        ReferenceStore(tmp_path / "a")
