@@ -92,6 +92,9 @@ __all__ = [
     "verifier_reward",
 ]
 
+#: the reference draws so far, in ``TrainerState.stateful_callbacks`` (saved with checkpoints)
+DRAWS_STATE_KEY = "DivRLReferenceDraws"
+
 # --------------------------------------------------------------------------- trainer
 
 
@@ -424,16 +427,27 @@ class DivRLGRPOTrainer(GRPOTrainer):
         assert ref is not None
         acc = self.accelerator
         per_device = self.args.reference_batch_size
+        states = self.state.stateful_callbacks
+        if states is None:
+            states = self.state.stateful_callbacks = {}
         if not self._reference_seeked:
-            # Resume-safe: the first draw follows from the optimizer step training starts at.
+            # Resume-safe: the count of draws saved with the checkpoint training resumes
+            # from (exact when an epoch ended mid-accumulation); a checkpoint without it
+            # (an older adapter's) gives the count of full accumulation windows.
+            saved = states.get(DRAWS_STATE_KEY) if self.state.global_step > 0 else None
             ref.seek(
-                self.state.global_step
+                int(saved["drawn"])
+                if saved is not None
+                else self.state.global_step
                 * self.args.gradient_accumulation_steps
                 * per_device
                 * acc.num_processes
             )
             self._reference_seeked = True
-        return ref.next_batch(per_device, acc.process_index, acc.num_processes, acc.device)
+        batch = ref.next_batch(per_device, acc.process_index, acc.num_processes, acc.device)
+        # kept where transformers saves TrainerState (trainer_state.json of each checkpoint)
+        states[DRAWS_STATE_KEY] = {"drawn": ref.drawn}
+        return batch
 
     def _dph_term(
         self, model: torch.nn.Module, batch, rollouts: int

@@ -147,6 +147,7 @@ def test_config_validation_messages(tmp_path, store):
         "reference_batch_size",
         "allow_store_mismatch",
         "rollout_prompts",
+        "rehearsal_control",
         "lp_reg",
         "loss_options",
     }
