@@ -8,20 +8,15 @@ in the rewards imports this module back.
 
 from __future__ import annotations
 
-from divrl.rewards.profiles import (
-    BenchmarkProfile,
-    get_profile,
-    profile_hook,
-    profile_names,
-    register_profile,
-    update_profile,
-)
+from typing import Any
 
-__all__ = [
-    "BenchmarkProfile",
-    "get_profile",
-    "profile_hook",
-    "profile_names",
-    "register_profile",
-    "update_profile",
-]
+from divrl.rewards import profiles as _registry
+
+__all__ = list(_registry.__all__)
+
+
+def __getattr__(name: str) -> Any:
+    # every public name of the registry, read from it (one list of names: its __all__)
+    if name in __all__:
+        return getattr(_registry, name)
+    raise AttributeError(f"module 'divrl.profiles' has no attribute {name!r}")

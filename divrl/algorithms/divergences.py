@@ -74,6 +74,20 @@ def register_divergence(name: str, summary: str) -> Callable[[Callable[..., Gene
     return decorator
 
 
+def check_divergence_setting(kind: str, alpha: float | None, prefix: str = "") -> None:
+    """Refuse an unknown divergence or options it does not accept, in one ValueError that
+    names the settings (``{prefix}divergence``, ``{prefix}divergence_alpha``): the check
+    of every settings parser (divrl train, the verl plugin)."""
+    if kind not in DIVERGENCES:
+        raise ValueError(f"{prefix}divergence={kind!r}; valid: {', '.join(sorted(DIVERGENCES))}")
+    try:  # the divergence checks its own options
+        divergence_generator(kind, alpha)
+    except ValueError as exc:
+        raise ValueError(
+            f"{prefix}divergence={kind} with {prefix}divergence_alpha={alpha}: {exc}"
+        ) from exc
+
+
 def divergence_summaries() -> str:
     """``"forward_kl (KL(pi_ref || pi_theta), DPH-F), js (...)"``: the registered kinds with
     their descriptions, for help texts."""

@@ -15,9 +15,9 @@ from divrl.algorithms import (
     DIVERGENCES,
     POLICY_LOSSES,
     LossOptions,
-    divergence_generator,
     divergence_summaries,
 )
+from divrl.algorithms.divergences import check_divergence_setting
 from divrl.algorithms.rehearsal_control import RehearsalControlOptions
 from divrl.training import authors_config, loss_config
 from divrl.training.config_io import ConfigError, choice, help_field, positive
@@ -135,13 +135,10 @@ class AlgorithmConfig:
         self._resolve_loss_options()
         if self.divergence is not None:
             choice("algorithm.divergence", self.divergence, sorted(DIVERGENCES))
-            try:  # the divergence checks its own options
-                divergence_generator(self.divergence, self.divergence_alpha)
+            try:
+                check_divergence_setting(self.divergence, self.divergence_alpha, "algorithm.")
             except ValueError as exc:
-                raise ConfigError(
-                    f"algorithm.divergence={self.divergence} with algorithm.divergence_alpha="
-                    f"{self.divergence_alpha}: {exc}"
-                ) from exc
+                raise ConfigError(str(exc)) from exc
         for name in ("kl_coef", "divergence_coef", "entropy_coef"):
             positive(f"algorithm.{name}", getattr(self, name), allow_zero=True)
         if self.lp_reg_scope != "micro_batch" and self.policy_loss != "lp_reg":

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from divrl.algorithms import (
+    DIVERGENCES,
     POLICY_LOSSES,
     divergence_generator,
     entropy_from_logits,
@@ -51,7 +52,7 @@ def test_policy_losses_finite(name, lp_values, old_values, dtype):
     assert all(math.isfinite(v) for v in metrics.values())
 
 
-@pytest.mark.parametrize("kind", ["forward_kl", "reverse_kl", "js", "alpha"])
+@pytest.mark.parametrize("kind", sorted(DIVERGENCES))  # every registered one
 @settings(max_examples=25, deadline=None)
 @given(st.lists(EXTREME, min_size=6, max_size=6), st.lists(EXTREME, min_size=6, max_size=6))
 def test_divergence_and_kl_finite(kind, lp_values, ref_values):

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from divrl.algorithms.divergences import DIVERGENCES, divergence_generator
+from divrl.algorithms.divergences import DIVERGENCES, check_divergence_setting
 from divrl.algorithms.dph_weighting import DIVERGENCE_WEIGHTINGS
 from divrl.algorithms.loss_options import LpRegOptions
 from divrl.algorithms.rehearsal_control import RehearsalControlOptions
@@ -96,16 +96,11 @@ class DivRLVerlSettings:
         _choice("policy_loss", self.policy_loss, POLICY_LOSSES)
         _choice("divergence_weighting", self.divergence_weighting, DIVERGENCE_WEIGHTINGS)
         if self.divergence is not None:
-            # any registered divergence (divrl.algorithms.DIVERGENCES), its options checked
-            # by the divergence itself, as in divrl train
-            _choice("divergence", self.divergence, tuple(sorted(DIVERGENCES)))
+            # any registered divergence (divrl.algorithms.DIVERGENCES), as in divrl train
             try:
-                divergence_generator(self.divergence, self.divergence_alpha)
+                check_divergence_setting(self.divergence, self.divergence_alpha, f"{SECTION}.")
             except ValueError as exc:
-                raise VerlSettingsError(
-                    f"{SECTION}.divergence={self.divergence} with {SECTION}.divergence_alpha="
-                    f"{self.divergence_alpha}: {exc}"
-                ) from exc
+                raise VerlSettingsError(str(exc)) from exc
         if self.divergence_coef < 0:
             raise VerlSettingsError(
                 f"{SECTION}.divergence_coef={self.divergence_coef} must be >= 0 (eta)"

@@ -1,0 +1,314 @@
+"""The four extension points of docs/architecture.md ("How to add"), made again from the
+docs alone, each in a scratch copy of the tree, counting the library files each edits.
+
+    python scripts/extension_trial.py [--out DIR] [--keep]
+
+For each of a divergence (squared Hellinger), a benchmark profile (``####`` answers with
+tolerant numbers, as a math rule), a rollout engine (a greedy wrapper of ``hf``) and a toy
+world (bit-string parity on the scaffold), the script copies the tracked files into a
+fresh folder (a git repository, so that ``git status`` counts what changed), writes the
+new module, adds the one registration line the docs name, regenerates the registry
+tables (``scripts/registry_tables.py``: docs/ pages change by command, not by hand), runs
+the commands that prove the addition works, and prints one Markdown row per addition:
+library files added and edited (under ``divrl/``), doc pages the command rewrote, the
+commands and whether they passed. docs/architecture.md records a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+HELLINGER = '''
+"""The squared Hellinger divergence for DPH-RL."""
+
+import torch
+
+from divrl.algorithms.divergences import register_divergence
+
+
+@register_divergence("hellinger", "2 x squared Hellinger distance, bounded by 2")
+def hellinger():
+    def f(log_u: torch.Tensor) -> torch.Tensor:
+        # (sqrt(u) - 1)^2: convex, f(1) = 0
+        return torch.expm1(0.5 * log_u.float().clamp(-20.0, 20.0)) ** 2
+
+    return f
+'''
+
+HASH_RULE = '''
+"""A benchmark whose answers end in ``#### <number>``, compared within 1e-6."""
+
+from divrl.profiles import BenchmarkProfile, register_profile
+from divrl.rewards.math_reward import MathVerifier, register_math_rule
+from divrl.rewards.types import ScoreResult
+
+
+@register_math_rule("hash_tolerant", quick_unless="####")
+def hash_tolerant(solution_str: str, ground_truth: str) -> ScoreResult:
+    tail = solution_str.rpartition("####")[2].strip().rstrip(".")
+    try:
+        ok = abs(float(tail) - float(ground_truth)) <= 1e-6
+    except ValueError:
+        return ScoreResult(0.0, None, "no_answer")
+    return ScoreResult(float(ok), tail, "correct" if ok else "wrong")
+
+
+register_profile(
+    BenchmarkProfile(
+        "hash_bench",
+        verifier=MathVerifier(profile="hash_tolerant"),
+        equivalence="divrl.evaluation.equivalence:MathEquivalence",
+        math_traces=True,
+    )
+)
+'''
+
+GREEDY = '''
+"""A greedy engine: the hf engine with temperature 0 whatever the caller asks."""
+
+import dataclasses
+
+from divrl.rollout.hf import HFEngine, HFOptions
+from divrl.rollout.registry import register_policy_engine
+
+
+class GreedyEngine(HFEngine):
+    def generate(self, prompt_ids, params, seeds=None):
+        return super().generate(prompt_ids, dataclasses.replace(params, temperature=0.0), seeds)
+
+
+register_policy_engine(
+    "greedy", GreedyEngine, options=HFOptions, summary="hf with greedy decoding"
+)
+'''
+
+PARITY = '''
+"""Bit-string parity: is the number of ones even? Written on the world scaffold."""
+
+import dataclasses
+import random
+
+from divrl.data import Example
+from divrl.toy import kit
+from divrl.toy.model import ToyModelConfig
+from divrl.toy.scaffold import WorldScaffold
+from divrl.toy.sft import SFTConfig
+from divrl.toy.tokenizer import ANSWER_MARKER, build_tokenizer
+
+
+@dataclasses.dataclass(frozen=True)
+class ParityConfig:
+    n_train: int = 64
+    n_test: int = 16
+    n_long: int = 16
+    bits: int = 6
+    model: ToyModelConfig = dataclasses.field(
+        default_factory=lambda: ToyModelConfig(
+            hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, max_length=48
+        )
+    )
+    sft: SFTConfig = dataclasses.field(
+        default_factory=lambda: SFTConfig(steps=30, batch_size=16, warmup_steps=3, threads=1)
+    )
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+
+def _row(split, i, bits):
+    return Example(
+        id=f"{split}-{i}",
+        prompt=f"parity of {bits}?{ANSWER_MARKER}",
+        data_source="toy_math",
+        ground_truth=str(bits.count("1") % 2),
+        extra_info={"index": i, "split": split},
+    )
+
+
+class ParityWorld(WorldScaffold):
+    name = "parity"
+    sizes = {"full": ParityConfig(), "tiny": ParityConfig(n_train=16, n_test=4, n_long=4)}
+    splits = ("train", "test", "ood_long")
+
+    def generate(self, out, final, seed, cfg):
+        rng = random.Random(seed)
+        draw = lambda n, k: ["".join(rng.choice("01") for _ in range(k)) for _ in range(n)]
+        rows = {
+            "train": [_row("train", i, b) for i, b in enumerate(draw(cfg.n_train, cfg.bits))],
+            "test": [_row("test", i, b) for i, b in enumerate(draw(cfg.n_test, cfg.bits))],
+            "ood_long": [
+                _row("ood_long", i, b) for i, b in enumerate(draw(cfg.n_long, 2 * cfg.bits))
+            ],
+        }
+        return rows, rows["train"]
+
+    def train_model(self, model_dir, seed, cfg, generated, progress):
+        corpus = [(r.prompt, r.ground_truth) for r in generated] * 8
+        tokenizer = build_tokenizer(cfg.model.max_length)
+        return kit.train_and_save(model_dir, tokenizer, corpus, cfg.model, cfg.sft, seed, progress)
+
+
+WORLD = ParityWorld()
+'''
+
+
+def _copy_tree(dest: Path) -> None:
+    files = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+    ).stdout.split(b"\0")
+    for name in filter(None, files):
+        src = ROOT / name.decode()
+        if src.is_file():
+            (dest / name.decode()).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name.decode())
+    git = ["git", "-c", "user.name=trial", "-c", "user.email=trial@example.invalid"]
+    subprocess.run(["git", "init", "-q"], cwd=dest, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=dest, check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], cwd=dest, check=True)
+
+
+def _add_line(path: Path, after: str, line: str) -> None:
+    text = path.read_text()
+    if after not in text:
+        raise SystemExit(f"{path}: the docs' anchor {after!r} is gone; update this script")
+    path.write_text(text.replace(after, after + line, 1))
+
+
+def _changes(tree: Path) -> tuple[list[str], list[str], list[str]]:
+    """(library files added, library files edited, docs/ pages changed)."""
+    out = subprocess.run(
+        ["git", "status", "--porcelain", "-uall"], cwd=tree, capture_output=True, text=True
+    ).stdout.splitlines()
+    added = [ln[3:] for ln in out if ln.startswith("??") and ln[3:].startswith("divrl/")]
+    edited = [ln[3:] for ln in out if ln[:2].strip() == "M" and ln[3:].startswith("divrl/")]
+    docs = [ln[3:] for ln in out if ln[3:].startswith("docs/")]
+    return added, edited, docs
+
+
+def _run(tree: Path, command: str, cache: Path) -> bool:
+    env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"}
+    env["DIVRL_CACHE_DIR"] = str(cache)
+    done = subprocess.run(
+        command, shell=True, cwd=tree, env=env, capture_output=True, text=True, timeout=1200
+    )
+    if done.returncode != 0:
+        print(f"  FAILED: {command}\n{textwrap.indent(done.stderr[-2000:], '    ')}")
+    return done.returncode == 0
+
+
+def _additions(py: str) -> dict[str, tuple]:
+    """name -> (writes(tree), proof commands)."""
+
+    def divergence(t: Path) -> None:
+        (t / "divrl/algorithms/hellinger.py").write_text(HELLINGER.lstrip())
+        _add_line(
+            t / "divrl/algorithms/__init__.py",
+            "from divrl.algorithms.aggregation import AGGREGATIONS, aggregate\n",
+            "from divrl.algorithms import hellinger  # noqa: F401  (registers hellinger)\n",
+        )
+
+    def profile(t: Path) -> None:
+        (t / "divrl/rewards/hash_bench.py").write_text(HASH_RULE.lstrip())
+        _add_line(
+            t / "divrl/rewards/__init__.py",
+            "from divrl.rewards import profiles  # noqa: F401  (registers the built-in benchmarks)\n",
+            "from divrl.rewards import hash_bench  # noqa: F401  (registers hash_bench)\n",
+        )
+
+    def engine(t: Path) -> None:
+        (t / "divrl/rollout/greedy.py").write_text(GREEDY.lstrip())
+        _add_line(
+            t / "divrl/rollout/__init__.py",
+            'from divrl.rollout import static as _static  # noqa: F401 - registers "static"\n',
+            'from divrl.rollout import greedy as _greedy  # noqa: F401 - registers "greedy"\n',
+        )
+
+    def world(t: Path) -> None:
+        (t / "divrl/toy/parity_world.py").write_text(PARITY.lstrip())
+        _add_line(
+            t / "divrl/toy/worlds.py",
+            "WORLDS: dict[str, WorldKind] = {\n",
+            '    "parity": WorldKind.scaffolded("divrl.toy.parity_world:WORLD", "bit parity", '
+            'presets="toy/parity", methods=()),\n',
+        )
+
+    score = (
+        'printf \'%s\\n\' \'{"id": "a", "prompt": "q", "data_source": "hash_bench", '
+        '"ground_truth": "2.5"}\' > rows.jsonl && printf \'%s\\n\' \'{"id": "a", '
+        '"completion": "so #### 2.5000001"}\' > done.jsonl && '
+        f"{py} -m divrl.cli score --data rows.jsonl --completions done.jsonl --out s.jsonl "
+        "&& grep -q '\"score\": 1.0' s.jsonl"
+    )
+    return {
+        "a divergence (squared Hellinger)": (
+            divergence,
+            [
+                f'{py} -c "from divrl.training.config import load_config; load_config(None, '
+                "['algorithm.divergence=hellinger', 'algorithm.divergence_coef=0.1', "
+                "'reference.per_step=2'])\"",
+                f"{py} -m divrl.cli train --help > /dev/null",
+            ],
+        ),
+        "a benchmark profile ('####' answers, tolerant numbers)": (profile, [score]),
+        "a rollout engine (greedy wrapper of hf)": (
+            engine,
+            [
+                f"{py} -m divrl.cli eval --model toy --data toy --engine greedy --n 2 --limit 2 "
+                "--no-greedy --out ev --no-progress && test -s ev/summary.json",
+            ],
+        ),
+        "a toy world (bit-string parity)": (
+            world,
+            [
+                f"{py} -m divrl.cli toy build --world parity --size tiny --quiet "
+                "--cache-dir wc && ls wc/parity-tiny-seed0-*/data/ood_long.jsonl",
+            ],
+        ),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="scratch folder (default: a temporary one)")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch copies")
+    parser.add_argument("--only", help="run only the additions whose title contains this")
+    args = parser.parse_args(argv)
+    base = args.out or Path(tempfile.mkdtemp(prefix="divrl-trial-"))
+    print(
+        "| added | library files added | library files edited | docs rewritten by the "
+        "command | commands | passed |"
+    )
+    print("|---|---|---|---|---|---|")
+    ok_all = True
+    for i, (title, (write, commands)) in enumerate(_additions(sys.executable).items()):
+        if args.only and args.only not in title:
+            continue
+        tree = base / f"trial{i}"
+        _copy_tree(tree)
+        write(tree)
+        ok = _run(tree, f"{sys.executable} scripts/registry_tables.py", base / "cache")
+        ok = all([ok, *(_run(tree, c, base / "cache") for c in commands)])
+        added, edited, docs = _changes(tree)
+        shown = "; ".join(c.replace(sys.executable, "python").split(" && ")[0] for c in commands)
+        print(
+            f"| {title} | {len(added)} ({', '.join(added)}) | {len(edited)} "
+            f"({', '.join(edited)}) | {', '.join(docs) or 'none'} | `{shown}` | "
+            f"{'yes' if ok else 'NO'} |"
+        )
+        ok_all &= ok
+        if not args.keep:
+            shutil.rmtree(tree, ignore_errors=True)
+    return 0 if ok_all else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
