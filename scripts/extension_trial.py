@@ -47,9 +47,9 @@ def hellinger():
 HASH_RULE = '''
 """A benchmark whose answers end in ``#### <number>``, compared within 1e-6."""
 
-from divrl.profiles import BenchmarkProfile, register_profile
 from divrl.rewards.math_reward import MathVerifier, register_math_rule
-from divrl.rewards.types import ScoreResult
+from divrl.rewards.profiles import register_profile
+from divrl.rewards.types import BenchmarkProfile, ScoreResult
 
 
 @register_math_rule("hash_tolerant", quick_unless="####")
@@ -243,7 +243,7 @@ def _additions(py: str) -> dict[str, tuple]:
 
     score = (
         'printf \'%s\\n\' \'{"id": "a", "prompt": "q", "data_source": "hash_bench", '
-        '"ground_truth": "2.5"}\' > rows.jsonl && printf \'%s\\n\' \'{"id": "a", '
+        '"reward_model": {"ground_truth": "2.5"}}\' > rows.jsonl && printf \'%s\\n\' \'{"id": "a", '
         '"completion": "so #### 2.5000001"}\' > done.jsonl && '
         f"{py} -m divrl.cli score --data rows.jsonl --completions done.jsonl --out s.jsonl "
         "&& grep -q '\"score\": 1.0' s.jsonl"
@@ -276,6 +276,12 @@ def _additions(py: str) -> dict[str, tuple]:
     }
 
 
+def _shown(command: str) -> str:
+    """The part of a shell line that runs divrl (not the files it writes or the checks)."""
+    parts = command.split(" && ")
+    return next((p for p in parts if "divrl" in p and "printf" not in p), parts[0])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="scratch folder (default: a temporary one)")
@@ -298,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         ok = _run(tree, f"{sys.executable} scripts/registry_tables.py", base / "cache")
         ok = all([ok, *(_run(tree, c, base / "cache") for c in commands)])
         added, edited, docs = _changes(tree)
-        shown = "; ".join(c.replace(sys.executable, "python").split(" && ")[0] for c in commands)
+        shown = "; ".join(_shown(c.replace(sys.executable, "python")) for c in commands)
         print(
             f"| {title} | {len(added)} ({', '.join(added)}) | {len(edited)} "
             f"({', '.join(edited)}) | {', '.join(docs) or 'none'} | `{shown}` | "
