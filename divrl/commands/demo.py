@@ -50,10 +50,7 @@ TOY_SPARKS = ("WITH s AS (", "a.nm", " IN (", "=(SELECT ", "COUNT(nm")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="runs/demo", help="output directory (runs/demo)")
     parser.add_argument(
-        "--size",
-        default="full",
-        help="toy world size, one the world declares (default full; an unknown one is "
-        "refused naming the world's sizes)",
+        "--size", default="full", help="toy world size, one the world declares (default full)"
     )
     parser.add_argument("--steps", type=positive_int, default=40, help="RL steps per method (40)")
     parser.add_argument(

@@ -21,7 +21,14 @@ from typing import Any
 from divrl.data import Example
 from divrl.rewards.countdown_reward import format_ground_truth
 from divrl.toy import countdown, kit, toy_math
-from divrl.toy.kit import SplitSizes, ToyWorld, distinct_problems, math_row, train_and_save
+from divrl.toy.kit import (
+    SplitSizes,
+    ToyWorld,
+    distinct_problems,
+    math_row,
+    math_sft_pair,
+    train_and_save,
+)
 from divrl.toy.model import ToyModelConfig
 from divrl.toy.scaffold import WorldScaffold
 from divrl.toy.sft import SFTConfig
@@ -158,17 +165,10 @@ def make_splits(cfg: CountdownWorldConfig, seed: int) -> tuple[dict[str, list[Ex
     return rows, held_out
 
 
-def build_countdown_world(
-    out: Path,
-    *,
-    seed: int,
-    size: str,
-    cfg: CountdownWorldConfig,
-    progress: bool = True,
-    use_shipped: bool = True,
-) -> None:
-    """Write a world into ``out`` (data, model, ``world.json``)."""
-    WORLD.build(out, out, seed=seed, size=size, cfg=cfg, progress=progress, use_shipped=use_shipped)
+def build_countdown_world(out: Path, **settings: Any) -> None:
+    """Write a world into ``out`` (data, model, ``world.json``): :meth:`WorldScaffold.build`
+    with ``out`` as its final place (no row names a file of the world)."""
+    WORLD.build(out, out, **settings)
 
 
 def sft_corpus(cfg: CountdownWorldConfig, seed: int, held_out: set[str]) -> list[tuple[str, str]]:
@@ -179,11 +179,8 @@ def sft_corpus(cfg: CountdownWorldConfig, seed: int, held_out: set[str]) -> list
     out: list[tuple[str, str]] = []
     while len(out) < cfg.sft.steps * cfg.sft.batch_size:
         if rng.random() < cfg.sft_math_share:
-            mp = toy_math.sample_problem(rng)
-            if toy_math.prompt_text(mp) in held_out:
-                continue
-            text, _, _ = toy_math.sample_response(mp, rng, cfg.math)
-            out.append((toy_math.prompt_text(mp) + ANSWER_MARKER, text))
+            pair = math_sft_pair(rng, cfg.math, held_out)
+            out += [pair] if pair else []
         else:
             p = countdown.sample_problem(rng, cfg.countdown)
             if countdown.prompt_text(p) in held_out:

@@ -49,6 +49,7 @@ __all__ = [
     "distinct_problems",
     "encode_pairs",
     "math_row",
+    "math_sft_pair",
     "model_source_label",
     "read_rows",
     "ship_model",
@@ -309,6 +310,18 @@ def encode_pairs(
     if longest > max_length:
         raise ValueError(f"an SFT example has {longest} tokens > max_length {max_length}")
     return pairs
+
+
+def math_sft_pair(
+    rng: random.Random, math_cfg: toy_math.ToyMathConfig, held_out: set[str]
+) -> tuple[str, str] | None:
+    """A supervised (prompt, sampled worked solution) pair of a fresh toy math problem, or
+    None when the problem is a held-out prompt (the worlds' corpora mix these in)."""
+    p = toy_math.sample_problem(rng)
+    if toy_math.prompt_text(p) in held_out:
+        return None
+    text, _, _ = toy_math.sample_response(p, rng, math_cfg)
+    return toy_math.prompt_text(p) + ANSWER_MARKER, text
 
 
 def distinct_problems(rng: random.Random, n: int, exclude: set[str]) -> list[toy_math.MathProblem]:

@@ -21,7 +21,14 @@ from typing import Any
 
 from divrl.data import Example
 from divrl.toy import kit, toy_math, toy_sql
-from divrl.toy.kit import SplitSizes, ToyWorld, distinct_problems, math_row, train_and_save
+from divrl.toy.kit import (
+    SplitSizes,
+    ToyWorld,
+    distinct_problems,
+    math_row,
+    math_sft_pair,
+    train_and_save,
+)
 from divrl.toy.model import ToyModelConfig
 from divrl.toy.scaffold import MeasureTarget, WorldScaffold
 from divrl.toy.sft import SFTConfig
@@ -154,21 +161,9 @@ def world_key(seed: int, size: str, cfg: ToyWorldConfig) -> str:
 ensure_toy_world = WORLD.ensure
 
 
-def build_world(
-    out: Path,
-    final: Path,
-    *,
-    seed: int,
-    size: str,
-    cfg: ToyWorldConfig,
-    progress: bool = True,
-    use_shipped: bool = True,
-) -> None:
-    """Write a world into ``out``; rows point at databases under ``final`` (its home after
-    the rename)."""
-    WORLD.build(
-        out, final, seed=seed, size=size, cfg=cfg, progress=progress, use_shipped=use_shipped
-    )
+#: write a world into ``out``; rows point at databases under ``final`` (its home after
+#: the rename): :meth:`WorldScaffold.build`
+build_world = WORLD.build
 
 
 def shipped_key(pretrained_dir: Path = PRETRAINED_DIR) -> str | None:
@@ -241,11 +236,8 @@ def sft_corpus(
     n = cfg.sft.steps * cfg.sft.batch_size
     while len(out) < n:
         if rng.random() < cfg.sft_math_share:
-            p = toy_math.sample_problem(rng)
-            if toy_math.prompt_text(p) in held_out_math:
-                continue
-            text, _, _ = toy_math.sample_response(p, rng, cfg.math)
-            out.append((toy_math.prompt_text(p) + ANSWER_MARKER, text))
+            pair = math_sft_pair(rng, cfg.math, held_out_math)
+            out += [pair] if pair else []
         else:
             db = rng.choice(dbs)
             family = toy_sql.sample_family(rng, cfg.sql)

@@ -13,14 +13,15 @@ from divrl.training.config_io import ConfigError, help_field, positive
 
 __all__ = ["RolloutConfig"]
 
+_ENGINE_HELP = (
+    f"rollout engine, a registered name (divrl.rollout.engine_names()): {engine_summaries()}; "
+    "options of the engine go in engine_options"
+)
+
 
 @dataclass
 class RolloutConfig:
-    engine: str = help_field(
-        f"rollout engine, a registered name (divrl.rollout.engine_names()): "
-        f"{engine_summaries()}; options of the engine go in engine_options",
-        "auto",
-    )
+    engine: str = help_field(_ENGINE_HELP, "auto")
     engine_options: dict[str, Any] = field(
         default_factory=dict,
         metadata={
