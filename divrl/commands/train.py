@@ -60,13 +60,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def with_toy_defaults(config):
     """``config`` with a null ``model.path`` / ``data.train_path`` (and ``data.db_dir``)
     filled from the toy world ``model.toy_world`` (built on first use at ``model.toy_size``); a config with
-    both paths set is returned unchanged. The trainer itself never guesses paths."""
-    if config.model.path is not None and config.data.train_path is not None:
-        return config
+    both paths set is returned unchanged, after the world's module is imported (what it
+    registers, its profile, is then registered here). The trainer itself never guesses
+    paths."""
     from divrl.toy import get_world
+    from divrl.toy.worlds import import_world
     from divrl.training.config import ConfigError
 
     try:
+        # the world's module registers its rows' profile (verifier) at import: needed even
+        # when the paths are given (the demo's and the reproduction's subprocesses)
+        import_world(config.model.toy_world)
+        if config.model.path is not None and config.data.train_path is not None:
+            return config
         world = get_world(config.model.toy_world, size=config.model.toy_size, progress=False)
     except ValueError as exc:  # a world or size the registry does not have
         raise ConfigError(

@@ -47,6 +47,7 @@ __all__ = [
     "eval_splits",
     "format_measurements",
     "get_world",
+    "import_world",
     "load_world",
     "measure_world",
     "register_world",
@@ -215,6 +216,17 @@ def world_scaffold(name: str) -> Any:
     for a world not written on :class:`divrl.toy.scaffold.WorldScaffold`."""
     target = _kind(name).scaffold
     return None if target is None else _resolve(target)
+
+
+def import_world(name: str) -> None:
+    """Import the module that defines world ``name`` (its scaffold's, else its builder's),
+    so that what it registers at import (a benchmark profile for its rows' data source)
+    is registered in this process too: ``divrl train`` and ``presample`` call this for
+    ``model.toy_world`` even when the paths are given, as the demo's subprocesses do."""
+    kind = _kind(name)
+    target = kind.scaffold if kind.scaffold is not None else kind.build
+    if isinstance(target, str):
+        importlib.import_module(target.partition(":")[0])
 
 
 def world_presets(name: str) -> str:

@@ -159,3 +159,32 @@ def test_sql_and_countdown_keep_their_cache_keys():
     legacy = hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:12]
     assert countdown_world.world_key(3, "tiny", cfg) == legacy
     assert isinstance(Path(countdown_world.WORLD.pretrained_dir), Path)
+
+
+def test_train_imports_the_world_module_that_registers_its_verifier(tmp_path, monkeypatch):
+    """A world's module may register the profile of its rows' data source; ``divrl train``
+    imports it for ``model.toy_world`` even when the demo gives the paths, so the training
+    subprocess scores those rows."""
+    from divrl.commands.train import with_toy_defaults
+    from divrl.profiles import get_profile
+    from divrl.rewards import registry
+    from divrl.rewards.profiles import _PROFILES, _REGISTERED
+    from divrl.training.config import load_config
+
+    (tmp_path / "echo_world_module.py").write_text(
+        "from divrl.profiles import BenchmarkProfile, register_profile\n"
+        "register_profile(BenchmarkProfile('echo_rows', verifier=lambda s, g, e: 1.0))\n"
+        "WORLD = None\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    kind = worlds.WorldKind.scaffolded("echo_world_module:WORLD", "echo", presets="toy/echo")
+    monkeypatch.setitem(worlds.WORLDS, "echo_mod", kind)
+    cfg = load_config(None, ["model.toy_world=echo_mod", "model.path=m", "data.train_path=t"])
+    assert get_profile("echo_rows") is None
+    try:
+        assert with_toy_defaults(cfg).model.path == "m"  # paths kept, module imported
+        assert get_profile("echo_rows") is not None
+    finally:
+        _PROFILES.pop("echo_rows", None)
+        _REGISTERED.discard("echo_rows")
+        registry._REGISTRY.pop("echo_rows", None)
