@@ -107,6 +107,9 @@ from divrl.toy.tokenizer import ANSWER_MARKER, build_tokenizer
 
 @dataclasses.dataclass(frozen=True)
 class ParityConfig:
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
     n_train: int = 64
     n_test: int = 16
     n_long: int = 16
@@ -119,9 +122,6 @@ class ParityConfig:
     sft: SFTConfig = dataclasses.field(
         default_factory=lambda: SFTConfig(steps=30, batch_size=16, warmup_steps=3, threads=1)
     )
-
-    def to_dict(self):
-        return dataclasses.asdict(self)
 
 
 def _row(split, i, bits):

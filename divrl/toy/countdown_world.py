@@ -21,14 +21,7 @@ from typing import Any
 from divrl.data import Example
 from divrl.rewards.countdown_reward import format_ground_truth
 from divrl.toy import countdown, kit, toy_math
-from divrl.toy.kit import (
-    SplitSizes,
-    ToyWorld,
-    distinct_problems,
-    math_row,
-    math_sft_pair,
-    train_and_save,
-)
+from divrl.toy.kit import SplitSizes, ToyWorld, distinct_problems, math_row, math_sft_pair
 from divrl.toy.model import ToyModelConfig
 from divrl.toy.scaffold import WorldScaffold
 from divrl.toy.sft import SFTConfig
@@ -98,7 +91,7 @@ class CountdownWorld(WorldScaffold):
         tokenizer = build_tokenizer(cfg.model.max_length, extra_pieces=countdown.PIECES)
         corpus = sft_corpus(cfg, seed, generated)
         solved = sum("ok" in r[-3:] for _, r in corpus) / len(corpus)
-        return train_and_save(
+        return kit.train_and_save(
             model_dir,
             tokenizer,
             corpus,
