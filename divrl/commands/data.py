@@ -1,8 +1,9 @@
 """``divrl data convert``: official benchmark layouts to verl-schema files.
 
 ``divrl data convert <name> --src <dir> --split <split> --out <file.parquet|jsonl>
-[--template T] [--limit N] [--seed S]``; converters: see
-:data:`divrl.data.converters.CONVERTERS` and docs/data.md.
+[--template T] [--limit N] [--seed S]``; the converters are the benchmark profiles'
+(:func:`divrl.data.converters.converter_names`; the profile table of docs/rewards.md) and
+docs/data.md.
 """
 
 from __future__ import annotations
