@@ -64,8 +64,8 @@ from divrl.integrations.trl_lp_reg import (
     PROXY_CONSISTENCY_TOL,
     PROXY_KEY,
     HiddenCapture,
-    full_lm_head,
     hidden_state_hook,
+    lm_head_projection,
     proxy_from_hidden,
     refuse_sharded_training,
     unwrapped_causal_lm,
@@ -239,9 +239,8 @@ class DivRLGRPOTrainer(GRPOTrainer):
     def _proxy(self, lm, hidden: torch.Tensor, tokens: torch.Tensor):
         """Proxy log-prob, log Z and plain log-prob of ``tokens`` from ``hidden``."""
         kappa, autocast = self.args.lp_reg_options.kappa, self.accelerator.autocast
-        return proxy_from_hidden(
-            full_lm_head(lm), hidden, tokens, kappa, self.temperature, autocast
-        )
+        with lm_head_projection(lm) as head:  # whole, or gathered from FSDP2 shards
+            return proxy_from_hidden(head, hidden, tokens, kappa, self.temperature, autocast)
 
     def _capture_proxy(self, cap, logps, parts, attention_mask, logits_to_keep):
         """The Lp-Reg proxy of the forward TRL just ran, checked against its log-probs."""

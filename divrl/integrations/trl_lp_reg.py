@@ -99,22 +99,48 @@ def unwrapped_causal_lm(accelerator, model: torch.nn.Module) -> torch.nn.Module:
 SHARDED_HEAD_MESSAGE = (
     "lp_reg through TRL needs the full LM head outside the model's forward, but the policy "
     "is sharded ({how}): the head's weight there is a shard, and the proxy would be wrong. "
-    "Run the TRL adapter with DDP (or ZeRO-1/2), or use `divrl train` with "
+    "Run the TRL adapter with DDP, ZeRO-1/2 or FSDP2 (fsdp_version=2), or use `divrl train` with "
     "train.strategy=fsdp, whose Lp-Reg proxy comes from the model's own forward"
 )
 
 
 def refuse_sharded_training(accelerator) -> None:
-    """Raise when accelerate shards the parameters (FSDP, DeepSpeed ZeRO-3)."""
+    """Raise when accelerate shards the parameters in a way the proxy cannot read the head
+    through: FSDP1 (flattened parameters), DeepSpeed ZeRO-3. FSDP2 (``fsdp_version=2``)
+    is taken: :func:`lm_head_projection` reads or gathers the whole head."""
     from accelerate.utils import DistributedType
 
     kind = accelerator.distributed_type
     plugin = getattr(accelerator.state, "deepspeed_plugin", None)
     stage = getattr(plugin, "zero_stage", None) if plugin is not None else None
-    if kind == DistributedType.FSDP:
-        raise ValueError(SHARDED_HEAD_MESSAGE.format(how="accelerate FSDP"))
+    fsdp = getattr(accelerator.state, "fsdp_plugin", None)
+    if kind == DistributedType.FSDP and getattr(fsdp, "fsdp_version", 1) != 2:
+        raise ValueError(SHARDED_HEAD_MESSAGE.format(how="accelerate FSDP1: set fsdp_version=2"))
     if kind == DistributedType.DEEPSPEED and stage == 3:
         raise ValueError(SHARDED_HEAD_MESSAGE.format(how="DeepSpeed ZeRO-3"))
+
+
+@contextmanager
+def lm_head_projection(lm: torch.nn.Module) -> Iterator[Callable[[torch.Tensor], torch.Tensor]]:
+    """``hidden -> logits`` through ``lm``'s whole LM head, for the hook on the backbone.
+
+    Inside the model's forward FSDP2 has gathered the root's parameters (the head among
+    them, when it is not a ``fully_shard`` unit of its own), so the head is whole there;
+    a head still sharded as an FSDP2 ``DTensor`` is gathered (``full_tensor``, a
+    collective: the hook runs on every rank for the same chunk) for the projection and
+    dropped after it. FSDP1 flattened views and ZeRO-3 placeholders are refused
+    (:func:`full_lm_head`).
+    """
+    from torch.distributed.tensor import DTensor
+
+    head = lm.get_output_embeddings()
+    weight, bias = head.weight, getattr(head, "bias", None)
+    if isinstance(weight, DTensor):
+        full = weight.full_tensor()
+        full_bias = bias.full_tensor() if isinstance(bias, DTensor) else bias
+        yield lambda hidden: torch.nn.functional.linear(hidden, full, full_bias)
+        return
+    yield full_lm_head(lm)
 
 
 def full_lm_head(lm: torch.nn.Module) -> torch.nn.Module:

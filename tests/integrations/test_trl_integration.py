@@ -525,13 +525,15 @@ def test_lp_reg_refuses_a_sharded_lm_head():
 
     lm = tiny_model()
     assert full_lm_head(lm) is lm.get_output_embeddings()
-    for kind, plugin in [
-        (DistributedType.FSDP, None),
-        (DistributedType.DEEPSPEED, SimpleNamespace(zero_stage=3)),
+    for kind, plugin, fsdp in [
+        (DistributedType.FSDP, None, SimpleNamespace(fsdp_version=1)),
+        (DistributedType.DEEPSPEED, SimpleNamespace(zero_stage=3), None),
     ]:
-        acc = SimpleNamespace(distributed_type=kind, state=SimpleNamespace(deepspeed_plugin=plugin))
+        state = SimpleNamespace(deepspeed_plugin=plugin, fsdp_plugin=fsdp)
         with pytest.raises(ValueError, match="sharded"):
-            refuse_sharded_training(acc)
+            refuse_sharded_training(SimpleNamespace(distributed_type=kind, state=state))
+    fsdp2 = SimpleNamespace(deepspeed_plugin=None, fsdp_plugin=SimpleNamespace(fsdp_version=2))
+    refuse_sharded_training(SimpleNamespace(distributed_type=DistributedType.FSDP, state=fsdp2))
     zero2 = SimpleNamespace(zero_stage=2)
     refuse_sharded_training(
         SimpleNamespace(

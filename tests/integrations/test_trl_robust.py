@@ -4,6 +4,7 @@ knows, an error on one rank ends every rank, hub-id models are fingerprinted."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 pytest.importorskip("trl")
 
@@ -136,3 +137,33 @@ def test_hub_id_models_are_checked_by_their_cached_files(tmp_path, monkeypatch, 
         build()
     store_with("name:org/tiny")
     build()
+
+
+@pytest.mark.slow
+def test_lp_reg_proxy_under_fsdp2_equals_the_unsharded_one(tmp_path, run_in_session):
+    """2 processes, gloo: the proxy the hook computes on a model whose layers and root are
+    FSDP2 units (the head a DTensor shard between forwards) equals the unsharded one."""
+    import json
+    import os
+    import socket
+    import sys
+    from pathlib import Path
+
+    worker = Path(__file__).with_name("fsdp_proxy_worker.py")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([str(worker.parent), env.get("PYTHONPATH", "")])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    out = tmp_path / "fsdp"
+    proc = run_in_session(
+        [*cmd, "--master_port", str(port), str(worker), str(out)], env=env, timeout=240
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for rank in range(2):
+        result = json.loads((out / f"rank{rank}.json").read_text())
+        assert result["sharded"]
+        after = torch.tensor(result["after"])
+        torch.testing.assert_close(after, torch.tensor(result["before"]), rtol=0, atol=1e-6)
+        assert torch.isfinite(after).any()
