@@ -11,7 +11,9 @@
 #   GRPO    step:1 ... actor/pg_clipfrac:... actor/ppo_kl:... critic/score/mean:...
 #   DPH-JS  step:1 ... actor/dph/divergence:<about 0 at step 1: u = 1>  actor/dph/effective_eta:0.2
 #   Lp-Reg  step:1 ... actor/lp_reg/num_negative:... actor/lp_reg/num_selected:...
-# then "divrl verl GPU check: 3 runs finished" and the three log files' paths.
+#   presample through verl: "divrl presample: N reference samples, ..." (N >= 1), then
+#   DPH-JS from that store  step:1 ... actor/dph/u_mean:<1 to about 1e-3>
+# then "divrl verl GPU check: 5 runs finished" and the five log files' paths.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-benchmarks/results/gpu_verl}
@@ -71,6 +73,25 @@ run dph_js data.train_files="$OUT/train_exploration.parquet" +divrl.divergence=j
   +divrl.reference_store="$OUT/store" +divrl.reference_per_step=4
 run lp_reg data.train_files="$OUT/train.parquet" +divrl.policy_loss=lp_reg \
   actor_rollout_ref.actor.clip_ratio_low=1.0 actor_rollout_ref.actor.clip_ratio_high=9.0
+# the reference store through verl (trainer.v1.trainer_mode=divrl_presample): vLLM rollouts,
+# divrl's verifier, verl's actor forward for the log-probs; k = 1 (rollout.n = k + 1 = 2, so
+# that a 0.5B model leaves some near-perfect prompts), then 2 DPH-JS steps from that store.
+# It should print "divrl presample: N reference samples, M near-perfect of 12 prompts" with
+# N >= 1, and at step 1 of dph_js_verl_store actor/dph/u_mean within about 1e-3 of 1 (the
+# stored log-probs are verl's own forward's; divrl presample's, above, are divrl's).
+timeout 900 "$PY" -m verl.trainer.main_ppo "${COMMON[@]}" data.train_files="$OUT/train.parquet" \
+  trainer.v1.trainer_mode=divrl_presample trainer.total_training_steps=null \
+  trainer.total_epochs=1 trainer.val_before_train=False trainer.test_freq=-1 \
+  actor_rollout_ref.rollout.n=2 +divrl.reference_store="$OUT/store_verl" \
+  2>&1 | tee "$OUT/presample_verl.log"
+grep "divrl presample:" "$OUT/presample_verl.log"
+"$PY" -m divrl.integrations.verl.data "$OUT/train.parquet" "$OUT/store_verl" \
+  "$OUT/train_exploration_verl.parquet" --overwrite
+run dph_js_verl_store data.train_files="$OUT/train_exploration_verl.parquet" \
+  +divrl.divergence=js +divrl.divergence_coef=0.2 +divrl.divergence_weighting=paper \
+  +divrl.reference_store="$OUT/store_verl" +divrl.reference_per_step=4
+grep -h -o "actor/dph/u_mean:[^ ]*" "$OUT/dph_js_verl_store.log" | head -1
 grep -h -o "actor/dph/divergence:[^ ]*\|actor/lp_reg/num_selected:[^ ]*\|val-core/[^ ]*pass@[^ ]*" \
   "$OUT"/*.log | sort | uniq | head -20
-echo "divrl verl GPU check: 3 runs finished; logs: $OUT/grpo.log $OUT/dph_js.log $OUT/lp_reg.log"
+echo "divrl verl GPU check: 5 runs finished; logs: $OUT/grpo.log $OUT/dph_js.log $OUT/lp_reg.log" \
+  "$OUT/presample_verl.log $OUT/dph_js_verl_store.log"

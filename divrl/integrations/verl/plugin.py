@@ -1,10 +1,10 @@
 """The ``verl.plugins`` entry point: verl imports this module when it starts.
 
-It registers ``divrl_vanilla`` in verl's policy-loss registry and the ``divrl_sync`` v1
-trainer mode (in the driver and in every worker, since each imports verl). verl swallows an entry point's exceptions at debug
-level, so an unsupported verl is reported here with a warning, and the losses are then
-left unregistered (``loss_mode=divrl_vanilla`` fails with verl's list of the registered
-ones).
+It registers ``divrl_vanilla`` in verl's policy-loss registry and the ``divrl_sync`` and
+``divrl_presample`` v1 trainer modes (in the driver and in every worker, since each imports
+verl). verl swallows an entry point's exceptions at debug level, so an unsupported verl
+is reported here with a warning, and the losses are then left unregistered
+(``loss_mode=divrl_vanilla`` fails with verl's list of the registered ones).
 """
 
 from __future__ import annotations
@@ -26,9 +26,12 @@ def register() -> bool:
     import divrl.integrations.verl.losses
 
     try:  # the v1 trainer needs TransferQueue (divrl[verl] installs it)
+        import divrl.integrations.verl.presample  # registers divrl_presample
         import divrl.integrations.verl.trainer  # noqa: F401  (registers divrl_sync)
     except ImportError as e:
-        logger.warning("divrl's verl trainer mode divrl_sync is not registered: %s", e)
+        logger.warning(
+            "divrl's verl trainer modes divrl_sync and divrl_presample are not registered: %s", e
+        )
     return True
 
 
