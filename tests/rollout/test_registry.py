@@ -170,3 +170,20 @@ def test_config_errors_name_the_key_and_the_valid_options():
 def test_an_engine_on_the_policy_refuses_a_context_without_it(name):
     with pytest.raises(ValueError, match=f"the {name} engine generates with the policy loaded"):
         build_engine(name, EngineContext(model_path="m"))
+
+
+def test_the_engine_help_texts_list_the_registry():
+    """``rollout.engine`` and ``divrl eval --engine`` name every registered engine with its
+    summary, read from the registry (no list of names kept by hand)."""
+    import argparse
+
+    from divrl.commands.eval import add_arguments
+    from divrl.training.config import RolloutConfig
+
+    config_help = RolloutConfig.__dataclass_fields__["engine"].metadata["help"]
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    eval_help = next(a.help for a in parser._actions if "--engine" in a.option_strings)
+    for name in engine_names():
+        summary = get_engine(name).summary
+        assert f"{name!r} ({summary})" in config_help and f"{name!r} ({summary})" in eval_help
