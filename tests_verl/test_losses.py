@@ -17,7 +17,7 @@ from divrl.algorithms import (
     policy_loss,
     reference_divergence_loss,
 )
-from divrl.integrations.verl.keys import IS_REFERENCE, REF_LOG_PROB
+from divrl.integrations.verl.keys import IS_REFERENCE, REF_LOG_PROB, STREAM
 from divrl.integrations.verl.losses import DivRLLoss, divrl_vanilla_policy_loss
 from divrl.integrations.verl.rehearsal import join_rehearsal
 from divrl.integrations.verl.settings import DivRLVerlSettings
@@ -92,20 +92,23 @@ def test_divrl_vanilla_equals_divrl_policy_loss_and_verl_vanilla(agg):
         assert set(metrics) == {"actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"}
 
 
-def _expected_dph(micros, lps, settings, layout):
+def _expected_dph(micros, lps, settings, layout, rollout_term=None):
     """divrl train's computation: every micro-batch's two parts as micro-batches of their
-    kind, weighted by micro_batch_weights over the whole mini-batch's list."""
+    kind, weighted by micro_batch_weights over the whole mini-batch's list
+    (``rollout_term(lp, t, rows)``: the rollout part's loss, divrl's policy_loss if None)."""
     parts, losses = [], []
     for micro, lp in zip(micros, lps, strict=True):
-        t = padded(
-            micro, "old_log_probs", "advantages", "response_mask", IS_REFERENCE, REF_LOG_PROB
-        )
+        keys = ["old_log_probs", "advantages", "response_mask", IS_REFERENCE, REF_LOG_PROB]
+        keys += [k for k in ("rollout_is_weights",) if k in micro]
+        t = padded(micro, *keys)
         ref = t[IS_REFERENCE].bool()
         mask = t["response_mask"].to(lp.dtype)
         for kind, rows in (("rollout", ~ref), ("reference", ref)):
             if not rows.any():
                 continue
-            if kind == "rollout":
+            if kind == "rollout" and rollout_term is not None:
+                loss = rollout_term(lp, t, rows)
+            elif kind == "rollout":
                 loss, _ = policy_loss(
                     lp[rows],
                     t["old_log_probs"][rows],
@@ -231,3 +234,87 @@ def test_the_authors_weighting_needs_the_layout():
     )
     with pytest.raises(ValueError, match=r"divrl\.authors_"):
         bad.authors_layout(rollouts=16, mini_batches=1)
+
+
+def test_dph_composes_the_users_loss_mode_and_verls_importance_weights():
+    """DPH-RL's rollout term is verl's registered loss (here gspo) with verl's rollout
+    importance weights, aggregated over the micro-batch's rollout rows and weighted as
+    divrl train weighs them; the rehearsal rows get weight 1 and their divergence."""
+    settings = DivRLVerlSettings(
+        divergence="js",
+        divergence_coef=0.2,
+        divergence_weighting="paper",
+        reference_store="unused",
+        reference_per_step=4,
+    )
+    batch = rollout_rows(8)
+    r = batch["response_mask"]
+    g = torch.Generator().manual_seed(5)
+    weights = 0.5 + torch.rand(int(r.offsets()[-1]), generator=g)
+    batch["rollout_is_weights"] = torch.nested.nested_tensor_from_jagged(weights, r.offsets())
+    joined, layout = join_rehearsal(batch, reference_samples(4), micro_batch_size=2)
+    config = actor_config(policy_loss={"loss_mode": "gspo"})
+    loss_fn = DivRLLoss(config, settings)
+    micros = micro_batches(joined, 3)
+    gspo = get_policy_loss_fn("gspo")
+
+    def verls_gspo(lp, t, rows):
+        local = actor_config(policy_loss={"loss_mode": "gspo"})
+        local.global_batch_info.update(dp_size=1, batch_num_tokens=None, global_batch_size=None)
+        loss, _ = gspo(
+            old_log_prob=t["old_log_probs"][rows],
+            log_prob=lp[rows],
+            advantages=t["advantages"][rows],
+            response_mask=t["response_mask"][rows].bool(),
+            loss_agg_mode="token-mean",
+            config=local,
+            rollout_is_weights=t["rollout_is_weights"][rows],
+        )
+        return loss
+
+    lps, outputs = [], []
+    for seed, micro in enumerate(micros):
+        _, nested = sequence_log_probs(micro, seed)
+        lps.append(no_padding_2_padding(nested, micro))
+        outputs.append(loss_fn(model_output={"log_probs": nested}, data=micro)[0])
+    expected = _expected_dph(micros, lps, settings, None, rollout_term=verls_gspo)
+    for ours, want in zip(outputs, expected, strict=True):
+        torch.testing.assert_close(ours, want, rtol=1e-6, atol=1e-7)
+    # the weights are applied: without them the rollout part differs
+    unweighted = DivRLLoss(config, settings)
+    plain = joined.exclude("rollout_is_weights")
+    (first,) = micro_batches(plain, 12)
+    (with_w,) = micro_batches(joined, 12)
+    _, nested = sequence_log_probs(first, 0)
+    a = unweighted(model_output={"log_probs": nested}, data=first)[0]
+    b = loss_fn(model_output={"log_probs": nested}, data=with_w)[0]
+    assert not torch.allclose(a, b)
+    assert config.global_batch_info.get("batch_num_tokens") is None  # restored after the call
+    assert layout.rows == 12
+
+
+def test_dph_after_rejection_sampling_counts_what_verl_counts():
+    """verl's rejection sampling zeroes rejected tokens in response_mask but not in
+    loss_mask, and verl's global count reads loss_mask: the join's count check reads
+    loss_mask too, the stream weights response_mask (the tokens the loss averages)."""
+    settings = DivRLVerlSettings(
+        divergence="js",
+        divergence_coef=0.2,
+        divergence_weighting="paper",
+        reference_store="unused",
+        reference_per_step=2,
+    )
+    batch = rollout_rows(4)
+    r = batch["response_mask"]
+    kept = r.values().clone()
+    kept[r.offsets()[0] : r.offsets()[1]] = 0  # the first row rejected
+    batch["response_mask"] = torch.nested.nested_tensor_from_jagged(kept, r.offsets())
+    joined, _ = join_rehearsal(batch, reference_samples(2), micro_batch_size=2)
+    (micro,) = micro_batches(joined, 6)  # verl's count: loss_mask tokens
+    stream = padded(micro, STREAM)[STREAM][0].tolist()
+    assert stream[2] == int(micro["batch_num_tokens"]) > stream[0] + stream[1]
+    _, nested = sequence_log_probs(micro)
+    loss, metrics = DivRLLoss(actor_config(), settings)(
+        model_output={"log_probs": nested}, data=micro
+    )
+    assert torch.isfinite(loss) and "dph/effective_eta" in metrics

@@ -117,3 +117,58 @@ def test_a_registered_divergence_is_a_valid_setting():
         DIVERGENCES.pop("probe_hellinger")
     with pytest.raises(VerlSettingsError, match="valid: alpha, forward_kl, js, reverse_kl"):
         DivRLVerlSettings.from_mapping({"divergence": "probe_hellinger"})
+
+
+def _verl_config(*overrides: str):
+    from hydra import compose, initialize_config_module
+
+    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+        return compose(config_name="ppo_trainer", overrides=list(overrides))
+
+
+DPH = dict(divergence="js", divergence_coef=0.2, reference_store="s", reference_per_step=2)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "settings", "key"),
+    [
+        (["actor_rollout_ref.actor.policy_loss.loss_mode=sapo"], DPH, "loss_mode=sapo"),
+        (["actor_rollout_ref.actor.policy_loss.loss_mode=geo_mean"], DPH, "loss_mode=geo_mean"),
+        (
+            ["actor_rollout_ref.actor.policy_loss.loss_mode=gspo"],
+            {"policy_loss": "lp_reg"},
+            "loss_mode=gspo",
+        ),
+        (
+            ["algorithm.rollout_correction.rollout_is=token"],
+            {"policy_loss": "lp_reg"},
+            "rollout_is=token",
+        ),
+        (["actor_rollout_ref.model.use_fused_kernels=True"], {"policy_loss": "lp_reg"}, "fused"),
+        (
+            ["actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"],
+            {"policy_loss": "lp_reg"},
+            "ulysses_sequence_parallel_size=2",
+        ),
+        (["actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum"], DPH, "loss_agg_mode"),
+        (["actor_rollout_ref.actor.shuffle=True"], DPH, "shuffle=True"),
+        (["distillation.enabled=True"], DPH, "distillation.enabled"),
+    ],
+)
+def test_what_cannot_stand_beside_divrls_loss_is_refused_naming_the_key(overrides, settings, key):
+    from divrl.integrations.verl.settings import check_composition
+
+    with pytest.raises(VerlSettingsError, match=key):
+        check_composition(_verl_config(*overrides), DivRLVerlSettings(**settings))
+
+
+def test_what_composes_is_accepted_and_verls_own_loss_refuses_nothing():
+    from divrl.integrations.verl.settings import composition_errors
+
+    composed = _verl_config(
+        "actor_rollout_ref.actor.policy_loss.loss_mode=gspo",
+        "algorithm.rollout_correction.rollout_is=token",
+    )
+    assert composition_errors(composed, DivRLVerlSettings(**DPH)) == []
+    refused_elsewhere = _verl_config("actor_rollout_ref.actor.policy_loss.loss_mode=sapo")
+    assert composition_errors(refused_elsewhere, DivRLVerlSettings()) == []

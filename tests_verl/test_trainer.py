@@ -58,15 +58,20 @@ def test_the_join_in_the_queue_trains_through_verls_dispatch_and_mini_batches():
     joined, ref_keys = join_in_queue(
         queue, meta, samples, dp_size=2, mini_batches=2, micro_batch_size=3, step=7
     )
-    assert ref_keys == [f"divrl_rehearsal_7_{j}" for j in range(4)]
+    assert len(ref_keys) == 4 and all(k.startswith("divrl_rehearsal_7_") for k in ref_keys)
     assert len(joined.keys) == 12 and set(keys) < set(joined.keys)
-    assert "rm_scores" not in joined.fields
+    assert joined.fields is None  # verl's own field selection (all of them) is kept
+    for i, key in enumerate(keys):  # verl's rows are untouched, divrl's keys added
+        assert torch.equal(queue.rows[key]["old_log_probs"], batch[i]["old_log_probs"])
+        assert not bool(queue.rows[key][IS_REFERENCE])
     data = queue.kv_batch_get(joined.keys, "train", joined.fields)
-    stored = {k: torch.tensor(s.ref_log_probs) for k, s in zip(ref_keys, samples, strict=True)}
+    stored = {tuple(s.response_ids): torch.tensor(s.ref_log_probs) for s in samples}
     for i, key in enumerate(joined.keys):
-        assert bool(data[i][IS_REFERENCE]) == (key in stored)
-        if key in stored:
-            assert torch.equal(data[i][REF_LOG_PROB], stored[key])
+        assert bool(data[i][IS_REFERENCE]) == (key in ref_keys)
+        assert "rm_scores" in data[i].keys()  # noqa: SIM118 (every field, rehearsal rows too)
+        if key in ref_keys:
+            response = tuple(data[i]["responses"].tolist())
+            assert torch.equal(data[i][REF_LOG_PROB], stored[response])
     settings = DivRLVerlSettings(
         divergence="js",
         divergence_coef=0.2,

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from verl.trainer.ppo.core_algos import kl_penalty, register_policy_loss
+from verl.trainer.ppo.core_algos import get_policy_loss_fn, kl_penalty, register_policy_loss
 from verl.utils import tensordict_utils as tu
 from verl.utils.metric import AggregationType, Metric
 from verl.workers.utils.padding import no_padding_2_padding
@@ -154,12 +154,13 @@ def _stream_weights(
 ) -> tuple[float, float, float]:
     """(rollout weight, reference weight, effective eta) of this micro-batch's two parts.
 
-    ``stream`` holds the mini-batch's ``(N_rollout, N_reference)`` tokens (all ranks). The
+    ``stream`` holds the mini-batch's ``(N_rollout, N_reference, N_loss_mask)`` tokens (all
+    ranks; the first two count ``response_mask``, the tokens the loss averages). The
     weights come from :func:`micro_batch_weights` over a list with the mini-batch's
     per-kind token sums, so they are the very numbers ``divrl train`` computes for a
     micro-batch of each kind with these token counts.
     """
-    total_roll, total_ref = (int(v) for v in stream.tolist())
+    total_roll, total_ref = (int(v) for v in stream.tolist()[:2])
     kinds = [ROLLOUT, REFERENCE, ROLLOUT, REFERENCE]
     tokens = [n_roll, n_ref, total_roll - n_roll, total_ref - n_ref]
     if min(tokens) < 0:
@@ -183,6 +184,45 @@ def _batch_temperature(data: Any) -> float:
             raise ValueError("Lp-Reg in verl takes one sampling temperature for the batch")
         temperature = first
     return float(temperature)
+
+
+def verl_policy_term(
+    config: Any,
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    agg: str,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """The user's ``policy_loss.loss_mode`` from verl's registry on the rows given,
+    aggregated over them alone (verl's global count switched off for the call), with
+    verl's rollout importance weights applied by verl's function when the batch has them.
+
+    The caller weighs the result as ``divrl train`` weighs a micro-batch of its kind.
+    """
+    fn = get_policy_loss_fn(config.policy_loss.get("loss_mode", "vanilla"))
+    info = config.global_batch_info
+    saved = dict(info)
+    info.clear()
+    info.update(dp_size=1, batch_num_tokens=None, global_batch_size=None)
+    info["loss_scale_factor"] = config.loss_scale_factor
+    try:
+        loss, metrics = fn(
+            old_log_prob=old_log_prob,
+            log_prob=log_prob,
+            advantages=advantages,
+            response_mask=mask.bool(),
+            loss_agg_mode=agg,
+            config=config,
+            rollout_is_weights=rollout_is_weights,
+        )
+    finally:
+        info.clear()
+        info.update(saved)
+    out = {k: float(v) if torch.is_tensor(v) else v for k, v in metrics.items()}
+    out["actor/pg_loss"] = float(loss.detach())
+    return loss, out
 
 
 class DivRLLoss:
@@ -324,7 +364,8 @@ class DivRLLoss:
 
     def _check_counts(self, stream: torch.Tensor, info: dict) -> None:
         verl_total = info.get("batch_num_tokens")
-        ours = int(stream[0]) + int(stream[1])
+        ours = int(stream[2])  # loss_mask tokens: what verl counts (after rejection
+        # sampling verl's response_mask has fewer; the weights use response_mask)
         if verl_total is not None and int(verl_total) != ours:
             raise ValueError(
                 f"verl counts {int(verl_total)} loss tokens in this mini-batch but divrl's "
@@ -342,7 +383,9 @@ class DivRLLoss:
                 out[key] = no_padding_2_padding(model_output[key], data)
         fields = ["response_mask", "old_log_probs", "advantages"]
         fields += [
-            k for k in (IS_REFERENCE, REF_LOG_PROB, STREAM, ETA, "ref_log_prob") if k in data
+            k
+            for k in (IS_REFERENCE, REF_LOG_PROB, STREAM, ETA, "ref_log_prob", "rollout_is_weights")
+            if k in data
         ]
         fields += [k for k in (PROXY_LOG_PROB, LOG_NORMALIZER) if k in data and k not in out]
         padded = data.select(*fields).to_padded_tensor()
@@ -371,9 +414,10 @@ class DivRLLoss:
                 log_normalizer=t[LOG_NORMALIZER][rows] if LOG_NORMALIZER in t else None,
                 **self.options.loss_kwargs(),
             )
+            metrics = {**metrics, **_verl_pg_metrics(metrics)}
         else:
-            loss, metrics = policy_loss(lp, old, adv, mask, **self.options.loss_kwargs())
-        metrics = {**metrics, **_verl_pg_metrics(metrics)}
+            weights = t["rollout_is_weights"][rows] if "rollout_is_weights" in t else None
+            loss, metrics = verl_policy_term(self.config, lp, old, adv, mask, self.agg, weights)
         config = self.config
         if config.use_kl_loss:
             kld = kl_penalty(

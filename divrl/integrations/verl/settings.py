@@ -37,8 +37,26 @@ VERL_KEYS = {
     "agg": "actor_rollout_ref.actor.loss_agg_mode",
 }
 SECTION = "divrl"
-#: verl loss modes DPH-RL's rollout term is computed with
-COMPOSED_LOSS_MODES = ("vanilla", "divrl_vanilla")
+#: verl loss modes DPH-RL's rollout term is computed with (through verl's registry): those
+#: whose aggregation is the actor's ``loss_agg_mode`` (DPH's stream weights count tokens)
+COMPOSED_LOSS_MODES = (
+    "vanilla",
+    "divrl_vanilla",
+    "dppo_tv",
+    "dppo_kl",
+    "gspo",
+    "gpg",
+    "clip_cov",
+    "kl_cov",
+    "dro",
+    "cispo",
+)
+#: why the other registered modes cannot be DPH-RL's rollout term
+REFUSED_LOSS_MODES = {
+    "sapo": "it aggregates seq-mean-token-mean whatever loss_agg_mode says",
+    "geo_mean": "it aggregates per sequence (a geometric mean), not over tokens",
+    "bypass_mode": "it needs verl's rollout-correction bypass, which skips the pass DPH reads",
+}
 
 
 class VerlSettingsError(ValueError):
@@ -309,14 +327,23 @@ def composition_errors(config: Mapping[str, Any], settings: DivRLVerlSettings) -
             "the policy term itself and cannot stand beside another loss mode; set it to vanilla"
         )
     if settings.dph and mode not in COMPOSED_LOSS_MODES:
+        why = REFUSED_LOSS_MODES.get(mode, "it is not one divrl has checked")
         errors.append(
-            f"{actor}.policy_loss.loss_mode={mode}: DPH-RL's rollout term takes "
-            f"{', '.join(COMPOSED_LOSS_MODES)}"
+            f"{actor}.policy_loss.loss_mode={mode}: cannot be DPH-RL's rollout term ({why}); "
+            f"use one of {', '.join(COMPOSED_LOSS_MODES)}"
         )
-    if _get(config, "algorithm.rollout_correction.rollout_is", None) is not None:
+    is_level = _get(config, "algorithm.rollout_correction.rollout_is", None)
+    if settings.policy_loss == "lp_reg" and is_level is not None:
         errors.append(
-            "algorithm.rollout_correction.rollout_is is set: divrl's loss does not apply "
-            "verl's rollout importance weights yet; set it to null"
+            f"algorithm.rollout_correction.rollout_is={is_level}: Lp-Reg's loss has no "
+            "importance-weight term (its ratio is pi/pi_old); set it to null or use "
+            "divrl.policy_loss=vanilla"
+        )
+    replay = _get(config, f"{actor}.megatron.router_replay.mode", "disabled")
+    if settings.dph and replay != "disabled":
+        errors.append(
+            f"{actor}.megatron.router_replay.mode={replay}: the rehearsal rows have no recorded "
+            "expert routes to replay; set it to disabled for DPH-RL"
         )
     if settings.policy_loss == "lp_reg" and _get(
         config, "actor_rollout_ref.model.use_fused_kernels"
@@ -324,6 +351,12 @@ def composition_errors(config: Mapping[str, Any], settings: DivRLVerlSettings) -
         errors.append(
             "actor_rollout_ref.model.use_fused_kernels=True: fused kernels never materialise "
             "the logits Lp-Reg's proxy is computed from; set it to False"
+        )
+    sp = _get(config, f"{actor}.ulysses_sequence_parallel_size", 1)
+    if settings.policy_loss == "lp_reg" and sp > 1:
+        errors.append(
+            f"{actor}.ulysses_sequence_parallel_size={sp}: Lp-Reg's proxy needs each "
+            "position's whole logits row, which Ulysses splits; set it to 1"
         )
     if settings.dph and _get(config, f"{actor}.loss_agg_mode", "token-mean") != "token-mean":
         errors.append(

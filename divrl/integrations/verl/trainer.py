@@ -42,6 +42,7 @@ from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils import tensordict_utils as tu
 from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.utils.padding import response_from_nested
 
@@ -83,35 +84,77 @@ def join_in_queue(
     eta: float | None = None,
 ) -> tuple[KVBatchMeta, list[str]]:
     """Join ``samples`` to ``batch``'s rows in TransferQueue (``queue``: its ``kv_batch_get``
-    / ``kv_batch_put`` API) and return the joined batch's meta and the rehearsal keys (clear
-    them after the update). ``eta``: the rehearsal controller's, written on every row."""
-    present = queue.kv_batch_get(keys=batch.keys[:1], partition_id=batch.partition_id).keys()
-    fields = list(verl_rehearsal.UPDATE_KEYS) + [
-        k for k in verl_rehearsal.OPTIONAL_KEYS if k in present
-    ]
-    data = queue.kv_batch_get(
-        keys=batch.keys, partition_id=batch.partition_id, select_fields=fields
+    / ``kv_batch_put`` API); the joined batch's meta and the rehearsal rows' keys (clear
+    them after the update).
+
+    verl's rows stay as they are (divrl's three keys are added to them); the rehearsal
+    rows get every field of verl's rows (:func:`~divrl.integrations.verl.rehearsal.
+    rehearsal_row`), laid out for this step's mini-batch count and balanced over the ranks
+    by length (:func:`~divrl.integrations.verl.rehearsal.plan_layout`). ``eta``: the
+    rehearsal controller's, written on every row.
+    """
+    part = batch.partition_id
+    counts = queue.kv_batch_get(
+        keys=batch.keys, partition_id=part, select_fields=["response_mask", "loss_mask"]
     )
-    joined, layout = verl_rehearsal.join_rehearsal(
-        data,
-        samples,
-        dp_size=dp_size,
-        mini_batches=mini_batches,
-        micro_batch_size=micro_batch_size,
-        eta=eta,
+    if all("seq_len" in tag for tag in batch.tags):
+        lengths = [int(tag["seq_len"]) for tag in batch.tags]
+    else:
+        ids = queue.kv_batch_get(keys=batch.keys, partition_id=part, select_fields=["input_ids"])
+        lengths = ids["input_ids"].offsets().diff().tolist()
+    layout = verl_rehearsal.plan_layout(
+        lengths,
+        [len(s.prompt_ids) + len(s.response_ids) for s in samples],
+        dp_size,
+        mini_batches,
+        micro_batch_size,
     )
-    ref_keys = [f"divrl_rehearsal_{step}_{j}" for j in range(len(samples))]
-    keys = [batch.keys[i] if i >= 0 else ref_keys[-i - 1] for i in layout.order]
-    tags = [batch.tags[i] if i >= 0 else _rehearsal_tag(samples[-i - 1]) for i in layout.order]
-    queue.kv_batch_put(keys=keys, partition_id=batch.partition_id, fields=joined, tags=tags)
+    first = queue.kv_batch_get(keys=batch.keys[:1], partition_id=part)[0]
+    template = {key: first[key] for key in first.keys()}  # noqa: SIM118 (TensorDict keys)
+    verl_rehearsal.check_update_keys(template)
+    rows, kinds, keys, tags = [], [], [], []
+    new_rows, new_keys, new_tags = [], [], []
+    for n, i in enumerate(layout.order):
+        if i is not None and i >= 0:
+            rows.append({k: counts[i][k] for k in ("response_mask", "loss_mask")})
+            keys.append(batch.keys[i])
+            tags.append(batch.tags[i])
+        else:
+            sample = verl_rehearsal.padding_sample() if i is None else samples[-i - 1]
+            row = verl_rehearsal.rehearsal_row(sample, template, padding=i is None)
+            rows.append(row)
+            new_rows.append(row)
+            new_keys.append(f"divrl_rehearsal_{step}_{n}")
+            new_tags.append(_rehearsal_tag(sample, padding=i is None))
+            keys.append(new_keys[-1])
+            tags.append(new_tags[-1])
+        kinds.append(i is None or i < 0)
+    extras = verl_rehearsal.divrl_fields(rows, kinds, layout, eta)
+    for row, extra, is_ref in zip(rows, extras, kinds, strict=True):
+        if is_ref:
+            row.update(extra)
+    roll = [(k, e) for k, e, f in zip(keys, extras, kinds, strict=True) if not f]
+    queue.kv_batch_put(
+        keys=[k for k, _ in roll],
+        partition_id=part,
+        fields=tu.list_of_dict_to_tensordict([e for _, e in roll]),
+    )
+    queue.kv_batch_put(
+        keys=new_keys,
+        partition_id=part,
+        fields=tu.list_of_dict_to_tensordict(new_rows),
+        tags=new_tags,
+    )
+    ours = [IS_REFERENCE, REF_LOG_PROB, STREAM, *([ETA] if eta is not None else [])]
+    fields = None if batch.fields is None else [*batch.fields, *ours]
     meta = KVBatchMeta(
         keys=keys,
         tags=tags,
-        partition_id=batch.partition_id,
-        fields=[*fields, IS_REFERENCE, REF_LOG_PROB, STREAM, *([ETA] if eta is not None else [])],
+        partition_id=part,
+        fields=fields,
         extra_info=dict(batch.extra_info or {}),
     )
-    return meta, ref_keys
+    return meta, new_keys
 
 
 def proxy_to_responses(queue: Any, batch: KVBatchMeta) -> None:
@@ -131,16 +174,20 @@ def proxy_to_responses(queue: Any, batch: KVBatchMeta) -> None:
     )
 
 
-def _rehearsal_tag(sample) -> dict:
-    """The tags verl's agent loop gives a row (lengths), marked as a rehearsal row."""
+def _rehearsal_tag(sample, padding: bool = False) -> dict:
+    """The tags verl's agent loop gives a row (lengths), marked as a rehearsal row (and as
+    verl marks its own padding rows, when it is one)."""
     prompt, response = len(sample.prompt_ids), len(sample.response_ids)
-    return {
+    tag = {
         "status": "success",
         "prompt_len": prompt,
         "response_len": response,
         "seq_len": prompt + response,
         "divrl_rehearsal": True,
     }
+    if padding:
+        tag["is_padding"] = True
+    return tag
 
 
 class PinnedInfo(dict):
@@ -231,6 +278,22 @@ class DivRLPPOTrainer(PPOTrainerSync):
         if self.divrl_control is not None:
             self._load_control_state()
         logger.info("divrl: %s", self.divrl)
+
+    def _init_tokenizer(self):
+        super()._init_tokenizer()
+        if self.divrl_source is not None:  # before any worker starts
+            self._check_store_prompts()
+
+    def _check_store_prompts(self) -> None:
+        """The stored samples against verl's prompt/response limits and chat template."""
+        data, actor = self.config.data, self.config.actor_rollout_ref.actor
+        verl_rehearsal.check_store_prompts(
+            self.divrl_source.samples,
+            max_prompt_length=data.max_prompt_length,
+            max_response_length=data.max_response_length,
+            max_token_len=actor.ppo_max_token_len_per_gpu if actor.use_dynamic_bsz else None,
+            suffix=verl_rehearsal.generation_suffix(self.tokenizer),
+        )
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -324,10 +387,11 @@ class DivRLPPOTrainer(PPOTrainerSync):
             return batch
         actor = self.config.actor_rollout_ref.actor
         rows_per_mini_batch = actor.ppo_mini_batch_size * self.config.actor_rollout_ref.rollout.n
+        samples = self.divrl_source.draw(self.divrl.reference_per_step)
         update, ref_keys = join_in_queue(
             tq,
             batch,
-            self.divrl_source.draw(self.divrl.reference_per_step),
+            samples,
             dp_size=actor_dp_size(self.actor_rollout_wg),
             mini_batches=len(batch.keys) // rows_per_mini_batch,
             micro_batch_size=None if actor.use_dynamic_bsz else actor.ppo_micro_batch_size_per_gpu,
@@ -335,6 +399,14 @@ class DivRLPPOTrainer(PPOTrainerSync):
             eta=None if self.divrl_control is None else self.divrl_control.eta,
         )
         rows = len(update.keys) // (len(batch.keys) // rows_per_mini_batch)
+        metrics.update(
+            {
+                "divrl/rehearsal_rows": len(samples),
+                "divrl/rehearsal_padding_rows": len(ref_keys) - len(samples),
+                # where the draw order stands after this step's draw (a resumed run goes on)
+                "divrl/rehearsal_drawn": self.divrl_source.drawn,
+            }
+        )
         pinned.update({"global_batch_size": rows, "mini_batch_size": rows})
         try:
             _pinned_call(
