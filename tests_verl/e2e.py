@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # the prompt as a bare string: the toy tokenizer has no chat markup of its own
 CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
-PROMPT_LENGTH = 96
+PROMPT_LENGTH = 128
 RESPONSE_LENGTH = 16
 
 

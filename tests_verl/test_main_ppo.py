@@ -1,6 +1,8 @@
 """End to end on a CPU: verl's own trainer (``python -m verl.trainer.main_ppo``: Ray, FSDP2
-engine workers, TransferQueue, the v1 synchronous trainer) runs 2 steps through divrl's
-trainer mode ``divrl_sync``, for DPH-JS and for Lp-Reg, on a tiny model built here.
+engine workers, TransferQueue, the v1 synchronous trainer) runs through divrl's trainer
+mode ``divrl_sync`` on a tiny model built here: 2 steps of DPH-JS and of Lp-Reg; the
+identity check against verl's own ``sync`` trainer; 2 data-parallel ranks with dynamic
+batch sizes, DPH and Lp-Reg together, saved and resumed.
 
 The CPU pieces verl lacks are test-only (:mod:`tests_verl.cpu_verl`); each run is a
 subprocess under a hard ``timeout`` (about a minute each on a 2-core machine).
@@ -105,7 +107,7 @@ IDENTITY_METRICS = ("actor/pg_loss", "actor/grad_norm", "actor/entropy", "critic
 def test_divrl_sync_with_dph_and_lp_reg_off_is_verls_sync_run(world):
     """divrl's trainer mode with eta = 0 and Lp-Reg off against verl's own sync trainer:
     same seed, 2 steps, fp32; the same per-step metrics to 1e-6 (relative) and the same
-    checkpoint files (gen_batch_size and the replay buffer: test_trainer.py)."""
+    checkpoint files (gen_batch_size and the replay buffer: test_sync_mode.py)."""
     root, model, data = world
     fp32 = [
         "actor_rollout_ref.actor.fsdp_config.dtype=float32",
@@ -177,6 +179,8 @@ def test_two_ranks_dynamic_batches_dph_and_lp_reg_resume_as_an_unbroken_run(worl
     assert all(s["divrl/rehearsal_padding_rows"] == 1 for s in unbroken)
     assert any(s["actor/lp_reg/num_regularized"] > 0 for s in unbroken)
     assert any(s["actor/lp_reg/num_selected"] > 0 for s in unbroken)
+    # the stored log-probs are the initial model's, fp32 here: pi/pi_ref is 1 at step 1
+    assert unbroken[0]["actor/dph/u_mean"] == pytest.approx(1.0, abs=1e-3)
     # the run as it stood at step 2: verl's checkpoint folder and its tracker file
     resumed_dir.mkdir()
     shutil.copytree(unbroken_dir / "global_step_2", resumed_dir / "global_step_2")

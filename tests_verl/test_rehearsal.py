@@ -98,6 +98,11 @@ def test_a_padding_row_adds_no_tokens_and_a_field_the_join_cannot_fill_is_named(
     odd["my_token_field"] = batch["old_log_probs"]
     with pytest.raises(ValueError, match="per-token field 'my_token_field'"):
         join_rehearsal(odd, reference_samples(2), mini_batches=2)
+    # a per-row tensor that is not per token (verl's dataset adds one) is the template's
+    per_row = batch.clone()
+    per_row["dummy_tensor"] = torch.zeros(4, 1, dtype=torch.uint8)
+    joined, _ = join_rehearsal(per_row, reference_samples(2), mini_batches=2)
+    assert joined["dummy_tensor"].shape == (6, 1)
 
 
 def test_the_rehearsal_row_fills_every_field_verl_may_carry():

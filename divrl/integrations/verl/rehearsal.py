@@ -88,6 +88,8 @@ REFUSED = {
     "teacher_ids": "distillation's teacher tokens have no value for a stored sample",
     "teacher_logprobs": "distillation's teacher log-probs have no value for a stored sample",
 }
+#: per-row tensors of verl's rows that are not per token (copied from the template row)
+ROW_METADATA = ("dummy_tensor",)
 #: the uid of every rehearsal row (they join after the advantages: no GRPO group sees them)
 REHEARSAL_UID = "divrl_rehearsal"
 
@@ -256,7 +258,7 @@ def rehearsal_row(
             row[key] = built[key].to(value.dtype) if torch.is_tensor(value) else built[key]
         elif key in REFUSED and _carries_data(value):
             raise ValueError(f"the update batch carries {key!r}: {REFUSED[key]}")
-        elif torch.is_tensor(value) and value.dim() > 0:
+        elif key not in ROW_METADATA and _per_token(value, template):
             raise ValueError(
                 f"the update batch carries the per-token field {key!r}, which divrl's "
                 "rehearsal join cannot fill for a stored sample; drop it from the batch or "
@@ -274,6 +276,15 @@ def check_update_keys(keys) -> None:
     missing = [k for k in UPDATE_KEYS if k not in set(keys)]
     if missing:
         raise ValueError(f"the update batch lacks {missing}; join after the advantages")
+
+
+def _per_token(value: Any, template: Mapping[str, Any]) -> bool:
+    """Whether a field of the template row runs along its tokens (prompt, response or
+    whole sequence), so that the template's value cannot stand for a stored sample's."""
+    if not torch.is_tensor(value) or value.dim() == 0:
+        return False
+    lengths = {len(template[k]) for k in ("prompts", "responses", "input_ids") if k in template}
+    return value.shape[0] in lengths
 
 
 def _carries_data(value: Any) -> bool:
