@@ -1,8 +1,7 @@
 """End to end on a CPU: verl's own trainer (``python -m verl.trainer.main_ppo``: Ray, FSDP2
 engine workers, TransferQueue, the v1 synchronous trainer) runs through divrl's trainer
-mode ``divrl_sync`` on a tiny model built here: 2 steps of DPH-JS and of Lp-Reg; the
-identity check against verl's own ``sync`` trainer; 2 data-parallel ranks with dynamic
-batch sizes, DPH and Lp-Reg together, saved and resumed.
+mode ``divrl_sync`` on a tiny model built here: 2 steps of DPH-JS and of Lp-Reg, and the
+identity check against verl's own ``sync`` trainer.
 
 The CPU pieces verl lacks are test-only (:mod:`tests_verl.cpu_verl`); each run is a
 subprocess under a hard ``timeout`` (about a minute each on a 2-core machine).
@@ -10,6 +9,7 @@ subprocess under a hard ``timeout`` (about a minute each on a 2-core machine).
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -20,7 +20,8 @@ import pytest
 from divrl.integrations.verl.data import write_exploration_split
 from tests_verl import e2e
 
-TIMEOUT_S = 480
+#: each run's hard limit (seconds); a machine much slower than CI's sets it higher
+TIMEOUT_S = int(os.environ.get("DIVRL_VERL_E2E_TIMEOUT", "480"))
 #: a reward that varies between a prompt's samples (``tests_verl/e2e_reward.py``)
 VARIED_REWARD = Path(__file__).with_name("e2e_reward.py")
 
@@ -131,64 +132,3 @@ def test_divrl_sync_with_dph_and_lp_reg_off_is_verls_sync_run(world):
     assert any(s["actor/grad_norm"] > 0 for s in verl_steps)
     assert any(s["actor/pg_loss"] != 0 for s in verl_steps)
 
-
-#: the Lp-Reg and DPH metrics a resumed step 3 must repeat
-RESUME_METRICS = (
-    "actor/pg_loss",
-    "actor/grad_norm",
-    "actor/dph/divergence",
-    "actor/lp_reg/num_selected",
-    "critic/score/mean",
-    "divrl/rehearsal_drawn",
-)
-
-
-def test_two_ranks_dynamic_batches_dph_and_lp_reg_resume_as_an_unbroken_run(world):
-    """2 data-parallel ranks, dynamic batch sizes, DPH-JS with 3 rehearsal rows a step (not
-    a multiple of the ranks: a padding row) and Lp-Reg selecting and regularising tokens
-    (a reward that varies, rho 0.5); saved at step 2 and resumed to step 3 it repeats the
-    unbroken run's step 3: the same draw position and the same metrics."""
-    root, model, data = world
-    store = e2e.write_store(root / "store_resume", model, data)
-    exploration = root / "exploration_resume.parquet"
-    write_exploration_split(data, store, exploration, overwrite=True)
-    args = [
-        "trainer.n_gpus_per_node=2",
-        "ray_kwargs.ray_init.num_gpus=2",
-        "actor_rollout_ref.actor.use_dynamic_bsz=True",
-        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=256",
-        "actor_rollout_ref.actor.fsdp_config.dtype=float32",
-        "trainer.total_training_steps=3",
-        "trainer.save_freq=2",
-        "+divrl.divergence=js",
-        "+divrl.divergence_coef=0.2",
-        "+divrl.divergence_weighting=paper",
-        f"+divrl.reference_store={store}",
-        "+divrl.reference_per_step=3",
-        "+divrl.policy_loss=lp_reg",
-        "+divrl.loss_options.rho=0.5",
-        "+divrl.loss_options.min_k=1",
-        "actor_rollout_ref.actor.clip_ratio_low=1.0",
-        "actor_rollout_ref.actor.clip_ratio_high=9.0",
-    ]
-    unbroken_dir, resumed_dir = root / "unbroken", root / "resumed"
-    unbroken = e2e.step_metrics(
-        _run(root, model, exploration, *args, out=unbroken_dir, reward=VARIED_REWARD)
-    )
-    assert [s["step"] for s in unbroken] == [1.0, 2.0, 3.0]
-    assert all(s["divrl/rehearsal_padding_rows"] == 1 for s in unbroken)
-    assert any(s["actor/lp_reg/num_regularized"] > 0 for s in unbroken)
-    assert any(s["actor/lp_reg/num_selected"] > 0 for s in unbroken)
-    # the stored log-probs are the initial model's, fp32 here: pi/pi_ref is 1 at step 1
-    assert unbroken[0]["actor/dph/u_mean"] == pytest.approx(1.0, abs=1e-3)
-    # the run as it stood at step 2: verl's checkpoint folder and its tracker file
-    resumed_dir.mkdir()
-    shutil.copytree(unbroken_dir / "global_step_2", resumed_dir / "global_step_2")
-    (resumed_dir / "latest_checkpointed_iteration.txt").write_text("2")
-    assert (resumed_dir / "global_step_2" / "divrl_rehearsal.json").exists()
-    resumed = e2e.step_metrics(
-        _run(root, model, exploration, *args, out=resumed_dir, reward=VARIED_REWARD)
-    )
-    assert [s["step"] for s in resumed] == [3.0]
-    for name in RESUME_METRICS:
-        assert resumed[0][name] == pytest.approx(unbroken[2][name], rel=1e-5, abs=1e-9), name
