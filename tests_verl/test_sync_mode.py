@@ -131,6 +131,7 @@ def _trainer_with_store(tmp_path, store, global_steps: int) -> DivRLPPOTrainer:
     )
     trainer.global_steps = global_steps
     trainer.divrl_source = RehearsalSource(str(store), temperature=1.0, seed=3)
+    trainer.divrl_control = None
     return trainer
 
 
