@@ -23,3 +23,10 @@ def store(tmp_path_factory, tokenizer) -> Path:
 def foreign_store(tmp_path_factory, tokenizer) -> Path:
     """Same responses, log-probs of another random model: u != 1 at initialisation."""
     return write_store(tmp_path_factory.mktemp("store") / "foreign", tiny_model(7), tokenizer)
+
+
+@pytest.fixture(autouse=True)
+def arrow_cache(monkeypatch, tmp_path_factory):
+    """The reference stream's memory-mapped store copies go to a temporary folder, not the
+    user's ~/.cache/divrl (subprocesses inherit the variable)."""
+    monkeypatch.setenv("DIVRL_CACHE_DIR", str(tmp_path_factory.mktemp("divrl_cache")))
