@@ -112,6 +112,10 @@ def test_the_rehearsal_row_fills_every_field_verl_may_carry():
         batch[key] = torch.nested.nested_tensor_from_jagged(
             torch.rand(int(r.offsets()[-1])), r.offsets()
         )
+    ids = batch["input_ids"]  # the old-log-prob pass's whole-sequence output stays in verl's rows
+    batch["log_probs"] = torch.nested.nested_tensor_from_jagged(
+        torch.rand(int(ids.offsets()[-1])), ids.offsets()
+    )
     sample = reference_samples(1)[0]
     joined, layout = join_rehearsal(batch, [sample])
     ref = layout.order.index(-1)
@@ -120,6 +124,7 @@ def test_the_rehearsal_row_fills_every_field_verl_may_carry():
     assert torch.equal(row["rollout_log_probs"], stored)
     assert torch.equal(row["rollout_is_weights"], torch.ones(len(stored)))
     assert float(row["rm_scores"].abs().sum()) == float(row["returns"].abs().sum()) == 0.0
+    assert row["log_probs"].shape == row["input_ids"].shape
     assert set(joined.keys()) >= set(batch.keys())
 
 

@@ -79,6 +79,9 @@ RESPONSE_FILL: dict[str, Any] = {
     PROXY_LOG_PROB: 0.0,  # Lp-Reg acts on rollout rows only
     LOG_NORMALIZER: 0.0,
 }
+#: per sequence position: fields verl's passes leave in its rows that the update does not
+#: read (the old-log-prob pass's whole-sequence output, cut into ``old_log_probs``)
+SEQUENCE_FILL: dict[str, float] = {"log_probs": 0.0}
 #: fields whose value for a stored sample divrl cannot give, and what to change
 REFUSED = {
     "routed_experts": "verl's router replay would replay zero-filled expert routes on the "
@@ -245,6 +248,8 @@ def rehearsal_row(
         "attention_mask": mask,
         "position_ids": build_padding_position_ids(template.get("position_ids"), mask),
     }
+    for key, fill in SEQUENCE_FILL.items():
+        built[key] = torch.full((len(seq),), fill)
     for key, fill in RESPONSE_FILL.items():
         if fill == "mask":
             built[key] = ones * (0.0 if padding else 1.0)
