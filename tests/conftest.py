@@ -53,3 +53,21 @@ def tiny_lm(tmp_path_factory):
 
     path = train_helpers.build_tiny_lm(tmp_path_factory.mktemp("tiny_lm"))
     return AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
+
+
+@pytest.fixture(autouse=True)
+def _restore_environment():
+    """Each test ends with the environment and accelerate state it started with: a TRL
+    GRPOConfig with bf16 leaves accelerate's process-wide ``AcceleratorState`` in bf16 (and
+    may write ``ACCELERATE_*`` variables), and every later Accelerator in this process,
+    divrl's trainer's included, would then train under bf16 autocast."""
+    import sys
+
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+    state = sys.modules.get("accelerate.state")
+    if state is not None:
+        state.AcceleratorState._reset_state(reset_partial_state=True)
