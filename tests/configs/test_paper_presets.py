@@ -194,7 +194,9 @@ EXPECTED = {
 
 
 def test_every_paper_preset_is_pinned():
-    assert {p.name for p in CONFIGS.glob("*.yaml")} - {"dph_js_lp_reg.yaml"} == set(EXPECTED)
+    # *_control.yaml: divrl's own rehearsal control on top of a paper preset, not the authors'
+    own = {p.name for p in CONFIGS.glob("*_control.yaml")}
+    assert {p.name for p in CONFIGS.glob("*.yaml")} - {"dph_js_lp_reg.yaml"} - own == set(EXPECTED)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
