@@ -318,18 +318,26 @@ class DivRLPPOTrainer(PPOTrainerSync):
             return self.config.trainer.resume_from_path
         return self._checkpoint_folder()
 
-    def _load_control_state(self) -> None:
-        """Continue the rehearsal controller (eta, warm-up count) of the resumed checkpoint."""
+    def _resumed_state(self, name: str, without: str) -> dict | None:
+        """divrl's state file ``name`` in the checkpoint verl resumed from (None on a fresh
+        start); a missing file is an error saying to resume ``without`` the setting."""
         if self.global_steps <= 0:
-            return
-        path = os.path.join(self._resumed_folder(), CONTROL_STATE)
+            return None
+        path = os.path.join(self._resumed_folder(), name)
         if not os.path.exists(path):
             raise FileNotFoundError(
-                f"{path} is missing: the checkpoint was not written with "
-                "divrl.rehearsal_control; resume without it or start a new run"
+                f"{path} is missing: the checkpoint was not written {without} start a new run"
             )
         with open(path) as f:
-            self.divrl_control.load_state_dict(json.load(f))
+            return json.load(f)
+
+    def _load_control_state(self) -> None:
+        """Continue the rehearsal controller (eta, warm-up count) of the resumed checkpoint."""
+        state = self._resumed_state(
+            CONTROL_STATE, "with divrl.rehearsal_control; resume without it or"
+        )
+        if state is not None:
+            self.divrl_control.load_state_dict(state)
 
     def _observe_control(self, metrics: dict) -> None:
         """The rehearsal controller reads the update's metrics (verl's ``actor/`` keys,
@@ -339,17 +347,13 @@ class DivRLPPOTrainer(PPOTrainerSync):
 
     def _load_sampler_state(self) -> None:
         """Continue the rehearsal draw order of the checkpoint verl resumed from."""
-        if self.global_steps <= 0:
-            return
-        path = os.path.join(self._resumed_folder(), SAMPLER_STATE)
-        if not os.path.exists(path):
-            raise FileNotFoundError(
-                f"{path} is missing: the checkpoint was not written by a divrl_sync run with "
-                "DPH-RL; resume it without divrl.divergence or start a new run"
-            )
-        with open(path) as f:
-            self.divrl_source.load_state_dict(json.load(f))
-        logger.info("divrl: rehearsal draw order restored from %s", path)
+        state = self._resumed_state(
+            SAMPLER_STATE,
+            "by a divrl_sync run with DPH-RL; resume it without divrl.divergence or",
+        )
+        if state is not None:
+            self.divrl_source.load_state_dict(state)
+            logger.info("divrl: rehearsal draw order restored from %s", self._resumed_folder())
 
     # ------------------------------------------------------------------ the passes
 
