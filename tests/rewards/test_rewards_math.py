@@ -251,3 +251,12 @@ def test_a_math_rule_is_a_registration_not_a_subclass():
             register_math_rule("hash")(tolerant_hash_rule)
     finally:
         MATH_RULES.pop("hash")
+
+
+def test_a_number_with_its_unit_is_the_number_unless_the_words_are_mathematics():
+    from divrl.rewards.math_answer import number_before_unit
+
+    assert number_before_unit("$12 per hour") == "12"
+    assert number_before_unit("1,250 dollars.") == "1250"
+    for answer in ("2 pi", "3 or 4", "5 times 4", "7", "x dollars"):
+        assert number_before_unit(answer) is None, answer
