@@ -53,8 +53,10 @@ def write_data(path: Path, n: int = 4) -> Path:
     return path
 
 
-def env() -> dict[str, str]:
-    """The environment that loads the test-only CPU pieces in every verl process."""
+def env(metrics_file: Path | None = None) -> dict[str, str]:
+    """The environment that loads the test-only CPU pieces in every verl process
+    (``metrics_file``: where verl's file logger writes each step's metrics as JSON lines)."""
+    extra = {"VERL_FILE_LOGGER_PATH": str(metrics_file)} if metrics_file else {}
     return {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
@@ -64,6 +66,7 @@ def env() -> dict[str, str]:
         "OMP_NUM_THREADS": "1",
         "TOKENIZERS_PARALLELISM": "false",
         "RAY_DEDUP_LOGS": "0",
+        **extra,
     }
 
 
@@ -110,7 +113,7 @@ def command(model: Path, data: Path, out: Path, *extra: str, reward=None) -> lis
         "trainer.val_before_train=False",
         "trainer.test_freq=-1",
         "trainer.save_freq=-1",
-        "trainer.logger=[console]",
+        "trainer.logger=[console,file]",
         f"trainer.default_local_dir={out}",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
         "+ray_kwargs.ray_init.num_cpus=16",
@@ -167,22 +170,14 @@ def write_store(path: Path, model_path: Path, data: Path, n: int = 2) -> Path:
     return path
 
 
-def step_metrics(out: str) -> list[dict[str, float]]:
-    """The per-step metrics verl's console logger printed (``step:N - name:value - ...``)."""
+def step_metrics(metrics_file: Path) -> list[dict[str, float]]:
+    """The per-step metrics verl's file logger wrote, one dict per logged step with its
+    ``step``. Read from the file, not the console: Ray forwards a worker's printed lines to
+    the driver and may repeat one, so the console is not an exact record of the steps."""
     steps = []
-    for line in out.splitlines():
-        at = line.find("step:")
-        if at < 0 or " - " not in line[at:]:
-            continue
-        values = {}
-        for part in line[at:].split(" - "):
-            name, _, value = part.rpartition(":")
-            try:
-                values[name.strip()] = float(value)
-            except ValueError:
-                continue
-        if "step" in values:
-            steps.append(values)
+    for line in Path(metrics_file).read_text().splitlines():
+        record = json.loads(line)
+        steps.append({"step": float(record["step"]), **record["data"]})
     return steps
 
 
