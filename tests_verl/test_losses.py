@@ -318,3 +318,65 @@ def test_dph_after_rejection_sampling_counts_what_verl_counts():
         model_output={"log_probs": nested}, data=micro
     )
     assert torch.isfinite(loss) and "dph/effective_eta" in metrics
+
+
+def _rank_micro_batches(joined, dp: int, micro_batch_size: int):
+    """Each rank's rows (verl hands rank r the r-th contiguous chunk) cut into micro-batches,
+    with verl's global count of the mini-batch's loss tokens."""
+    n = len(joined) // dp
+    total = int(joined["loss_mask"].values().sum())
+    ranks = []
+    for r in range(dp):
+        rows = tu.index_select_tensor_dict(joined, list(range(r * n, (r + 1) * n)))
+        micro = micro_batches(rows, micro_batch_size, dp_size=dp)
+        for m in micro:
+            tu.assign_non_tensor(m, batch_num_tokens=total)
+        ranks.append(micro)
+    return ranks
+
+
+def test_dph_metrics_aggregate_over_ranks_as_token_weighted_means():
+    """Micro-batches of one row each: some hold only rollout rows, some only rehearsal rows.
+    Every micro-batch logs every name (verl's aggregation over ranks needs as many values
+    from each rank), and verl's aggregation gives the means over the part's tokens."""
+    from verl.utils.metric import Metric
+    from verl.utils.py_functional import append_to_dict
+
+    settings = DivRLVerlSettings(
+        divergence="js",
+        divergence_coef=0.2,
+        divergence_weighting="paper",
+        reference_store="unused",
+        reference_per_step=3,
+    )
+    joined, _ = join_rehearsal(rollout_rows(8), reference_samples(3), dp_size=2)
+    loss_fn = DivRLLoss(actor_config(), settings)
+    per_rank, names = [], set()
+    u_sum = u_count = loss_sum = roll_count = 0.0
+    for r, micros in enumerate(_rank_micro_batches(joined, dp=2, micro_batch_size=1)):
+        gathered: dict = {}
+        for i, micro in enumerate(micros):
+            _, nested = sequence_log_probs(micro, seed=10 * r + i)
+            _, metrics = loss_fn(model_output={"log_probs": nested}, data=micro, dp_group=None)
+            names.add(frozenset(metrics))
+            append_to_dict(gathered, metrics)
+            # the same quantities from the tensors, token by token
+            lp = no_padding_2_padding(nested, micro).detach()
+            t = padded(micro, "old_log_probs", "advantages", "response_mask", IS_REFERENCE)
+            t[REF_LOG_PROB] = padded(micro, REF_LOG_PROB)[REF_LOG_PROB]
+            mask = t["response_mask"].bool()
+            ref = t[IS_REFERENCE].bool()[:, None] & mask
+            roll = ~t[IS_REFERENCE].bool()[:, None] & mask
+            u_sum += float(torch.exp(lp - t[REF_LOG_PROB])[ref].sum())
+            u_count += float(ref.sum())
+            adv, ratio = t["advantages"], torch.exp(lp - t["old_log_probs"])
+            clipped = torch.maximum(-adv * ratio, -adv * ratio.clamp(0.8, 1.28))
+            per_token = torch.where(adv < 0, torch.minimum(clipped, -adv * 3.0), clipped)
+            loss_sum += float(per_token[roll].sum())
+            roll_count += float(roll.sum())
+        per_rank.append(gathered)
+    assert len(names) == 1  # the same names from every micro-batch of every rank
+    aggregated = {k: Metric.aggregate_dp([g[k] for g in per_rank]) for k in per_rank[0]}
+    assert aggregated["dph/u_mean"] == pytest.approx(u_sum / u_count, rel=1e-5)
+    # the dual-clip PPO loss of the actor config (clip 0.2 / 0.28, c = 3) per rollout token
+    assert aggregated["actor/pg_loss"] == pytest.approx(loss_sum / roll_count, rel=1e-4)

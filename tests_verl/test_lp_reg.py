@@ -13,10 +13,11 @@ from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 from verl.workers.utils.padding import no_padding_2_padding
 
 from divrl.algorithms import logit_stats, lp_reg_loss, proxy_log_prob
-from divrl.integrations.verl.keys import LOG_NORMALIZER, PROXY_LOG_PROB
+from divrl.integrations.verl.keys import IS_REFERENCE, LOG_NORMALIZER, PROXY_LOG_PROB
 from divrl.integrations.verl.losses import DivRLLoss
+from divrl.integrations.verl.rehearsal import join_rehearsal
 from divrl.integrations.verl.settings import DivRLVerlSettings
-from tests_verl.builders import micro_batches, rollout_rows
+from tests_verl.builders import micro_batches, reference_samples, rollout_rows
 from tests_verl.test_losses import actor_config
 
 VOCAB = 50
@@ -155,3 +156,63 @@ def test_pi_olds_proxy_from_the_old_log_prob_pass_gives_the_same_loss():
     from_own, own_metrics = loss_fn(model_output=own, data=hooked)
     assert torch.equal(from_old, from_own)
     assert own_metrics["lp_reg/num_regularized"].aggregate() > 0  # the proxy mattered
+
+
+def test_lp_reg_with_rehearsal_logs_every_name_on_every_micro_batch():
+    """A micro-batch of rehearsal rows alone logs Lp-Reg's names too (as 0: it holds none of
+    the rollout tokens), so verl's aggregation over ranks finds them on every rank."""
+    settings = DivRLVerlSettings(
+        policy_loss="lp_reg",
+        loss_options={"rho": 1.0},
+        divergence="js",
+        divergence_coef=0.2,
+        divergence_weighting="paper",
+        reference_store="unused",
+        reference_per_step=2,
+    )
+    loss_fn = DivRLLoss(actor_config(clip_ratio_low=1.0, clip_ratio_high=9.0), settings)
+    joined, _ = join_rehearsal(rollout_rows(4, seed=3), reference_samples(2))
+    g = torch.Generator().manual_seed(5)
+    names, reference_only = set(), 0
+    for micro in micro_batches(joined, 1):
+        nnz = micro["input_ids"].values().shape[0]
+        out = engine_outputs(loss_fn, micro, torch.randn(nnz, VOCAB, generator=g))
+        loss, metrics = loss_fn(model_output=out, data=micro)
+        assert torch.isfinite(loss)
+        names.add(frozenset(metrics))
+        if bool(micro[IS_REFERENCE].all()):
+            reference_only += 1
+            assert metrics["lp_reg/num_selected"].aggregate() == 0.0
+            assert metrics["dph/u_mean"].aggregate() > 0.0
+    assert reference_only == 2 and len(names) == 1
+    assert {"lp_reg/num_selected", "dph/u_mean", "actor/pg_clipfrac"} <= next(iter(names))
+
+
+def test_lp_reg_takes_verls_rollout_importance_weights_on_its_per_token_loss():
+    """With verl's rollout IS correction the batch carries ``rollout_is_weights``: Lp-Reg's
+    per-token loss is multiplied by them before aggregation, as verl's vanilla loss is."""
+    settings = DivRLVerlSettings(policy_loss="lp_reg", loss_options={"rho": 1.0})
+    loss_fn = DivRLLoss(actor_config(clip_ratio_low=1.0, clip_ratio_high=9.0), settings)
+    batch = rollout_rows(4, seed=3)
+    r = batch["response_mask"]
+    g = torch.Generator().manual_seed(7)
+    weights = 0.5 + torch.rand(r.values().shape[0], generator=g)
+    batch["rollout_is_weights"] = torch.nested.nested_tensor_from_jagged(weights, r.offsets())
+    total = int(r.values().sum())
+    (micro,) = micro_batches(batch, 4)
+    nnz = micro["input_ids"].values().shape[0]
+    out = engine_outputs(loss_fn, micro, torch.randn(nnz, VOCAB, generator=g) * 2.0)
+    loss, _ = loss_fn(model_output=out, data=micro)
+    lp = no_padding_2_padding(out["log_probs"], micro)
+    keys = ("old_log_probs", "advantages", "response_mask", "rollout_is_weights")
+    t = micro.select(*keys).to_padded_tensor()
+    mask = t["response_mask"].to(lp.dtype)
+    kwargs = settings.lp_reg_options(1.0, 9.0).loss_kwargs()
+    args = (lp, t["old_log_probs"], no_padding_2_padding(out[PROXY_LOG_PROB], micro))
+    want, _ = lp_reg_loss(
+        *args, t["advantages"], mask, token_weights=t["rollout_is_weights"], **kwargs
+    )
+    unweighted, _ = lp_reg_loss(*args, t["advantages"], mask, **kwargs)
+    scale = float(mask.sum()) / total
+    torch.testing.assert_close(loss, want * scale, rtol=1e-6, atol=1e-7)
+    assert not torch.allclose(loss, unweighted * scale)

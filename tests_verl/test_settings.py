@@ -139,11 +139,6 @@ DPH = dict(divergence="js", divergence_coef=0.2, reference_store="s", reference_
             {"policy_loss": "lp_reg"},
             "loss_mode=gspo",
         ),
-        (
-            ["algorithm.rollout_correction.rollout_is=token"],
-            {"policy_loss": "lp_reg"},
-            "rollout_is=token",
-        ),
         (["actor_rollout_ref.model.use_fused_kernels=True"], {"policy_loss": "lp_reg"}, "fused"),
         (
             ["actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"],
@@ -170,5 +165,7 @@ def test_what_composes_is_accepted_and_verls_own_loss_refuses_nothing():
         "algorithm.rollout_correction.rollout_is=token",
     )
     assert composition_errors(composed, DivRLVerlSettings(**DPH)) == []
+    weighted = _verl_config("algorithm.rollout_correction.rollout_is=token")
+    assert composition_errors(weighted, DivRLVerlSettings(policy_loss="lp_reg")) == []
     refused_elsewhere = _verl_config("actor_rollout_ref.actor.policy_loss.loss_mode=sapo")
     assert composition_errors(refused_elsewhere, DivRLVerlSettings()) == []

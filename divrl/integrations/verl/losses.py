@@ -351,14 +351,18 @@ class DivRLLoss:
             self.layout,
         )
         dp = int(info["dp_size"] or 1)
-        if bool(roll.any()):
-            part, part_metrics = self._rollout_part(tensors, roll)
-            total = total + part * (w_roll * dp)
-            metrics.update(part_metrics)
-        if bool(is_ref.any()):
-            part, part_metrics = self._reference_part(tensors, is_ref)
-            total = total + part * (w_ref * dp)
-            metrics.update(part_metrics)
+        stream = [int(v) for v in tensors[STREAM][0].tolist()[:2]]
+        for rows, weight, part_fn, n_total in (
+            (roll, w_roll, self._rollout_part, stream[0]),
+            (is_ref, w_ref, self._reference_part, stream[1]),
+        ):
+            if bool(rows.any()):
+                part, part_metrics = part_fn(tensors, rows)
+                total = total + part * (weight * dp)
+            else:  # the part's metric names, from its terms on this micro-batch masked out
+                _, part_metrics = part_fn({**tensors, "response_mask": mask * 0}, rows | True)
+            n_tokens = int(mask[rows].sum())
+            metrics.update(_token_weighted(part_metrics, n_tokens, n_total, dp))
         metrics["dph/effective_eta"] = effective
         return total, _as_metrics(metrics)
 
@@ -412,6 +416,8 @@ class DivRLLoss:
                 adv,
                 mask,
                 log_normalizer=t[LOG_NORMALIZER][rows] if LOG_NORMALIZER in t else None,
+                # verl's rollout IS weights on the per-token loss, as its vanilla loss has them
+                token_weights=t["rollout_is_weights"][rows] if "rollout_is_weights" in t else None,
                 **self.options.loss_kwargs(),
             )
             metrics = {**metrics, **_verl_pg_metrics(metrics)}
@@ -443,6 +449,27 @@ class DivRLLoss:
             self.agg,
         )
         return loss, metrics
+
+
+def _token_weighted(metrics: dict[str, Any], n_tokens: int, n_total: int, dp: int) -> dict:
+    """One part's per-micro-batch metrics as verl SUM metrics whose aggregate is their mean
+    over the mini-batch weighted by the part's tokens.
+
+    With rehearsal rows a micro-batch may hold one part or both, so a part's metrics would
+    exist on some micro-batches only, and verl's aggregation over ranks requires every rank
+    to log each name the same number of times. Every micro-batch therefore logs every name:
+    ``m * n * dp / N`` (``n`` of the mini-batch's ``N`` tokens of the part, all ranks), 0
+    where it holds none of the part. verl sums a SUM metric over micro-batches and averages
+    it over ranks, which gives ``sum_i m_i n_i / N``. A mini-batch without the part (``N =
+    0``) logs none of its names on any rank.
+    """
+    if n_total <= 0:
+        return {}
+    share = n_tokens * dp / n_total
+    return {
+        k: Metric(value=float(v) * share if n_tokens else 0.0, aggregation=AggregationType.SUM)
+        for k, v in metrics.items()
+    }
 
 
 def _as_metrics(metrics: dict[str, Any]) -> dict[str, Any]:

@@ -332,13 +332,6 @@ def composition_errors(config: Mapping[str, Any], settings: DivRLVerlSettings) -
             f"{actor}.policy_loss.loss_mode={mode}: cannot be DPH-RL's rollout term ({why}); "
             f"use one of {', '.join(COMPOSED_LOSS_MODES)}"
         )
-    is_level = _get(config, "algorithm.rollout_correction.rollout_is", None)
-    if settings.policy_loss == "lp_reg" and is_level is not None:
-        errors.append(
-            f"algorithm.rollout_correction.rollout_is={is_level}: Lp-Reg's loss has no "
-            "importance-weight term (its ratio is pi/pi_old); set it to null or use "
-            "divrl.policy_loss=vanilla"
-        )
     replay = _get(config, f"{actor}.megatron.router_replay.mode", "disabled")
     if settings.dph and replay != "disabled":
         errors.append(
