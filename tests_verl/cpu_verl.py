@@ -50,6 +50,8 @@ class _CPUDevice(ModuleType):
             return lambda *a, **k: "cpu"
         if name == "mem_get_info":
             return lambda *a, **k: (0, 0)
+        if name in {"get_rng_state", "set_rng_state"}:  # checkpoints: the CPU generator's
+            return getattr(torch, name)
         raise AttributeError(name)
 
 
@@ -289,8 +291,11 @@ def _adapter_class():
                     tensor = tensor.full_tensor()
                 state[name] = tensor.detach().to("cpu", copy=True)
             rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
-            if rank % self.device_mesh.size() == 0:
-                server = ray.get_actor(_server_name(rank // self.device_mesh.size()))
+            # one replica per (infer_tp x infer_pp) group of ranks: the mesh's size over its
+            # data-parallel dimension (each data-parallel rank's replica gets the weights)
+            replica = self.device_mesh.size() // self.device_mesh["dp"].size()
+            if rank % replica == 0:
+                server = ray.get_actor(_server_name(rank // replica))
                 await server.load_weights.remote(state, kwargs.get("global_steps"))
 
     return CPUServerAdapter

@@ -10,7 +10,6 @@ subprocess under a hard ``timeout`` (about a minute each on a 2-core machine).
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -36,34 +35,27 @@ def world(tmp_path_factory):
     return root, model, data
 
 
-def _run(root, model, data, *extra, mode="divrl_sync", out=None, reward=None) -> str:
-    cmd = e2e.command(
-        model,
-        data,
-        out or root / "checkpoints",
-        f"trainer.v1.trainer_mode={mode}",
-        *extra,
-        reward=reward,
-    )
+def _run(root, model, data, *extra, mode="divrl_sync", out=None, reward=None):
+    """One verl run; its console output and the per-step metrics verl's file logger wrote."""
+    out = out or root / "checkpoints"
+    metrics = Path(f"{out}.metrics.jsonl")
+    metrics.unlink(missing_ok=True)
+    cmd = e2e.command(model, data, out, f"trainer.v1.trainer_mode={mode}", *extra, reward=reward)
     proc = subprocess.run(
         ["timeout", "-k", "10", str(TIMEOUT_S), *cmd],
-        env=e2e.env(),
+        env=e2e.env(metrics),
         cwd=root,
         capture_output=True,
         text=True,
     )
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-6000:]
-    return out
-
-
-def _steps(out: str) -> list[str]:
-    return [line for line in out.splitlines() if re.search(r"\bstep:\d+ - ", line)]
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-6000:]
+    return log, e2e.step_metrics(metrics)
 
 
 def test_lp_reg_trains_two_steps_in_verls_trainer(world):
     root, model, data = world
-    out = _run(
+    _, steps = _run(
         root,
         model,
         data,
@@ -71,9 +63,8 @@ def test_lp_reg_trains_two_steps_in_verls_trainer(world):
         "actor_rollout_ref.actor.clip_ratio_low=1.0",
         "actor_rollout_ref.actor.clip_ratio_high=9.0",
     )
-    steps = _steps(out)
-    assert [re.search(r"step:(\d+)", s).group(1) for s in steps] == ["1", "2"]
-    assert all("actor/lp_reg/mean_z:" in s for s in steps)
+    assert [s["step"] for s in steps] == [1.0, 2.0]
+    assert all("actor/lp_reg/mean_z" in s for s in steps)
 
 
 def test_dph_js_trains_two_steps_with_rehearsal_rows(world):
@@ -81,7 +72,7 @@ def test_dph_js_trains_two_steps_with_rehearsal_rows(world):
     store = e2e.write_store(root / "store", model, data)
     exploration = root / "exploration.parquet"
     assert write_exploration_split(data, store, exploration) == 2
-    out = _run(
+    _, steps = _run(
         root,
         model,
         exploration,
@@ -91,14 +82,12 @@ def test_dph_js_trains_two_steps_with_rehearsal_rows(world):
         f"+divrl.reference_store={store}",
         "+divrl.reference_per_step=2",
     )
-    steps = _steps(out)
-    assert [re.search(r"step:(\d+)", s).group(1) for s in steps] == ["1", "2"]
+    assert [s["step"] for s in steps] == [1.0, 2.0]
     for step in steps:
-        divergence = float(re.search(r"actor/dph/divergence:([-0-9.e]+)", step).group(1))
+        divergence = step["actor/dph/divergence"]
         assert divergence == divergence  # the rehearsal rows reached the loss (not NaN)
     # the store's log-probs are the initial model's: pi/pi_ref is 1 on them at step 1
-    u_mean = float(re.search(r"actor/dph/u_mean:([-0-9.e]+)", steps[0]).group(1))
-    assert abs(u_mean - 1.0) < 0.05
+    assert abs(steps[0]["actor/dph/u_mean"] - 1.0) < 0.05
 
 
 #: the per-step metrics the identity run compares (loss, gradient norm, entropy, reward)
@@ -120,8 +109,10 @@ def test_divrl_sync_with_dph_and_lp_reg_off_is_verls_sync_run(world):
         ("divrl_sync", ["+divrl.divergence=js", "+divrl.divergence_coef=0"]),
     ):
         out_dir = root / f"identity_{mode}"
-        out = _run(root, model, data, *fp32, *extra, mode=mode, out=out_dir, reward=VARIED_REWARD)
-        runs[mode] = (e2e.step_metrics(out), e2e.checkpoint_files(out_dir / "global_step_2"))
+        _, steps = _run(
+            root, model, data, *fp32, *extra, mode=mode, out=out_dir, reward=VARIED_REWARD
+        )
+        runs[mode] = (steps, e2e.checkpoint_files(out_dir / "global_step_2"))
     (verl_steps, verl_files), (ours, our_files) = runs["sync"], runs["divrl_sync"]
     assert [s["step"] for s in verl_steps] == [s["step"] for s in ours] == [1.0, 2.0]
     for theirs, mine in zip(verl_steps, ours, strict=True):
@@ -132,3 +123,52 @@ def test_divrl_sync_with_dph_and_lp_reg_off_is_verls_sync_run(world):
     assert any(s["actor/grad_norm"] > 0 for s in verl_steps)
     assert any(s["actor/pg_loss"] != 0 for s in verl_steps)
 
+
+#: two ranks, verl's dynamic batch sizes, DPH-JS with the rehearsal controller and Lp-Reg
+TWO_RANKS = (
+    "trainer.n_gpus_per_node=2",
+    "ray_kwargs.ray_init.num_gpus=2",
+    "actor_rollout_ref.rollout.n=4",  # 4 samples a group: rewards that differ within one
+    "actor_rollout_ref.actor.use_dynamic_bsz=True",
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=256",
+    "actor_rollout_ref.actor.fsdp_config.dtype=float32",
+    "trainer.save_freq=2",
+    "+divrl.divergence=js",
+    "+divrl.divergence_coef=0.2",
+    "+divrl.divergence_weighting=paper",
+    "+divrl.reference_per_step=3",
+    "+divrl.rehearsal_control.target=0.001",
+    "+divrl.rehearsal_control.warmup_steps=1",
+    "+divrl.policy_loss=lp_reg",
+    "+divrl.loss_options.rho=0.5",
+    "+divrl.loss_options.min_k=1",
+    "actor_rollout_ref.actor.clip_ratio_low=1.0",
+    "actor_rollout_ref.actor.clip_ratio_high=9.0",
+)
+
+
+def test_two_ranks_with_dynamic_batches_resume_as_the_unbroken_run(world):
+    """DPH-JS (rehearsal controlled) and Lp-Reg on 2 ranks with dynamic batch sizes: 3 steps
+    unbroken, and 2 steps saved then resumed for the third; the third step's metrics (the
+    controller's eta, the rehearsal draw, the Lp-Reg tokens) are the unbroken run's."""
+    root, model, data = world
+    store = e2e.write_store(root / "store_ranks", model, data)
+    exploration = root / "exploration_ranks.parquet"
+    write_exploration_split(data, store, exploration)
+    args = (root, model, exploration, *TWO_RANKS, f"+divrl.reference_store={store}")
+    kw = {"reward": VARIED_REWARD}  # rewards that vary within a group: Lp-Reg has tokens
+    _, unbroken = _run(*args, "trainer.total_training_steps=3", out=root / "unbroken", **kw)
+    broken = root / "ranks_broken"
+    _, first = _run(*args, "trainer.total_training_steps=2", out=broken, **kw)
+    _, resumed = _run(*args, "trainer.total_training_steps=3", out=broken, **kw)
+    assert [s["step"] for s in unbroken] == [1.0, 2.0, 3.0]
+    assert [s["step"] for s in first] == [1.0, 2.0] and [s["step"] for s in resumed] == [3.0]
+    for name in ("actor/dph/u_mean", "actor/lp_reg/num_selected", "actor/pg/loss"):
+        assert all(name in s for s in unbroken), name
+    # the controller moved eta after its one warm-up step, and the resumed run moved it alike
+    assert unbroken[2]["divrl/dph/eta"] != unbroken[0]["divrl/dph/eta"]
+    assert any(s["actor/lp_reg/num_selected"] > 0 for s in unbroken)
+    compared = [k for k in unbroken[2] if k.startswith(("actor/", "divrl/", "critic/"))]
+    compared = [k for k in compared if "time" not in k and "memory" not in k]
+    for name in compared:
+        assert resumed[0][name] == pytest.approx(unbroken[2][name], rel=1e-5, abs=1e-7), name
