@@ -9,9 +9,11 @@ world (bit-string parity on the scaffold), the script copies the tracked files i
 fresh folder (a git repository, so that ``git status`` counts what changed), writes the
 new module, adds the one registration line the docs name, regenerates the registry
 tables (``scripts/registry_tables.py``: docs/ pages change by command, not by hand), runs
-the commands that prove the addition works, and prints one Markdown row per addition:
-library files added and edited (under ``divrl/``), doc pages the command rewrote, the
-commands and whether they passed. docs/architecture.md records a run.
+the commands that prove the addition works (for the world: ``divrl toy presets`` writes
+its presets from the method list, and ``divrl demo`` trains each on it), and prints one
+Markdown row per addition: library files added and edited (under ``divrl/``), doc pages
+the command rewrote, preset files a command wrote (under ``configs/``), the commands and
+whether they passed. docs/architecture.md records a run.
 """
 
 from __future__ import annotations
@@ -100,7 +102,7 @@ import random
 from divrl.data import Example
 from divrl.toy import kit
 from divrl.toy.model import ToyModelConfig
-from divrl.toy.scaffold import WorldScaffold
+from divrl.toy.scaffold import PresetScale, WorldScaffold
 from divrl.toy.sft import SFTConfig
 from divrl.toy.tokenizer import ANSWER_MARKER, build_tokenizer
 
@@ -138,6 +140,8 @@ class ParityWorld(WorldScaffold):
     name = "parity"
     sizes = {"full": ParityConfig(), "tiny": ParityConfig(n_train=16, n_test=4, n_long=4)}
     splits = ("train", "test", "ood_long")
+    # prompts up to ~30 tokens (12 bits), the answer 1 token: context 48
+    preset_scale = PresetScale(max_prompt_length=32, max_new_tokens=8)
 
     def generate(self, out, final, seed, cfg):
         rng = random.Random(seed)
@@ -183,15 +187,16 @@ def _add_line(path: Path, after: str, line: str) -> None:
     path.write_text(text.replace(after, after + line, 1))
 
 
-def _changes(tree: Path) -> tuple[list[str], list[str], list[str]]:
-    """(library files added, library files edited, docs/ pages changed)."""
+def _changes(tree: Path) -> tuple[list[str], list[str], list[str], list[str]]:
+    """(library files added, library files edited, docs/ pages changed, presets added)."""
     out = subprocess.run(
         ["git", "status", "--porcelain", "-uall"], cwd=tree, capture_output=True, text=True
     ).stdout.splitlines()
     added = [ln[3:] for ln in out if ln.startswith("??") and ln[3:].startswith("divrl/")]
     edited = [ln[3:] for ln in out if ln[:2].strip() == "M" and ln[3:].startswith("divrl/")]
     docs = [ln[3:] for ln in out if ln[3:].startswith("docs/")]
-    return added, edited, docs
+    presets = [ln[3:] for ln in out if ln.startswith("??") and ln[3:].startswith("configs/")]
+    return added, edited, docs, presets
 
 
 def _run(tree: Path, command: str, cache: Path) -> bool:
@@ -238,7 +243,7 @@ def _additions(py: str) -> dict[str, tuple]:
             t / "divrl/toy/worlds.py",
             "WORLDS: dict[str, WorldKind] = {\n",
             '    "parity": WorldKind.scaffolded("divrl.toy.parity_world:WORLD", "bit parity", '
-            'presets="toy/parity", methods=()),\n',
+            'presets="toy/parity", methods=("grpo", "dph_js", "lp_reg")),\n',
         )
 
     score = (
@@ -271,6 +276,9 @@ def _additions(py: str) -> dict[str, tuple]:
             [
                 f"{py} -m divrl.cli toy build --world parity --size tiny --quiet "
                 "--cache-dir wc && ls wc/parity-tiny-seed0-*/data/ood_long.jsonl",
+                f"{py} -m divrl.cli toy presets --world parity",
+                f"{py} -m divrl.cli demo --world parity --size tiny --steps 1 --train-prompts 32 "
+                "--eval-prompts 4 --n 2 --jobs 1 --out demo_parity && test -s demo_parity/report/report.md",
             ],
         ),
     }
@@ -291,9 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     base = args.out or Path(tempfile.mkdtemp(prefix="divrl-trial-"))
     print(
         "| added | library files added | library files edited | docs rewritten by the "
-        "command | commands | passed |"
+        "command | presets a command wrote | commands | passed |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     ok_all = True
     for i, (title, (write, commands)) in enumerate(_additions(sys.executable).items()):
         if args.only and args.only not in title:
@@ -303,11 +311,13 @@ def main(argv: list[str] | None = None) -> int:
         write(tree)
         ok = _run(tree, f"{sys.executable} scripts/registry_tables.py", base / "cache")
         ok = all([ok, *(_run(tree, c, base / "cache") for c in commands)])
-        added, edited, docs = _changes(tree)
+        added, edited, docs, presets = _changes(tree)
+        folders = sorted({str(Path(p).parent) + "/" for p in presets})
         shown = "; ".join(_shown(c.replace(sys.executable, "python")) for c in commands)
         print(
             f"| {title} | {len(added)} ({', '.join(added)}) | {len(edited)} "
-            f"({', '.join(edited)}) | {', '.join(docs) or 'none'} | `{shown}` | "
+            f"({', '.join(edited)}) | {', '.join(docs) or 'none'} | "
+            f"{len(presets)} ({', '.join(folders) or 'none'}) | `{shown}` | "
             f"{'yes' if ok else 'NO'} |"
         )
         ok_all &= ok

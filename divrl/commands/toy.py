@@ -7,7 +7,8 @@ where they are. ``--measure`` also samples the model and prints the measured pro
 CPU; stored, so a second call prints them at once). ``divrl toy measure`` (re-)measures
 with other sampling settings. ``--world`` picks any world of the registry
 (:mod:`divrl.toy.worlds`): ``countdown`` (search traces; its documented numbers use
-``--samples 32``) or one registered there.
+``--samples 32``) or one registered there. ``divrl toy presets`` writes a world's toy
+presets from the method list at the scale the world declares (:mod:`divrl.toy.presets`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 
 from divrl.cli import positive_int, seed_int
 
@@ -67,12 +69,83 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 help="train even when a shipped model matches (to check that it reproduces; "
                 "use a fresh --cache-dir, a cached world is returned as it is)",
             )
+    _add_presets(sub, parser.formatter_class, sorted(WORLDS), worlds)
+
+
+def _add_presets(sub, formatter_class, names: list[str], worlds: str) -> None:
+    help_text = (
+        "write a world's toy presets from the method list, each extending the method's "
+        "full preset at the scale the world declares"
+    )
+    p = sub.add_parser(
+        "presets", help=help_text, description=help_text, formatter_class=formatter_class
+    )
+    p.add_argument("--world", choices=names, required=True, help=worlds)
+    p.add_argument(
+        "--methods",
+        nargs="+",
+        metavar="METHOD",
+        help="methods (a name with configs/<name>.yaml, or a toy-only variant in configs/toy/); "
+        "default: the methods the world declares, else every preset in configs/toy/",
+    )
+    p.add_argument("--out", help="folder to write (default: configs/<the world's presets folder>)")
+    p.add_argument(
+        "--configs", help="the full presets' folder (default: ./configs or the checkout's)"
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace presets that exist and differ (without it the command refuses and writes "
+        "nothing)",
+    )
+
+
+def write_presets(args: argparse.Namespace) -> int:
+    """``divrl toy presets``: 2 and one line (naming the file when a preset exists and
+    differs) on bad input; nothing is written then."""
+    from divrl.toy.presets import PresetExists, generate_presets
+
+    try:
+        status = generate_presets(_render(args), overwrite=args.overwrite)
+    except (PresetExists, ValueError, FileNotFoundError) as exc:
+        print(f"divrl toy presets: {exc}", file=sys.stderr)
+        return 2
+    for path, what in status.items():
+        print(f"{what:<9} {path}")
+    return 0
+
+
+def _render(args: argparse.Namespace) -> dict:
+    from pathlib import Path
+
+    from divrl.toy.presets import configs_root, render_presets
+    from divrl.toy.worlds import WORLDS, world_presets, world_scaffold
+
+    name = args.world
+    scale = getattr(world_scaffold(name), "preset_scale", None)
+    if scale is None:
+        raise ValueError(
+            f"world {name!r} declares no preset scale: set preset_scale (a "
+            "divrl.toy.presets.PresetScale) on its WorldScaffold"
+        )
+    configs = Path(args.configs) if args.configs else configs_root()
+    folder = world_presets(name)
+    declared = WORLDS[name].methods
+    methods = args.methods or (
+        declared if declared is not None else sorted(p.stem for p in configs.glob("toy/*.yaml"))
+    )
+    if not methods:
+        raise ValueError(f"world {name!r} declares no methods (methods=()): pass --methods")
+    out = Path(args.out) if args.out else configs / folder
+    return render_presets(name, scale, methods, out=out, folder=folder, configs=configs)
 
 
 def run(args: argparse.Namespace) -> int:
     # idle OpenMP threads must not spin: on a shared CPU spinning makes 2 threads slower
     # than 1 (only effective when torch is not imported yet)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if args.toy_command == "presets":
+        return write_presets(args)
     from divrl.toy.kit import model_source_label
     from divrl.toy.measure import load_measurements
     from divrl.toy.worlds import format_measurements, get_world, measure_world, ship_world

@@ -23,7 +23,7 @@ from divrl.rewards.countdown_reward import format_ground_truth
 from divrl.toy import countdown, kit, toy_math
 from divrl.toy.kit import SplitSizes, ToyWorld, distinct_problems, math_row, math_sft_pair
 from divrl.toy.model import ToyModelConfig
-from divrl.toy.scaffold import WorldScaffold
+from divrl.toy.scaffold import PresetScale, WorldScaffold
 from divrl.toy.sft import SFTConfig
 from divrl.toy.tokenizer import ANSWER_MARKER, build_tokenizer
 
@@ -79,6 +79,17 @@ class CountdownWorld(WorldScaffold):
     build_version = BUILD_VERSION
     sizes = SIZES
     pretrained_dir = PRETRAINED_DIR
+    #: configs/toy/countdown/*.yaml's scale: prompts have ~12 tokens, traces of up to 6
+    #: attempts fit 112 (context 128); lr 1e-4 (at 3e-4 GRPO's training reward fell 0.16 ->
+    #: 0.07 in 44 steps, docs/toy_world.md); near-perfect = >= 2 of 8 (none of the first 64
+    #: train prompts is 8/8 for the base), and the presampled correct responses are kept
+    preset_scale = PresetScale(
+        max_prompt_length=24,
+        max_new_tokens=112,
+        lr=1e-4,
+        reference_threshold=2,
+        keep_presampled=True,
+    )
 
     def generate(
         self, out: Path, final: Path, seed: int, cfg: Any

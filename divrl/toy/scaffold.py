@@ -27,8 +27,9 @@ from typing import Any
 from divrl.data import Example, write_examples
 from divrl.toy import kit
 from divrl.toy.kit import MeasureTarget
+from divrl.toy.presets import PresetScale
 
-__all__ = ["MeasureTarget", "WorldScaffold"]
+__all__ = ["MeasureTarget", "PresetScale", "WorldScaffold"]
 
 
 class WorldScaffold:
@@ -50,6 +51,9 @@ class WorldScaffold:
     pretrained_dir: Path | None = None
     #: what ``divrl toy measure`` checks the base model against (empty: the table only)
     targets: tuple[MeasureTarget, ...] = ()
+    #: the scale of the world's toy presets, which ``divrl toy presets`` writes from the
+    #: method list (lengths, learning rate, batch sizes; None: the command refuses)
+    preset_scale: PresetScale | None = None
 
     # --------------------------------------------------------- what a world writes
 

@@ -25,7 +25,7 @@ from divrl.rewards.sparks_reward import format_ground_truth
 from divrl.toy import kit, sparks
 from divrl.toy.kit import ToyWorld, train_and_save
 from divrl.toy.model import ToyModelConfig
-from divrl.toy.scaffold import WorldScaffold
+from divrl.toy.scaffold import PresetScale, WorldScaffold
 from divrl.toy.sft import SFTConfig
 from divrl.toy.tokenizer import ANSWER_MARKER, build_tokenizer
 
@@ -84,6 +84,19 @@ class SparksWorld(WorldScaffold):
     sizes = SIZES
     splits = SPLITS
     pretrained_dir = PRETRAINED_DIR
+    #: configs/toy/sparks/*.yaml's scale: prompts have 14 tokens, the longest trace 22;
+    #: every method on-policy with the whole step in one micro-batch, 150 steps, a
+    #: checkpoint every 25 steps for the spark measurement (docs/sparks_world.md)
+    preset_scale = PresetScale(
+        max_prompt_length=24,
+        max_new_tokens=40,
+        lr=3e-4,
+        total_steps=150,
+        micro_batch_size=256,
+        on_policy=True,
+        lp_reg_micro_batch_tokens=400,
+        extra={"checkpoint.save_every": 25, "checkpoint.keep_last": 100},
+    )
 
     def generate(
         self, out: Path, final: Path, seed: int, cfg: Any

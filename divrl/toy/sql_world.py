@@ -30,7 +30,7 @@ from divrl.toy.kit import (
     train_and_save,
 )
 from divrl.toy.model import ToyModelConfig
-from divrl.toy.scaffold import MeasureTarget, WorldScaffold
+from divrl.toy.scaffold import MeasureTarget, PresetScale, WorldScaffold
 from divrl.toy.sft import SFTConfig
 from divrl.toy.tokenizer import ANSWER_MARKER, build_tokenizer
 
@@ -122,6 +122,8 @@ class SQLWorld(WorldScaffold):
     splits = SPLITS
     pretrained_dir = PRETRAINED_DIR
     targets = TARGETS
+    #: configs/toy/*.yaml's scale (`divrl toy presets --world sql` writes it)
+    preset_scale = PresetScale(max_prompt_length=48, max_new_tokens=80, lr=3e-4)
 
     def key(self, seed: int, size: str, cfg: Any) -> str:
         # without the world's name: the key the shipped model was built with

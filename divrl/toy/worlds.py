@@ -146,7 +146,7 @@ def register_world(name: str, kind: WorldKind, *, replace: bool = False) -> None
 
 
 def _resolve(target: Target) -> Any:
-    if callable(target):
+    if not isinstance(target, str):  # the function (or the scaffold instance) itself
         return target
     module, _, attr = target.partition(":")
     obj: Any = importlib.import_module(module)
