@@ -60,7 +60,7 @@ from divrl.integrations.trl_hooks import (
 )
 from divrl.integrations.trl_lp_reg import (
     LOG_Z_KEY,
-    PROXY_CHUNK_POSITIONS,
+    PROXY_CHUNK_LOGITS,
     PROXY_CONSISTENCY_TOL,
     PROXY_KEY,
     HiddenCapture,
@@ -76,7 +76,7 @@ __all__ = [
     "ALLOW_UNTESTED_ENV",
     "LOG_Z_KEY",
     "LP_REG_LOSS_TYPES",
-    "PROXY_CHUNK_POSITIONS",
+    "PROXY_CHUNK_LOGITS",
     "PROXY_CONSISTENCY_TOL",
     "PROXY_KEY",
     "REQUIRED_INPUT_KEYS",

@@ -8,16 +8,26 @@ from dataclasses import dataclass
 
 import torch
 
-from divrl.algorithms import minp_log_normalizer, proxy_log_prob, token_log_probs
+from divrl.algorithms import logit_stats
 
 # Batch keys the adapter adds (off-policy Lp-Reg): TRL splits and shuffles them with the rest.
 PROXY_KEY, LOG_Z_KEY = "divrl_proxy_log_probs", "divrl_proxy_log_z"
-# Proxy positions projected through the LM head at once (bounds the fp32 logits' memory).
-PROXY_CHUNK_POSITIONS = 1024
 # Largest mean |log p| gap between the adapter's LM-head projection and TRL's log-probs
 # before the proxy is declared inconsistent (bf16 autocast noise is far below this; a
 # logit scale or soft-cap the adapter does not apply is far above).
 PROXY_CONSISTENCY_TOL = 0.05
+# Logits (positions x vocabulary) the proxy projects through the LM head at once: 2**25,
+# 128 MiB in fp32 (220 positions at a 151,936 vocabulary). A chunk's four fp32 buffers then
+# fit in one fp32 tile of TRL's own fused LM head (4,096 positions x 32,768 entries), which
+# runs after the proxy in the same forward, so the proxy does not raise that forward's
+# peak (measured: benchmarks/trl_lp_reg_memory.py).
+PROXY_CHUNK_LOGITS = 2**25
+
+
+def proxy_chunk_positions(vocab: int) -> int:
+    """Positions per LM-head projection of the proxy: :data:`PROXY_CHUNK_LOGITS` logits."""
+    return max(1, PROXY_CHUNK_LOGITS // vocab)
+
 
 # --------------------------------------------------------------------------- helpers
 
@@ -58,35 +68,36 @@ def hidden_state_hook(
 
 @torch.no_grad()
 def proxy_from_hidden(
-    lm_head: torch.nn.Module,
+    lm_head: Callable[[torch.Tensor], torch.Tensor],
     hidden: torch.Tensor,
     tokens: torch.Tensor,
     kappa: float,
     temperature: float,
     autocast: Callable[[], AbstractContextManager] = nullcontext,
-    chunk: int = PROXY_CHUNK_POSITIONS,
+    chunk: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Proxy log-prob, ``log Z`` and plain log-prob of ``tokens`` from ``hidden`` ``[B, K, H]``.
 
     The LM head runs under ``autocast()`` (the trainer passes the one TRL's forward runs
-    under, so the logits match TRL's), on ``chunk`` positions at a time, so the
-    ``[B, K, vocab]`` logits never exist at once. Returns three ``[B, K]`` fp32 tensors.
+    under, so the logits match TRL's), on ``chunk`` positions at a time (``None``:
+    :func:`proxy_chunk_positions` of the head's vocabulary), so the ``[B, K, vocab]``
+    logits never exist at once; the three values come from one pass over each chunk
+    (:func:`divrl.algorithms.logit_stats`). Returns three ``[B, K]`` fp32 tensors.
     """
     flat_h = hidden.reshape(-1, hidden.shape[-1])
     flat_t = tokens.reshape(-1)
     parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
-    for start in range(0, flat_h.shape[0], chunk):
+    # chunk None: one position first, whose logits give the vocabulary, then the budget's
+    start, step = 0, chunk or 1
+    while start < flat_h.shape[0]:
         with autocast():
-            logits = lm_head(flat_h[start : start + chunk])
-        logits = logits.float()
-        toks = flat_t[start : start + chunk]
-        parts.append(
-            (
-                proxy_log_prob(logits, toks, kappa, temperature),
-                minp_log_normalizer(logits, kappa, temperature),
-                token_log_probs(logits, toks, temperature),
-            )
-        )
+            logits = lm_head(flat_h[start : start + step])
+        toks = flat_t[start : start + logits.shape[0]]
+        stats = logit_stats(logits, toks, temperature, with_entropy=False, minp_kappa=kappa)
+        parts.append((stats.proxy_log_prob, stats.log_normalizer, stats.log_prob))
+        start += logits.shape[0]
+        step = chunk or proxy_chunk_positions(logits.shape[-1])
+        del logits, stats
     return tuple(torch.cat(p).view(tokens.shape) for p in zip(*parts, strict=True))  # type: ignore[return-value]
 
 
