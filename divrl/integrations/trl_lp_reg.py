@@ -19,8 +19,7 @@ PROXY_CONSISTENCY_TOL = 0.05
 # Logits (positions x vocabulary) the proxy projects through the LM head at once: 2**25,
 # 128 MiB in fp32 (220 positions at a 151,936 vocabulary). A chunk's four fp32 buffers then
 # fit in one fp32 tile of TRL's own fused LM head (4,096 positions x 32,768 entries), which
-# runs after the proxy in the same forward, so the proxy does not raise that forward's
-# peak (measured: benchmarks/trl_lp_reg_memory.py).
+# runs after the proxy in the same forward (peaks: benchmarks/trl_lp_reg_memory.py).
 PROXY_CHUNK_LOGITS = 2**25
 
 

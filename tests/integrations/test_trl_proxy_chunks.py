@@ -53,8 +53,8 @@ def test_the_proxy_projects_at_most_its_logit_budget_at_once(monkeypatch):
 
 def test_the_proxy_budget_fits_in_trls_own_lm_head_tile():
     """A chunk's fp32 buffers (its logits, the shifted logits, their exp, the filter) stay
-    within one fp32 tile of TRL's fused LM head, so the proxy, which runs before TRL's head
-    in the same forward, does not raise the forward's peak (benchmarks.trl_lp_reg_memory)."""
+    within one fp32 tile of TRL's fused LM head, which runs after the proxy in the same
+    forward."""
     from trl.kernels.chunked_logprob import TOKEN_CHUNK_SIZE
     from trl.trainer.utils import _CHUNKED_LOGPROB_CHUNK_SIZE
 
