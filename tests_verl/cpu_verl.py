@@ -160,10 +160,22 @@ def _sample_seed(steps, prompt_ids: tuple, k: int) -> int:
     return int.from_bytes(digest[:4], "little")
 
 
+class DrawCounter:
+    """How many samples of each prompt every replica together has drawn under one set of
+    weights: one Ray actor that the replicas share."""
+
+    def __init__(self):
+        self.drawn: dict[tuple, int] = {}
+
+    def next(self, key: tuple) -> int:
+        k = self.drawn[key] = self.drawn.get(key, -1) + 1
+        return k
+
+
 class CPURolloutServer:
     """One rollout replica: the HF model, sampled token by token by ``generate``."""
 
-    def __init__(self, config, model_config):
+    def __init__(self, config, model_config, counter=None):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         torch.set_num_threads(1)
@@ -174,7 +186,7 @@ class CPURolloutServer:
         ).eval()
         self.eos = AutoTokenizer.from_pretrained(path).eos_token_id
         self.global_steps = None
-        self.drawn: dict[tuple, int] = {}  # (weights' step, prompt) -> samples drawn so far
+        self.counter = counter  # a DrawCounter shared by every replica
 
     def ready(self) -> bool:
         return True
@@ -194,9 +206,11 @@ class CPURolloutServer:
         top_k = int(sampling_params.get("top_k", -1) or -1)
         greedy = temperature == 0.0
         # the k-th sample of a prompt under one set of weights is the same in every run,
-        # whatever order the agent loop sends the requests in (runs compared metric by metric)
+        # whichever replica draws it: a prompt's samples are the same set in every run. Which
+        # of the prompt's rows gets which of them follows the requests' arrival order, and
+        # verl's batch holds the rows in the order they finished: neither is reproducible.
         key = (self.global_steps, tuple(prompt_ids))
-        k = self.drawn[key] = self.drawn.get(key, -1) + 1
+        k = ray.get(self.counter.next.remote(key))
         torch.manual_seed(_sample_seed(*key, k))
         out = self.model.generate(
             torch.tensor([list(prompt_ids)]),
@@ -257,10 +271,15 @@ def _replica_class():
             return False
 
         async def launch_servers(self):
+            counter = (
+                ray.remote(DrawCounter)
+                .options(name="divrl_test_cpu_rollout_draws", get_if_exists=True, num_cpus=0)
+                .remote()
+            )
             server = (
                 ray.remote(CPURolloutServer)
                 .options(name=_server_name(self.replica_rank), num_cpus=0)
-                .remote(self.config, self.model_config)
+                .remote(self.config, self.model_config, counter)
             )
             await server.ready.remote()
             self.servers = [server]

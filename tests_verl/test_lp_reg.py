@@ -185,7 +185,9 @@ def test_lp_reg_with_rehearsal_logs_every_name_on_every_micro_batch():
             assert metrics["lp_reg/num_selected"].aggregate() == 0.0
             assert metrics["dph/u_mean"].aggregate() > 0.0
     assert reference_only == 2 and len(names) == 1
-    assert {"lp_reg/num_selected", "dph/u_mean", "actor/pg_clipfrac"} <= next(iter(names))
+    assert {"lp_reg/num_selected", "dph/u_mean", "actor/pg_clipfrac", "actor/pg_loss"} <= next(
+        iter(names)
+    )
 
 
 def test_lp_reg_takes_verls_rollout_importance_weights_on_its_per_token_loss():

@@ -420,7 +420,8 @@ class DivRLLoss:
                 token_weights=t["rollout_is_weights"][rows] if "rollout_is_weights" in t else None,
                 **self.options.loss_kwargs(),
             )
-            metrics = {**metrics, **_verl_pg_metrics(metrics)}
+            # verl's own name for the policy loss too, where verl users' dashboards look
+            metrics = {**metrics, **_verl_pg_metrics(metrics), "actor/pg_loss": metrics["pg/loss"]}
         else:
             weights = t["rollout_is_weights"][rows] if "rollout_is_weights" in t else None
             loss, metrics = verl_policy_term(self.config, lp, old, adv, mask, self.agg, weights)
