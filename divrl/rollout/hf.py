@@ -110,6 +110,10 @@ class HFEngine(RolloutEngine):
         self.pad_id = pad_token_id(tokenizer)
         self.context_capped = 0  # responses cut at the model's context so far
 
+    # generate(..., seeds=...) draws each seeded prompt in a call of its own: seeds cost
+    # one call per prompt, so divrl eval batches this engine under one seed instead
+    batched_seeds = False
+
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
