@@ -166,13 +166,16 @@ def check_engine(engine: Any, name: str) -> Any:
     return engine
 
 
-def check_prompts(prompt_ids: Sequence[Sequence[int]]) -> None:
+def check_prompts(prompt_ids: Sequence[Sequence[int]], seeds: Sequence[int] | None = None) -> None:
     """Refuse a prompt without tokens (there is nothing to continue: a model would sample
-    from a pad token, or a batch of one fail in a reshape).
+    from a pad token, or a batch of one fail in a reshape), and ``seeds`` that are not one
+    per prompt: what every engine's ``generate`` checks first.
 
     Raises:
-        ValueError: naming the first empty prompt's index.
+        ValueError: naming the first empty prompt's index, or the seed count.
     """
+    if seeds is not None and len(seeds) != len(prompt_ids):
+        raise ValueError("generate: need one seed per prompt")
     for i, ids in enumerate(prompt_ids):
         if len(ids) == 0:
             raise ValueError(
