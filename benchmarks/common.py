@@ -1,7 +1,10 @@
-"""Shared helpers: repeated timing, peak memory of a child process, JSON/Markdown output."""
+"""Shared helpers: repeated timing, peak memory of a child process, JSON/Markdown output,
+and the driver of the pass-memory benchmarks (one case per variant, each in a fresh
+process, tabled against a baseline variant)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -114,3 +117,74 @@ def markdown_table(headers: list[str], rows: list[list[Any]]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
+
+
+def measured_pass(warm_up: Callable[[], Any], run: Callable[[], Any]) -> tuple[Any, float, float]:
+    """``(run's result, pass peak GB, peak before GB)``: ``warm_up`` first (a short pass that
+    loads every kernel's code, which would otherwise count as the measured pass's memory),
+    then the peak RSS during ``run`` minus the RSS just before it, and the process's own
+    peak before ``run`` minus that RSS (while it stays below the pass's figure, the pass's
+    peak is the process's peak)."""
+    warm_up()
+    before, peak_before = rss_bytes(), peak_rss_bytes()
+    result = run()
+    peak = peak_rss_bytes()
+    return result, (peak - before) / 1e9, (peak_before - before) / 1e9
+
+
+def pass_memory_parser(
+    description: str, *, rows: int, rows_help: str, prompt: int, response: int, dtype: str,
+    variants: str,
+) -> argparse.ArgumentParser:  # fmt: skip
+    """The arguments every pass-memory benchmark takes, with its own defaults; the case is
+    :func:`pass_memory_case` of them."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--vocab", type=int, default=151_936)
+    ap.add_argument("--rows", type=int, default=rows, help=rows_help)
+    ap.add_argument("--prompt", type=int, default=prompt, help="prompt tokens per sequence")
+    ap.add_argument("--response", type=int, default=response, help="response tokens per sequence")
+    ap.add_argument("--dtype", choices=("bf16", "fp32"), default=dtype)
+    ap.add_argument("--variants", default=variants, help="comma-separated variants to run")
+    return ap
+
+
+def pass_memory_case(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
+    """The case a child measures: the shared arguments' values and ``extra``."""
+    keys = ("vocab", "rows", "prompt", "response", "dtype")
+    return {**{k: getattr(args, k) for k in keys}, **extra}
+
+
+def run_pass_memory(
+    module: str,
+    case: dict[str, Any],
+    variants: str,
+    *,
+    known: tuple[str, ...],
+    baseline: str,
+    ratio_header: str,
+    columns: dict[str, Callable[[dict[str, Any]], Any]],
+    name: str,
+    timeout: float = 600,
+) -> int:
+    """Run ``module``'s child once per variant of ``variants`` (comma-separated, each one of
+    ``known``) in a fresh process, then write ``name``'s results: a row per variant with
+    ``columns`` (header -> the cell from the child's result) and the pass peak over the
+    ``baseline`` variant's (``ratio_header``)."""
+    results = {}
+    for variant in variants.split(","):
+        if variant not in known:
+            raise SystemExit(f"--variants: {variant!r} is not one of {', '.join(known)}")
+        results[variant] = run_child(module, {**case, "variant": variant}, timeout=timeout)
+        print(variant, results[variant], flush=True)
+    base = results.get(baseline, {}).get("pass_peak_gb")
+    rows = [
+        [
+            variant,
+            *(cell(r) for cell in columns.values()),
+            f"{r['pass_peak_gb'] / base:.3f}" if base else "",
+        ]
+        for variant, r in results.items()
+    ]
+    table = markdown_table(["variant", *columns, ratio_header], rows)
+    write_results(name, {"case": case, "results": results}, table)
+    return 0

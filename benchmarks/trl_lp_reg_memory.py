@@ -28,10 +28,9 @@ RSS: while it stays below the pass's figure, the pass's peak is the process's pe
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 
-from benchmarks.common import entry_point, markdown_table, run_child, write_results
+from benchmarks.common import entry_point, pass_memory_case, pass_memory_parser, run_pass_memory
 
 VARIANTS = ("trl", "proxy", "unchunked")
 
@@ -111,7 +110,7 @@ def child(args: dict) -> dict:
     import torch
 
     import divrl.integrations.trl as adapter
-    from benchmarks.common import peak_rss_bytes, rss_bytes
+    from benchmarks.common import measured_pass
     from divrl.integrations.trl_lp_reg import HiddenCapture, proxy_chunk_positions
 
     torch.manual_seed(0)
@@ -144,10 +143,9 @@ def child(args: dict) -> dict:
         return logps, cap
 
     ids, mask = batch(args["rows"], args["prompt"], args["response"])
-    run(*batch(1, 4, 8), 8)  # loads the kernels' code; its peak is far below the pass's
-    before, peak_before = rss_bytes(), peak_rss_bytes()
-    logps, cap = run(ids, mask, args["response"])
-    peak = peak_rss_bytes()
+    (logps, cap), pass_peak, peak_before = measured_pass(
+        lambda: run(*batch(1, 4, 8), 8), lambda: run(ids, mask, args["response"])
+    )
     positions = ids.shape[0] * (ids.shape[1] - 1)  # TRL's CPU head scores every position
     return {
         "completion_tokens": int(ids.shape[0] * args["response"]),
@@ -156,54 +154,30 @@ def child(args: dict) -> dict:
             variant, proxy_chunk_positions(args["vocab"])
         ),
         "model_gb": sum(p.numel() * p.element_size() for p in model.parameters()) / 1e9,
-        "pass_peak_gb": (peak - before) / 1e9,
-        "peak_before_pass_gb": (peak_before - before) / 1e9,
+        "pass_peak_gb": pass_peak,
+        "peak_before_pass_gb": peak_before,
         "log_prob_mean": float(logps.float().mean()),
         "proxy_mean": None if cap is None else float(cap.proxy.clamp(min=-1e4).mean()),
     }
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--vocab", type=int, default=151_936)
-    ap.add_argument("--rows", type=int, default=1, help="sequences (TRL's batch_size too)")
-    ap.add_argument("--prompt", type=int, default=128, help="prompt tokens per sequence")
-    ap.add_argument("--response", type=int, default=4096, help="completion tokens per sequence")
-    ap.add_argument("--dtype", choices=("bf16", "fp32"), default="fp32")
-    ap.add_argument("--variants", default="trl,proxy")
+    ap = pass_memory_parser(
+        __doc__.splitlines()[0], rows=1, rows_help="sequences (TRL's batch_size too)",
+        prompt=128, response=4096, dtype="fp32", variants="trl,proxy",
+    )  # fmt: skip
     args = ap.parse_args(argv)
-    case = {
-        "vocab": args.vocab,
-        "rows": args.rows,
-        "prompt": args.prompt,
-        "response": args.response,
-        "dtype": args.dtype,
+    columns = {
+        "completion tokens": lambda r: r["completion_tokens"],
+        "proxy chunk": lambda r: r["chunk"] or "",
+        "pass peak (GB)": lambda r: f"{r['pass_peak_gb']:.2f}",
+        "peak before (GB)": lambda r: f"{r['peak_before_pass_gb']:.2f}",
     }
-    results = {}
-    for variant in args.variants.split(","):
-        if variant not in VARIANTS:
-            raise SystemExit(f"--variants: {variant!r} is not one of {', '.join(VARIANTS)}")
-        results[variant] = run_child(
-            "benchmarks.trl_lp_reg_memory", {**case, "variant": variant}, timeout=3600
-        )
-        print(variant, results[variant], flush=True)
-    base = results.get("trl", {}).get("pass_peak_gb")
-    rows = [
-        [
-            v,
-            r["completion_tokens"],
-            r["chunk"] or "",
-            f"{r['pass_peak_gb']:.2f}",
-            f"{r['peak_before_pass_gb']:.2f}",
-            f"{r['pass_peak_gb'] / base:.3f}" if base else "",
-        ]
-        for v, r in results.items()
-    ]
-    headers = ["variant", "completion tokens", "proxy chunk", "pass peak (GB)", "peak before (GB)"]
-    table = markdown_table([*headers, "x TRL"], rows)
     name = f"trl_lp_reg_memory_{args.dtype}_{args.rows}x{args.response}"
-    write_results(name, {"case": case, "results": results}, table)
-    return 0
+    return run_pass_memory(
+        "benchmarks.trl_lp_reg_memory", pass_memory_case(args), args.variants, known=VARIANTS,
+        baseline="trl", ratio_header="x TRL", columns=columns, name=name, timeout=3600,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -16,10 +16,9 @@ just before it (the model and the batch). ``unchunked`` is the hook forced to on
 
 from __future__ import annotations
 
-import argparse
 from types import SimpleNamespace
 
-from benchmarks.common import entry_point, markdown_table, run_child, write_results
+from benchmarks.common import entry_point, pass_memory_case, pass_memory_parser, run_pass_memory
 
 VARIANTS = ("none", "hook", "unchunked")
 
@@ -49,7 +48,7 @@ def child(args: dict) -> dict:
     from verl.utils import tensordict_utils as tu
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 
-    from benchmarks.common import peak_rss_bytes, rss_bytes
+    from benchmarks.common import measured_pass
     from benchmarks.verl_overhead import actor_config, packed_rows
     from divrl.integrations.verl import lp_reg_proxy
     from divrl.integrations.verl.losses import DivRLLoss
@@ -103,67 +102,41 @@ def child(args: dict) -> dict:
         return nnz, logits.numel() * logits.element_size(), out
 
     micro = batch(args["rows"], seed=1)
-    # a two-row pass first loads every kernel's code, which would otherwise count as the
-    # measured pass's memory; its own peak is far below the measured pass's
-    run(batch(2, seed=2))
-    before, peak_before = rss_bytes(), peak_rss_bytes()
-    nnz, logits_bytes, out = run(micro)
-    peak = peak_rss_bytes()
+    (nnz, logits_bytes, out), pass_peak, peak_before = measured_pass(
+        lambda: run(batch(2, seed=2)), lambda: run(micro)
+    )
     return {
         "tokens": nnz,
         "logits_gb": logits_bytes / 1e9,
-        "pass_peak_gb": (peak - before) / 1e9,
-        "peak_before_pass_gb": (peak_before - before) / 1e9,
+        "pass_peak_gb": pass_peak,
+        "peak_before_pass_gb": peak_before,
         "proxy": sorted(k for k in out if k.startswith("divrl")),
     }
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--vocab", type=int, default=151_936)
-    ap.add_argument("--rows", type=int, default=16, help="sequences in the micro-batch")
-    ap.add_argument("--prompt", type=int, default=64)
-    ap.add_argument("--response", type=int, default=200)
-    ap.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16")
+    ap = pass_memory_parser(
+        __doc__.splitlines()[0], rows=16, rows_help="sequences in the micro-batch", prompt=64,
+        response=200, dtype="bf16", variants=",".join(VARIANTS),
+    )  # fmt: skip
     ap.add_argument(
         "--entropy-chunking",
         choices=("on", "off"),
         default="on",
         help="verl's engine.entropy_from_logits_with_chunking (off: verl's default)",
     )
-    ap.add_argument("--variants", default=",".join(VARIANTS))
     args = ap.parse_args(argv)
-    case = {
-        "vocab": args.vocab,
-        "rows": args.rows,
-        "prompt": args.prompt,
-        "response": args.response,
-        "dtype": args.dtype,
-        "entropy_chunking": args.entropy_chunking == "on",
+    case = pass_memory_case(args, entropy_chunking=args.entropy_chunking == "on")
+    columns = {
+        "tokens": lambda r: r["tokens"],
+        "logits (GB)": lambda r: f"{r['logits_gb']:.2f}",
+        "pass peak (GB)": lambda r: f"{r['pass_peak_gb']:.2f}",
     }
-    results = {}
-    for variant in args.variants.split(","):
-        if variant not in VARIANTS:
-            raise SystemExit(f"--variants: {variant!r} is not one of {', '.join(VARIANTS)}")
-        results[variant] = run_child("benchmarks.verl_lp_reg_memory", {**case, "variant": variant})
-        print(variant, results[variant], flush=True)
-    base = results.get("none", {}).get("pass_peak_gb")
-    rows = [
-        [
-            v,
-            r["tokens"],
-            f"{r['logits_gb']:.2f}",
-            f"{r['pass_peak_gb']:.2f}",
-            f"{r['pass_peak_gb'] / base:.3f}" if base else "",
-        ]
-        for v, r in results.items()
-    ]
-    table = markdown_table(
-        ["variant", "tokens", "logits (GB)", "pass peak (GB)", "x no hook"], rows
-    )
     name = f"verl_lp_reg_memory_{args.dtype}_entropy_{args.entropy_chunking}"
-    write_results(name, {"case": case, "results": results}, table)
-    return 0
+    return run_pass_memory(
+        "benchmarks.verl_lp_reg_memory", case, args.variants, known=VARIANTS, baseline="none",
+        ratio_header="x no hook", columns=columns, name=name,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -103,20 +103,12 @@ _DUAL_CLIP_HELP = "dual-clip constant c for A < 0: L = min(L, -A c) (verl's clip
 _AGG_HELP = "loss aggregation mode (verl names)"
 
 
-def _check_dual_clip(options: LossOptions) -> None:
-    c = getattr(options, "dual_clip", None)
-    if c is not None and c <= 1.0:
-        raise ValueError(
-            f"policy loss {options.LOSS!r}: dual_clip={c} must be > 1 (verl's default is 3) "
-            "or null (off)"
-        )
-
-
 @dataclass(frozen=True)
-class VanillaOptions(LossOptions):
-    """PPO / GRPO / DAPO clipped surrogate (GRPO 0.2/0.2; DAPO clip-higher 0.2/0.28)."""
+class ClippedSurrogateOptions(LossOptions):
+    """The options of the plain clipped surrogate (PPO's, with verl's dual clip), shared by
+    the losses built on it (``vanilla``, ``high_entropy``, ``clip_cov``): their fields come
+    first, then the loss's own."""
 
-    LOSS: ClassVar[str] = "vanilla"
     clip_low: float = _opt(0.2, _CLIP_LOW_HELP, 0.0, 1.0)
     clip_high: float = _opt(0.2, _CLIP_HIGH_HELP, 0.0)
     dual_clip: float | None = _opt(None, _DUAL_CLIP_HELP)
@@ -124,7 +116,18 @@ class VanillaOptions(LossOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check_dual_clip(self)
+        if self.dual_clip is not None and self.dual_clip <= 1.0:
+            raise ValueError(
+                f"policy loss {self.LOSS!r}: dual_clip={self.dual_clip} must be > 1 (verl's "
+                "default is 3) or null (off)"
+            )
+
+
+@dataclass(frozen=True)
+class VanillaOptions(ClippedSurrogateOptions):
+    """PPO / GRPO / DAPO clipped surrogate (GRPO 0.2/0.2; DAPO clip-higher 0.2/0.28)."""
+
+    LOSS: ClassVar[str] = "vanilla"
 
 
 @dataclass(frozen=True)
@@ -175,7 +178,7 @@ class LpRegOptions(LossOptions):
 
 
 @dataclass(frozen=True)
-class HighEntropyOptions(LossOptions):
+class HighEntropyOptions(ClippedSurrogateOptions):
     """80/20: the clipped surrogate on the highest-entropy share of tokens only."""
 
     LOSS: ClassVar[str] = "high_entropy"
@@ -183,14 +186,6 @@ class HighEntropyOptions(LossOptions):
     top_fraction: float = _opt(
         0.2, "share of highest-entropy valid tokens trained", 0.0, 1.0, low_open=True
     )
-    clip_low: float = _opt(0.2, _CLIP_LOW_HELP, 0.0, 1.0)
-    clip_high: float = _opt(0.2, _CLIP_HIGH_HELP, 0.0)
-    dual_clip: float | None = _opt(None, _DUAL_CLIP_HELP)
-    agg: str = _opt("token-mean", _AGG_HELP)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _check_dual_clip(self)
 
 
 @dataclass(frozen=True)
@@ -209,21 +204,16 @@ class KLCovOptions(LossOptions):
 
 
 @dataclass(frozen=True)
-class ClipCovOptions(LossOptions):
+class ClipCovOptions(ClippedSurrogateOptions):
     """Clip-Cov: the clipped surrogate with a few random high-covariance tokens cut."""
 
     LOSS: ClassVar[str] = "clip_cov"
     clip_ratio: float = _opt(0.0002, "share of valid tokens whose gradient is cut", 0.0, 1.0)
     clip_cov_lb: float = _opt(1.0, "lower covariance bound of the eligible tokens")
     clip_cov_ub: float = _opt(5.0, "upper covariance bound of the eligible tokens")
-    clip_low: float = _opt(0.2, _CLIP_LOW_HELP, 0.0, 1.0)
-    clip_high: float = _opt(0.2, _CLIP_HIGH_HELP, 0.0)
-    dual_clip: float | None = _opt(None, _DUAL_CLIP_HELP)
-    agg: str = _opt("token-mean", _AGG_HELP)
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check_dual_clip(self)
         if self.clip_cov_lb >= self.clip_cov_ub:
             raise ValueError(
                 f"policy loss 'clip_cov': clip_cov_lb={self.clip_cov_lb} must be below "

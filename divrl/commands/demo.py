@@ -38,7 +38,7 @@ from divrl.pipeline import (
     run_parallel,
 )
 from divrl.runs import RunDir
-from divrl.toy.worlds import DEFAULT_WORLD, WORLDS, eval_splits
+from divrl.toy.worlds import DEFAULT_WORLD, WORLDS, eval_splits, world_names
 
 #: method name (configs/toy/<name>.yaml) -> label in tables
 METHODS = {"grpo": "GRPO", "dph_js": "DPH-JS", "lp_reg": "Lp-Reg"}
@@ -215,8 +215,8 @@ def _check_args(args: argparse.Namespace) -> tuple[list[str], Path]:
         raise ValueError(f"--methods: unknown {unknown}; choose from {list(METHODS)}")
     if min(args.steps, args.train_prompts, args.eval_prompts, args.n, args.jobs) < 1:
         raise ValueError("--steps, --train-prompts, --eval-prompts, --n, --jobs must be >= 1")
-    if args.world not in WORLDS:
-        raise ValueError(f"--world: unknown {args.world!r}; choose from {list(WORLDS)}")
+    if args.world not in world_names():  # a world of an entry point counts
+        raise ValueError(f"--world: unknown {args.world!r}; choose from {world_names()}")
     return methods, configs_dir(args.configs, args.world)
 
 

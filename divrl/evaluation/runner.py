@@ -230,8 +230,8 @@ def generate_samples(
     prompt_ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
     params = SamplingParams.from_settings(cfg)
     # the engines end a response at the model's context; such samples are flagged
-    context = getattr(engine, "context_length", None) or model_context(model)
-    per_prompt_seeds = getattr(engine, "batched_seeds", False)
+    context = engine.context_length or model_context(model)
+    per_prompt_seeds = engine.batched_seeds
     torch.manual_seed(cfg.seed)
     samples: list[list[dict[str, Any]]] = [[] for _ in examples]
     prefix = f"{label}: " if label else ""

@@ -31,7 +31,7 @@ import importlib
 from typing import Any
 
 from divrl.rewards.builtin_profiles import BUILTIN_PROFILES
-from divrl.rewards.registry import register_verifier, registered_sources
+from divrl.rewards.registry import find_source, register_verifier, registered_sources
 from divrl.rewards.types import BenchmarkProfile
 
 __all__ = [
@@ -95,8 +95,12 @@ def update_profile(data_source: str, **hooks: Any) -> BenchmarkProfile:
 
 
 def get_profile(data_source: str) -> BenchmarkProfile | None:
-    """The profile registered for ``data_source`` (or one of its aliases), or None."""
-    return _PROFILES.get(str(data_source).lower())
+    """The profile registered for ``data_source`` (or one of its aliases), or None (after
+    the source finders had their chance: :func:`divrl.rewards.registry.find_source`)."""
+    key = str(data_source).lower()
+    if key not in _PROFILES:
+        find_source(key)
+    return _PROFILES.get(key)
 
 
 def profile_names() -> list[str]:

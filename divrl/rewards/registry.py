@@ -67,6 +67,32 @@ class FunctionVerifier(Verifier):
 
 _REGISTRY: dict[str, Verifier] = {}
 _CANONICAL: dict[str, str] = {}  # lower-cased name or alias -> canonical name
+_FINDERS: list[Callable[[str], object]] = []
+_SOUGHT: set[str] = set()  # lower-cased data sources the finders were asked for
+
+
+def register_source_finder(finder: Callable[[str], object]) -> None:
+    """Add ``finder``, called with a lower-cased data source that no verifier or profile
+    is registered for; it imports the module that registers one, if it knows it.
+
+    The way a layer above the rewards makes its own data sources known on demand without
+    the rewards importing it: the toy worlds add one (:mod:`divrl.toy.worlds`), which
+    imports the module of the world that declares the source, so a world's verifier can
+    live in the world's module and still score its rows in any ``divrl`` process.
+    """
+    if finder not in _FINDERS:
+        _FINDERS.append(finder)
+    _SOUGHT.clear()  # a new finder may know a source the others did not
+
+
+def find_source(data_source: str) -> None:
+    """Ask the finders once per process for ``data_source`` (a lookup's miss)."""
+    key = str(data_source).lower()
+    if key in _SOUGHT:
+        return
+    _SOUGHT.add(key)  # first: a module a finder imports may look the source up itself
+    for finder in list(_FINDERS):
+        finder(key)
 
 
 def register_verifier(name: str, *aliases: str, isolate: bool = True):
@@ -110,6 +136,8 @@ def registered_sources() -> list[str]:
 def get_verifier(data_source: str) -> tuple[str, Verifier]:
     """Return ``(canonical name, verifier)`` for a data source; ``ValueError`` if unknown."""
     key = str(data_source).lower()
+    if key not in _CANONICAL:
+        find_source(key)
     if key not in _CANONICAL:
         raise ValueError(
             f"unknown data_source {data_source!r}; registered: {', '.join(registered_sources())}. "

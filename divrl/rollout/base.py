@@ -11,14 +11,21 @@ from typing import Any
 import torch
 
 __all__ = [
+    "ENGINE_ATTRIBUTES",
     "EngineError",
     "RolloutEngine",
     "RolloutOutput",
     "SamplingParams",
+    "check_engine",
     "check_prompts",
     "collate",
     "repeat_samples",
 ]
+
+
+#: the attributes of :class:`RolloutEngine` that the commands read from any engine, each
+#: declared there with its default
+ENGINE_ATTRIBUTES = ("generate", "sync_weights", "batched_seeds", "context_length")
 
 
 class EngineError(ValueError):
@@ -90,13 +97,23 @@ class RolloutOutput:
 
 
 class RolloutEngine(abc.ABC):
-    """Samples responses for tokenised prompts. Implementations: ``hf``, ``vllm`` and any
-    registered engine (:mod:`divrl.rollout.registry`).
+    """Samples responses for tokenised prompts. Implementations: ``hf``, ``static``,
+    ``vllm`` and any registered engine (:mod:`divrl.rollout.registry`).
 
-    ``batched_seeds``: True when ``generate(..., seeds=...)`` costs no more than without
-    seeds (vLLM: one seed per request); evaluation then seeds every prompt on its own, so
-    its samples do not depend on batching. ``hf`` draws seeded prompts one call each, so
-    evaluation batches it under one seed instead.
+    The contract every engine keeps (:data:`ENGINE_ATTRIBUTES` names the attributes the
+    commands read; :func:`divrl.rollout.build_engine` refuses an engine without one, so a
+    command never meets it half way through a run):
+
+    - ``generate(prompt_ids, params, seeds=None) -> RolloutOutput`` (abstract);
+    - ``sync_weights(weights)``: default, nothing (an engine that shares the policy);
+    - ``batched_seeds``, default False: True when ``generate(..., seeds=...)`` costs no
+      more than without seeds (vLLM: one seed per request; ``static``: per-row
+      generators). ``divrl eval`` then seeds every prompt on its own, so its samples do not
+      depend on batching; with False it samples each batch from one seeded stream, because
+      ``hf`` draws seeded prompts one call each;
+    - ``context_length``, default None (unknown): prompt + response tokens the engine can
+      hold, where it ends a response. ``divrl eval`` flags a sample that ended there
+      (``at_context``), falling back to the model's ``max_position_embeddings`` when None.
     """
 
     batched_seeds: bool = False
@@ -131,13 +148,34 @@ class RolloutEngine(abc.ABC):
         """
 
 
-def check_prompts(prompt_ids: Sequence[Sequence[int]]) -> None:
-    """Refuse a prompt without tokens (there is nothing to continue: a model would sample
-    from a pad token, or a batch of one fail in a reshape).
+def check_engine(engine: Any, name: str) -> Any:
+    """``engine`` when it has every attribute of the engine contract
+    (:data:`ENGINE_ATTRIBUTES`).
 
     Raises:
-        ValueError: naming the first empty prompt's index.
+        EngineError: naming the engine ``name`` and what it lacks (subclassing
+            :class:`RolloutEngine` gives the defaults).
     """
+    missing = [attr for attr in ENGINE_ATTRIBUTES if not hasattr(engine, attr)]
+    if missing:
+        raise EngineError(
+            f"rollout engine {name!r} built {type(engine).__name__}, which lacks "
+            f"{', '.join(missing)}: an engine subclasses divrl.rollout.RolloutEngine, whose "
+            "defaults declare them (docs/scaling.md, 'How to add an engine')"
+        )
+    return engine
+
+
+def check_prompts(prompt_ids: Sequence[Sequence[int]], seeds: Sequence[int] | None = None) -> None:
+    """Refuse a prompt without tokens (there is nothing to continue: a model would sample
+    from a pad token, or a batch of one fail in a reshape), and ``seeds`` that are not one
+    per prompt: what every engine's ``generate`` checks first.
+
+    Raises:
+        ValueError: naming the first empty prompt's index, or the seed count.
+    """
+    if seeds is not None and len(seeds) != len(prompt_ids):
+        raise ValueError("generate: need one seed per prompt")
     for i, ids in enumerate(prompt_ids):
         if len(ids) == 0:
             raise ValueError(

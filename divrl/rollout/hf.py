@@ -110,6 +110,10 @@ class HFEngine(RolloutEngine):
         self.pad_id = pad_token_id(tokenizer)
         self.context_capped = 0  # responses cut at the model's context so far
 
+    # generate(..., seeds=...) draws each seeded prompt in a call of its own: seeds cost
+    # one call per prompt, so divrl eval batches this engine under one seed instead
+    batched_seeds = False
+
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
@@ -143,7 +147,7 @@ class HFEngine(RolloutEngine):
         params: SamplingParams,
         seeds: Sequence[int] | None = None,
     ) -> RolloutOutput:
-        check_prompts(prompt_ids)
+        check_prompts(prompt_ids, seeds)
         if params.temperature == 0 and params.n > 1:
             # greedy decoding gives every sample the same tokens: decode once, copy n times
             # (transformers refuses num_return_sequences > 1 without sampling)
@@ -169,8 +173,6 @@ class HFEngine(RolloutEngine):
         out: RolloutOutput,
     ) -> None:
         if seeds is not None:
-            if len(seeds) != len(prompt_ids):
-                raise ValueError("generate: need one seed per prompt")
             devices = [self.device] if self.device.type == "cuda" else []
             for i, (ids, seed) in enumerate(zip(prompt_ids, seeds, strict=True)):
                 # fork_rng: the seeded samples leave the caller's RNG stream untouched.
@@ -234,22 +236,32 @@ class HFEngine(RolloutEngine):
             ],
             dim=1,
         ).cpu()
-        new_tokens = new_tokens.cpu()
+        return self._outputs(prompt_ids, params, caps, new_tokens.cpu(), log_probs)
 
+    def _outputs(
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        params: SamplingParams,
+        caps: list[int] | None,
+        tokens: torch.Tensor,
+        log_probs: torch.Tensor,
+    ) -> RolloutOutput:
+        """The decoded rows (prompt-major, ``params.n`` a prompt; ``caps``: each prompt's
+        room in the context, or None) cut where they ended: EOS, the first stop string, the
+        context. The one place a row becomes a response, for ``hf`` and ``static`` alike."""
         out = RolloutOutput()
         capped = 0
-        for row in range(new_tokens.shape[0]):
-            tokens = new_tokens[row].tolist()
+        for row, (ids, lps) in enumerate(zip(tokens.tolist(), log_probs.tolist(), strict=True)):
+            prompt = row // params.n
             if caps is not None:
-                tokens = tokens[: caps[row // params.n]]
-            length, ended = response_length(tokens, self.eos_ids, params.stop, self._decode)
+                ids = ids[: caps[prompt]]
+            length, ended = response_length(ids, self.eos_ids, params.stop, self._decode)
             capped += not ended and length < params.max_new_tokens
-            tokens = tokens[:length]
-            out.prompt_index.append(row // params.n)
-            out.prompt_ids.append(list(prompt_ids[row // params.n]))
-            out.response_ids.append(tokens)
-            out.log_probs.append(log_probs[row, :length].tolist())
-            out.texts.append(cut_at_stop(self._decode(tokens), params.stop))
+            out.prompt_index.append(prompt)
+            out.prompt_ids.append(list(prompt_ids[prompt]))
+            out.response_ids.append(ids[:length])
+            out.log_probs.append(lps[:length])
+            out.texts.append(cut_at_stop(self._decode(ids[:length]), params.stop))
             out.truncated.append(not ended)
         if capped:
             self._report_capped(capped, len(out), params.max_new_tokens)

@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 import torch
 
-from divrl.rollout.base import EngineError, RolloutEngine
+from divrl.rollout.base import EngineError, RolloutEngine, check_engine
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -329,6 +329,11 @@ def _check_type(engine: str, key: str, value: Any, tp: Any) -> Any:
 def build_engine(
     name: str, context: EngineContext, options: Mapping[str, Any] | Any | None = None
 ) -> RolloutEngine:
-    """Build the engine ``name`` for ``context`` with ``options`` (mapping or dataclass)."""
+    """Build the engine ``name`` for ``context`` with ``options`` (mapping or dataclass).
+
+    Raises:
+        EngineError: also when the factory's engine lacks part of the engine contract
+            (:data:`divrl.rollout.base.ENGINE_ATTRIBUTES`).
+    """
     spec = get_engine(name)
-    return spec.factory(context, engine_options(name, options))
+    return check_engine(spec.factory(context, engine_options(name, options)), name)

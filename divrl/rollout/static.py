@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from divrl.rollout.base import RolloutOutput, SamplingParams
-from divrl.rollout.hf import HFEngine, HFOptions, build_hf, cut_at_stop, response_length
+from divrl.rollout.hf import HFEngine, HFOptions, build_hf
 from divrl.rollout.registry import (
     EngineContext,
     EngineError,
@@ -199,8 +199,6 @@ class StaticCacheEngine(HFEngine):
         seeds: Sequence[int] | None,
         out: RolloutOutput,
     ) -> None:
-        if seeds is not None and len(seeds) != len(prompt_ids):
-            raise ValueError("generate: need one seed per prompt")
         for start in range(0, len(prompt_ids), self.batch_size):
             chunk = prompt_ids[start : start + self.batch_size]
             chunk_seeds = None if seeds is None else seeds[start : start + self.batch_size]
@@ -294,33 +292,6 @@ class StaticCacheEngine(HFEngine):
             text = self._decode(tokens[slot].tolist())
             hit[slot] = any(s in text for s in stop)
         return hit
-
-    def _outputs(
-        self,
-        prompt_ids: Sequence[Sequence[int]],
-        params: SamplingParams,
-        caps: list[int] | None,
-        tokens: torch.Tensor,
-        log_probs: torch.Tensor,
-    ) -> RolloutOutput:
-        """Rows cut where they ended (EOS, first stop string, context), as ``hf`` cuts them."""
-        out = RolloutOutput()
-        capped = 0
-        for row, (ids, lps) in enumerate(zip(tokens.tolist(), log_probs.tolist(), strict=True)):
-            prompt = row // params.n
-            if caps is not None:
-                ids = ids[: caps[prompt]]
-            length, ended = response_length(ids, self.eos_ids, params.stop, self._decode)
-            capped += not ended and length < params.max_new_tokens
-            out.prompt_index.append(prompt)
-            out.prompt_ids.append(list(prompt_ids[prompt]))
-            out.response_ids.append(ids[:length])
-            out.log_probs.append(lps[:length])
-            out.texts.append(cut_at_stop(self._decode(ids[:length]), params.stop))
-            out.truncated.append(not ended)
-        if capped:
-            self._report_capped(capped, len(out), params.max_new_tokens)
-        return out
 
 
 @dataclass(frozen=True)

@@ -178,9 +178,7 @@ class VLLMEngine(RolloutEngine):
         from vllm import SamplingParams as VSamplingParams
         from vllm.inputs import TokensPrompt
 
-        check_prompts(prompt_ids)
-        if seeds is not None and len(seeds) != len(prompt_ids):
-            raise ValueError("generate: need one seed per prompt")
+        check_prompts(prompt_ids, seeds)
 
         def sampling(seed: int | None) -> VSamplingParams:
             return VSamplingParams(

@@ -24,7 +24,7 @@ import torch
 
 from divrl.rewards.countdown_reward import canonical_expression
 from divrl.toy.kit import ToyWorld
-from divrl.toy.measure import MeasureConfig, sample_and_score, split_stats
+from divrl.toy.measure import MeasureConfig, sample_and_score, split_stats, split_table
 
 MEASUREMENTS_FILE = "measurements.json"
 
@@ -126,17 +126,18 @@ def measure_countdown_model(
 
 def format_countdown_measurements(m: dict[str, Any]) -> str:
     """A plain-text table of the measurements."""
-    lines = [
-        f"{'split':<13} {'n':>3} {'pass@1':>7} {'pass@8':>7} {'pass@32':>8} {'entropy':>8} "
-        f"{'solutions':>9} {'styles':>7}"
-    ]
-    for split, s in m["splits"].items():
-        lines.append(
-            f"{split:<13} {s['samples_per_prompt']:>3} {s['pass@1']:>7.3f} "
-            f"{s.get('pass@8', float('nan')):>7.3f} {s.get('pass@32', float('nan')):>8.3f} "
-            f"{s['entropy']:>8.3f} {s.get('distinct_solutions_per_solved', float('nan')):>9.2f} "
-            f"{s['distinct_styles']:>7.2f}"
-        )
+    lines = split_table(
+        m["splits"],
+        [
+            ("n", 3, "samples_per_prompt", ""),
+            ("pass@1", 7, "pass@1", ".3f"),
+            ("pass@8", 7, "pass@8", ".3f"),
+            ("pass@32", 8, "pass@32", ".3f"),
+            ("entropy", 8, "entropy", ".3f"),
+            ("solutions", 9, "distinct_solutions_per_solved", ".2f"),
+            ("styles", 7, "distinct_styles", ".2f"),
+        ],
+    )
     return "\n".join(lines)
 
 

@@ -170,19 +170,36 @@ def check_targets(
     return [target.check(m) for target in targets]
 
 
+#: a column of :func:`split_table`: header, width, the key of a split's measurements
+#: (a missing one shows ``nan``) and the number's format (``""``: as it is)
+Column = tuple[str, int, str, str]
+
+
+def split_table(splits: dict[str, dict[str, Any]], columns: Sequence[Column]) -> list[str]:
+    """The lines of a plain-text table of per-split measurements: the split's name, then
+    ``columns``; what every world's ``format`` prints its measurements with."""
+    lines = [" ".join([f"{'split':<13}", *(f"{head:>{width}}" for head, width, _, _ in columns)])]
+    for split, s in splits.items():
+        cells = (f"{s.get(key, float('nan')):>{width}{fmt}}" for _, width, key, fmt in columns)
+        lines.append(" ".join([f"{split:<13}", *cells]))
+    return lines
+
+
 def format_measurements(m: dict[str, Any], targets: Sequence[MeasureTarget] = ()) -> str:
     """A plain-text table of the measurements and the checks of the world's ``targets``."""
-    lines = [
-        f"{'split':<13} {'prompts':>7} {'n':>3} {'pass@1':>7} {'pass@4':>7} {'pass@16':>8} "
-        f"{'all-ok':>7} {'styles':>7} {'ok-styles':>9}"
-    ]
-    for split, s in m["splits"].items():
-        lines.append(
-            f"{split:<13} {s['prompts']:>7} {s['samples_per_prompt']:>3} {s['pass@1']:>7.3f} "
-            f"{s.get('pass@4', float('nan')):>7.3f} {s.get('pass@16', float('nan')):>8.3f} "
-            f"{s['all_correct_share']:>7.3f} {s['distinct_styles']:>7.2f} "
-            f"{s['distinct_correct_styles']:>9.2f}"
-        )
+    lines = split_table(
+        m["splits"],
+        [
+            ("prompts", 7, "prompts", ""),
+            ("n", 3, "samples_per_prompt", ""),
+            ("pass@1", 7, "pass@1", ".3f"),
+            ("pass@4", 7, "pass@4", ".3f"),
+            ("pass@16", 8, "pass@16", ".3f"),
+            ("all-ok", 7, "all_correct_share", ".3f"),
+            ("styles", 7, "distinct_styles", ".2f"),
+            ("ok-styles", 9, "distinct_correct_styles", ".2f"),
+        ],
+    )
     if targets:
         lines.append("")
     for name, value, want, ok in check_targets(m, targets):

@@ -24,7 +24,18 @@ kind's dependencies never load for another) or passes them directly:
 
 Every command that chooses a world (``divrl toy``, ``divrl train`` with ``model.toy_world``,
 ``divrl demo``, the reproduction) looks it up here: a kind added with
-:func:`register_world` is available to all of them.
+:func:`register_world` is available to all of them. A world of another package (or of a
+test) declares its module under the ``divrl.toy_worlds`` entry point group (``name =
+"package.module"``; the module calls :func:`register_world` at import), so that a fresh
+``divrl`` process (the demo's and the reproduction's subprocesses) finds it by name.
+
+A world whose rows are scored by a verifier of its own registers that verifier's profile
+in its module and declares the rows' data sources (``data_sources``): the lookup of an
+unknown data source (:func:`divrl.rewards.get_verifier`, :func:`divrl.profiles.get_profile`)
+then imports the module of the world that declares it, through the source finder this
+module adds to the rewards (:func:`find_world_source`). The rewards, a lower layer, never
+import a world: this module hands them the finder when it is imported, as every ``divrl``
+command does (``divrl.commands``).
 """
 
 from __future__ import annotations
@@ -36,15 +47,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from divrl.rewards.registry import register_source_finder
+
 #: a function, or where it lives: ``"module:function"`` (imported on first use)
 Target = str | Callable[..., Any]
 
 __all__ = [
     "DEFAULT_WORLD",
+    "ENTRY_POINT_GROUP",
     "WORLDS",
     "World",
     "WorldKind",
     "eval_splits",
+    "find_world_source",
     "format_measurements",
     "get_world",
     "import_world",
@@ -52,9 +67,12 @@ __all__ = [
     "measure_world",
     "register_world",
     "ship_world",
+    "world_names",
     "world_presets",
     "world_scaffold",
 ]
+
+ENTRY_POINT_GROUP = "divrl.toy_worlds"
 
 
 class World(Protocol):
@@ -86,10 +104,19 @@ class WorldKind:
     #: the methods whose presets the world ships in its folder (None: every method the
     #: demo and the reproduction train; tests/toy/test_countdown.py checks either)
     methods: tuple[str, ...] | None = None
+    #: the data sources of the world's rows whose benchmark profile (verifier) the world's
+    #: module registers: a lookup of one of them imports that module (the module docstring)
+    data_sources: tuple[str, ...] = ()
 
     @classmethod
     def scaffolded(
-        cls, world: str, help: str, *, presets: str, methods: tuple[str, ...] | None = None
+        cls,
+        world: str,
+        help: str,
+        *,
+        presets: str,
+        methods: tuple[str, ...] | None = None,
+        data_sources: tuple[str, ...] = (),
     ) -> WorldKind:
         """The kind of a world written on :class:`divrl.toy.scaffold.WorldScaffold`:
         ``world`` is where its instance lives (``"module:WORLD"``, imported on first use)."""
@@ -103,6 +130,7 @@ class WorldKind:
             ship=f"{world}.ship",
             scaffold=world,
             methods=methods,
+            data_sources=data_sources,
         )
 
 
@@ -155,11 +183,58 @@ def _resolve(target: Target) -> Any:
     return obj
 
 
+def _entry_points() -> dict[str, str]:
+    """World name -> the module its ``divrl.toy_worlds`` entry point names."""
+    from importlib.metadata import entry_points
+
+    return {
+        ep.name: ep.value.partition(":")[0].strip() for ep in entry_points(group=ENTRY_POINT_GROUP)
+    }
+
+
+def _load_entry_point(name: str, module: str) -> None:
+    """Import ``module``, where world ``name``'s entry point says it registers itself.
+
+    Raises:
+        ValueError: the module fails to import (one line naming it and the error).
+    """
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # any error of another package's module, reported in one line
+        detail = " ".join(str(exc).split()) or "no message"
+        raise ValueError(
+            f"world {name!r}: its module {module!r} (entry point in group "
+            f"{ENTRY_POINT_GROUP}) failed to import: {type(exc).__name__}: {detail}"
+        ) from exc
+
+
+def world_names() -> list[str]:
+    """The registered worlds and those of the ``divrl.toy_worlds`` entry points, sorted."""
+    return sorted(set(WORLDS) | set(_entry_points()))
+
+
 def _kind(name: str) -> WorldKind:
+    if name not in WORLDS:
+        module = _entry_points().get(name)
+        if module is not None:
+            _load_entry_point(name, module)
     try:
         return WORLDS[name]
     except KeyError:
-        raise ValueError(f"unknown world {name!r}; choose one of {sorted(WORLDS)}") from None
+        raise ValueError(f"unknown world {name!r}; choose one of {world_names()}") from None
+
+
+def find_world_source(data_source: str) -> None:
+    """Import the module of every world that declares ``data_source`` (``data_sources``),
+    so that its profile registers; the worlds of entry points not yet loaded are imported
+    first, since what they declare is only known once they are. The rewards call this on
+    a lookup's miss (:func:`divrl.rewards.registry.register_source_finder`)."""
+    for name, module in _entry_points().items():
+        if name not in WORLDS:
+            _load_entry_point(name, module)
+    for name, kind in list(WORLDS.items()):
+        if data_source.lower() in {s.lower() for s in kind.data_sources}:
+            import_world(name)
 
 
 def get_world(
@@ -237,3 +312,6 @@ def world_presets(name: str) -> str:
 def eval_splits(world: World) -> list[str]:
     """The world's eval splits, in its order (every split but ``train``)."""
     return [s for s in world.splits if s != "train"]
+
+
+register_source_finder(find_world_source)

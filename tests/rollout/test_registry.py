@@ -13,6 +13,7 @@ import pytest
 from divrl.rollout import (
     EngineContext,
     EngineError,
+    RolloutEngine,
     build_engine,
     engine_names,
     engine_options,
@@ -33,11 +34,21 @@ class _Options:
     mode: str | None = None
 
 
+class _Probe(RolloutEngine):
+    """An engine that only keeps what it was built with."""
+
+    def __init__(self, *built):
+        self.built = built
+
+    def generate(self, prompt_ids, params, seeds=None):
+        raise AssertionError("a probe does not sample")
+
+
 @pytest.fixture
 def probe():
     @register_engine("probe", options=_Options, summary="test", uses_model=False)
     def build(context, options):
-        return ("built", context.model_path, options)
+        return _Probe("built", context.model_path, options)
 
     yield
     unregister_engine("probe")
@@ -61,14 +72,15 @@ def test_options_are_typed_and_checked(probe):
         engine_options("probe", {"size": "3"})
     with pytest.raises(EngineError, match="option size=True must be int"):
         engine_options("probe", {"size": True})
-    assert build_engine("probe", EngineContext(model_path="m"), {"mode": "x"})[2].mode == "x"
+    built = build_engine("probe", EngineContext(model_path="m"), {"mode": "x"}).built
+    assert built[2].mode == "x"
 
 
 def test_a_taken_name_is_refused_unless_replaced(probe):
     with pytest.raises(EngineError, match="'probe' is already registered"):
         register_engine("probe")(lambda c, o: None)
-    register_engine("probe", options=_Options, replace=True)(lambda c, o: "new")
-    assert build_engine("probe", EngineContext(model_path="m")) == "new"
+    register_engine("probe", options=_Options, replace=True)(lambda c, o: _Probe("new"))
+    assert build_engine("probe", EngineContext(model_path="m")).built == ("new",)
     with pytest.raises(EngineError, match="options must be a dataclass"):
         register_engine("other", options=dict)
 
@@ -82,12 +94,16 @@ def test_an_engine_of_another_package_loads_through_its_entry_point(monkeypatch,
     """``rollout.engine=third``: the package's module is imported when the name is first
     asked for, and registers itself."""
     (tmp_path / "third_party_engine.py").write_text(
-        "from divrl.rollout import register_engine\n"
+        "from divrl.rollout import RolloutEngine, register_engine\n"
         "from dataclasses import dataclass\n"
         "@dataclass(frozen=True)\n"
         "class Options:\n"
         "    level: int = 1\n"
-        "register_engine('third', options=Options)(lambda c, o: ('third', o.level))\n"
+        "class Third(RolloutEngine):\n"
+        "    def __init__(self, level):\n"
+        "        self.built = ('third', level)\n"
+        "    def generate(self, prompt_ids, params, seeds=None): ...\n"
+        "register_engine('third', options=Options)(lambda c, o: Third(o.level))\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     point = types.SimpleNamespace(name="third", value="third_party_engine")
@@ -98,10 +114,8 @@ def test_an_engine_of_another_package_loads_through_its_entry_point(monkeypatch,
     try:
         assert "third" not in engine_names()
         cfg = load_config(None, ["rollout.engine=third", "rollout.engine_options.level=3"])
-        assert build_engine("third", EngineContext(model_path="m"), cfg.rollout.engine_options) == (
-            "third",
-            3,
-        )
+        engine = build_engine("third", EngineContext(model_path="m"), cfg.rollout.engine_options)
+        assert engine.built == ("third", 3)
     finally:
         unregister_engine("third")
         sys.modules.pop("third_party_engine", None)

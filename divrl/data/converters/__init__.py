@@ -15,6 +15,7 @@ registered in :mod:`divrl.rewards.builtin_profiles`, and
 from __future__ import annotations
 
 import importlib
+import json
 import random
 from pathlib import Path
 from types import ModuleType
@@ -57,6 +58,31 @@ def sample_rows(rows: list[Any], limit: int | None, seed: int) -> list[Any]:
         raise ValueError(f"limit must be >= 0, got {limit}")
     keep = sorted(random.Random(seed).sample(range(len(rows)), limit))
     return [rows[i] for i in keep]
+
+
+def jsonl_rows(path: Path) -> list[tuple[str, int, Any]]:
+    """``(where, line number, parsed row)`` of each non-blank line of a JSONL file, where
+    ``where`` names the file and line for errors.
+
+    Raises:
+        LayoutError: a line that is not UTF-8 (read as bytes, so that the line is named
+            rather than the file failing to decode) or not JSON.
+    """
+    rows = []
+    with Path(path).open("rb") as fh:
+        for line_no, raw in enumerate(fh, start=1):
+            where = f"{path}: line {line_no}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise LayoutError(where, f"invalid UTF-8 at byte column {e.start + 1}") from None
+            if not line.strip():
+                continue
+            try:
+                rows.append((where, line_no, json.loads(line)))
+            except json.JSONDecodeError as e:
+                raise LayoutError(where, f"invalid JSON ({e.msg})") from None
+    return rows
 
 
 def format_prompt(template: str, path: Path | str, **fields: str) -> str:

@@ -9,11 +9,10 @@ Template fields: ``{question}``.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
-from divrl.data.converters import LayoutError, format_prompt, require_str, sample_rows
+from divrl.data.converters import LayoutError, format_prompt, jsonl_rows, require_str, sample_rows
 from divrl.data.loading import Example
 
 DEFAULT_TEMPLATE = (
@@ -33,19 +32,7 @@ def convert(
         raise LayoutError(
             src, f"no GSM8K split {split!r}: expected {' or '.join(map(str, candidates))}"
         )
-    rows = []
-    with path.open("rb") as fh:  # bytes: a line that is not UTF-8 is named with its line
-        for line_no, raw in enumerate(fh, start=1):
-            where = f"{path}: line {line_no}"
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise LayoutError(where, f"invalid UTF-8 at byte column {e.start + 1}") from None
-            if line.strip():
-                try:
-                    rows.append((where, line_no, json.loads(line)))
-                except json.JSONDecodeError as e:
-                    raise LayoutError(where, f"invalid JSON ({e.msg})") from None
+    rows = jsonl_rows(path)
     template = template or DEFAULT_TEMPLATE
     out = []
     for where, line_no, row in sample_rows(rows, limit, seed):

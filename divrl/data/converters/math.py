@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from divrl.data.converters import LayoutError, format_prompt, require_str, sample_rows
+from divrl.data.converters import LayoutError, format_prompt, jsonl_rows, require_str, sample_rows
 from divrl.data.loading import Example
 from divrl.rewards.math_reward import last_boxed
 
@@ -89,22 +89,11 @@ def _read_rows(src: Path, split: str) -> list[tuple[Path | str, str, dict]]:
 
 
 def _read_jsonl(jsonl: Path, split: str) -> list[tuple[str, str, dict]]:
+    """``(where, id, row)``: a row's ``unique_id``, else ``math-<split>-<line>``."""
     rows = []
-    with jsonl.open("rb") as fh:
-        for line_no, raw in enumerate(fh, start=1):
-            where = f"{jsonl}: line {line_no}"
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise LayoutError(where, f"invalid UTF-8 at byte column {e.start + 1}") from None
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise LayoutError(where, f"invalid JSON ({e.msg})") from None
-            uid = row.get("unique_id") if isinstance(row, dict) else None
-            rows.append((where, str(uid or f"math-{split}-{line_no}"), row))
+    for where, line_no, row in jsonl_rows(jsonl):
+        uid = row.get("unique_id") if isinstance(row, dict) else None
+        rows.append((where, str(uid or f"math-{split}-{line_no}"), row))
     return rows
 
 
