@@ -121,9 +121,10 @@ def run(args: argparse.Namespace) -> int:
     if args.print_config:
         print(dump_config(config), end="")
         return 0
-    from divrl.rollout import check_engine_installed
+    from divrl.rollout import check_engine_installed, check_engine_model
 
     check_engine_installed(config.rollout.engine)  # before any model loads
+    check_engine_model(config.rollout.engine, config.model.path)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     from divrl.distributed import release_process_group
 

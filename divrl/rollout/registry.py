@@ -31,6 +31,7 @@ import typing
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -45,6 +46,7 @@ __all__ = [
     "NoOptions",
     "build_engine",
     "check_engine_installed",
+    "check_engine_model",
     "engine_names",
     "engine_options",
     "engine_summaries",
@@ -111,6 +113,8 @@ class EngineSpec:
     generates need not load the model into the trainer's framework.
     ``requires``: ``(module, how to install it)`` pairs the engine imports when built
     (``vllm``); :func:`check_engine_installed` names a missing one before any work starts.
+    ``model_check``: from a model's transformers config, why the engine cannot run it (None
+    when it can); :func:`check_engine_model` asks it before the weights load.
     """
 
     name: str
@@ -119,6 +123,7 @@ class EngineSpec:
     summary: str = ""
     uses_model: bool = True
     requires: tuple[tuple[str, str], ...] = ()
+    model_check: Callable[[Any], str | None] | None = None
 
 
 _ENGINES: dict[str, EngineSpec] = {}
@@ -131,6 +136,7 @@ def register_engine(
     summary: str = "",
     uses_model: bool = True,
     requires: tuple[tuple[str, str], ...] = (),
+    model_check: Callable[[Any], str | None] | None = None,
     replace: bool = False,
 ) -> Callable[[Factory], Factory]:
     """Decorator: register ``factory`` as the engine ``name`` (see the module docstring).
@@ -148,14 +154,22 @@ def register_engine(
                 f"a rollout engine named {name!r} is already registered "
                 f"({_ENGINES[name].factory.__module__}); pick another name or pass replace=True"
             )
-        _ENGINES[name] = EngineSpec(name, factory, options, summary, uses_model, requires)
+        _ENGINES[name] = EngineSpec(
+            name, factory, options, summary, uses_model, requires, model_check
+        )
         return factory
 
     return decorator
 
 
 def register_policy_engine(
-    name: str, engine: type, *, options: type, summary: str, replace: bool = False
+    name: str,
+    engine: type,
+    *,
+    options: type,
+    summary: str,
+    model_check: Callable[[Any], str | None] | None = None,
+    replace: bool = False,
 ) -> Factory:
     """Register ``engine``, a class that generates with the policy loaded in this process,
     as the engine ``name``; the factory (returned) refuses a context without the policy and
@@ -168,7 +182,9 @@ def register_policy_engine(
 
     factory.__name__ = factory.__qualname__ = f"build_{name}"
     factory.__module__ = engine.__module__
-    return register_engine(name, options=options, summary=summary, replace=replace)(factory)
+    return register_engine(
+        name, options=options, summary=summary, model_check=model_check, replace=replace
+    )(factory)
 
 
 def engines_taking(option: str) -> tuple[str, ...]:
@@ -242,6 +258,29 @@ def check_engine_installed(name: str) -> None:
                 f"rollout engine {name!r} needs the module {module!r}, which is not installed: "
                 f"{install}"
             )
+
+
+def check_engine_model(name: str, model_path: str | None) -> None:
+    """Refuse a model the engine ``name`` cannot run, from its ``config.json`` alone, before
+    the weights load (a model that takes minutes to load is refused in a second). Nothing
+    to check without a local model folder (a toy model, a hub name): the engine checks the
+    loaded model too.
+
+    Raises:
+        EngineError: the engine's reason (which says what to use instead).
+    """
+    check = get_engine(name).model_check
+    if check is None or not model_path or not (Path(model_path) / "config.json").is_file():
+        return
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(model_path, local_files_only=True)
+    except (OSError, ValueError, KeyError):
+        return  # an unreadable config: the model's own load reports it
+    reason = check(config)
+    if reason is not None:
+        raise EngineError(f"the {name} rollout engine cannot run this model: {reason}")
 
 
 def get_engine(name: str) -> EngineSpec:

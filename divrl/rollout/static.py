@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -38,14 +39,30 @@ SUPPORTED_MODEL_TYPES = ("llama", "qwen2")
 COMPACT_SHARE = 1 / 8
 
 
-def unsupported_reason(model: torch.nn.Module) -> str | None:
-    """Why ``model`` cannot run in this engine, or None when it can."""
-    config = getattr(model, "config", None)
+#: what the refusals say to do instead
+USE_HF = "use the hf engine (rollout.engine=hf for divrl train and presample, --engine hf for eval)"
+
+
+def unsupported_config_reason(config: Any) -> str | None:
+    """Why a model of this transformers ``config`` cannot run in this engine, or None."""
     kind = getattr(config, "model_type", None)
     if kind not in SUPPORTED_MODEL_TYPES:
         return f"model_type {kind!r} is not one of {', '.join(SUPPORTED_MODEL_TYPES)}"
     if "sliding_attention" in (getattr(config, "layer_types", None) or ()):
         return "the model has sliding-window attention layers"
+    return None
+
+
+def _model_check(config: Any) -> str | None:
+    reason = unsupported_config_reason(config)
+    return None if reason is None else f"{reason}; {USE_HF}"
+
+
+def unsupported_reason(model: torch.nn.Module) -> str | None:
+    """Why ``model`` cannot run in this engine, or None when it can."""
+    reason = unsupported_config_reason(getattr(model, "config", None))
+    if reason is not None:
+        return reason
     body = getattr(model, "model", None)
     if not all(hasattr(body, a) for a in ("embed_tokens", "layers", "norm", "rotary_emb")):
         return "the model lacks the Llama layout (model.embed_tokens/layers/norm/rotary_emb)"
@@ -186,8 +203,7 @@ class StaticCacheEngine(HFEngine):
         reason = unsupported_reason(model)
         if reason is not None:
             raise EngineError(
-                f"the static rollout engine cannot run this model: {reason}; use the hf "
-                "engine (rollout.engine=hf for divrl train and presample, --engine hf for eval)"
+                f"the static rollout engine cannot run this model: {reason}; {USE_HF}"
             )
         super().__init__(model, tokenizer, **kwargs)
         self._eos = torch.tensor(sorted(self.eos_ids), dtype=torch.long)
@@ -309,6 +325,7 @@ build_static = register_policy_engine(
     options=StaticOptions,
     summary="divrl's decode loop on the policy itself (pre-allocated KV cache, batched "
     "seeds); Llama and Qwen2 models, fastest on a CPU",
+    model_check=_model_check,
 )
 
 

@@ -157,18 +157,35 @@ def _gpt2_model(root: Path) -> Path:
     return root / "gpt2"
 
 
-def test_train_on_a_model_the_static_engine_cannot_run_is_one_line(tmp_path, capsys):
-    """divrl eval said it in one line; divrl train ended in a traceback."""
-    world = {
-        "model": str(_gpt2_model(tmp_path)),
-        "data": str(helpers.write_prompts(tmp_path / "d.jsonl")),
-    }
+@pytest.mark.parametrize("weights", [True, False], ids=["loadable", "config-only"])
+def test_train_on_a_model_the_static_engine_cannot_run_is_one_line(tmp_path, capsys, weights):
+    """divrl eval said it in one line; divrl train ended in a traceback. The refusal comes
+    from the model's config.json before its weights load: a folder without weights is
+    refused with the same line (a load would have failed on the missing weights)."""
+    model = _gpt2_model(tmp_path)
+    if not weights:
+        for f in model.glob("*.safetensors"):
+            f.unlink()
+    world = {"model": str(model), "data": str(helpers.write_prompts(tmp_path / "d.jsonl"))}
     args = helpers.tiny_overrides(world, tmp_path / "run", **{"rollout.engine": "static"})
     assert main(["train", *args]) == 2
     err = capsys.readouterr().err
     last = err.strip().splitlines()[-1]
     assert last.startswith("divrl train: the static rollout engine cannot run this model")
     assert "model_type 'gpt2'" in last and "rollout.engine=hf" in last and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_static_engines_model_check_reads_the_config_alone(tmp_path):
+    from divrl.rollout import check_engine_model
+
+    model = _gpt2_model(tmp_path)
+    with pytest.raises(EngineError, match="model_type 'gpt2' is not one of"):
+        check_engine_model("static", str(model))
+    check_engine_model("hf", str(model))  # hf runs any causal LM: nothing to refuse
+    check_engine_model("static", str(helpers.build_tiny_lm(tmp_path / "llama")))
+    check_engine_model("static", None)  # a toy model: checked once loaded
+    check_engine_model("static", str(tmp_path / "not-a-folder"))  # the load reports it
 
 
 def test_a_prompt_that_fills_the_context_is_refused_when_the_prompts_load(tmp_path, capsys):
