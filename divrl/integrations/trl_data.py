@@ -35,13 +35,17 @@ def trl_dataset(
     limit: int | None = None,
     max_prompt_length: int = 512,
     truncation: str = "error",
+    context: int | None = None,
 ) -> Any:
     """A ``datasets.Dataset`` of the prompts divrl trains on, for TRL's ``GRPOTrainer``.
 
     Pass the ``data.*`` settings of the config you presampled with: the prompts are loaded
     and filtered by the same code as ``divrl train`` (``divrl.data.prompts``; a prompt
     over ``max_prompt_length`` is an error, dropped or left-truncated per ``truncation``, as
-    ``data.truncation``), so their ids are the store's.
+    ``data.truncation``), so their ids are the store's. ``context``: the model's context in
+    tokens (``model.config.max_position_embeddings``); a prompt that fills it, leaving no
+    room for a completion, is refused here, as ``divrl train`` refuses it, rather than at
+    TRL's first generation (None: not checked).
 
     Columns: ``prompt`` (the rendered prompt text), ``prompt_id`` (divrl's id),
     ``data_source``, ``ground_truth`` and ``extra_info`` (JSON strings: Arrow needs one type
@@ -55,7 +59,7 @@ def trl_dataset(
         max_prompt_length=max_prompt_length,
         truncation=truncation,
     )
-    prompts, _ = load_prompts(str(train_path), tokenizer, settings, db_dir=db_dir)
+    prompts, _ = load_prompts(str(train_path), tokenizer, settings, db_dir=db_dir, context=context)
     return Dataset.from_dict(
         {
             "prompt": [tokenizer.decode(p.prompt_ids) for p in prompts],

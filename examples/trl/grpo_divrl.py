@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None):
         truncation=script.truncation,
         limit=script.limit,
         db_dir=script.db_dir,
+        context=model.config.max_position_embeddings,  # refuse prompts that fill it, now
     )
     trainer = DivRLGRPOTrainer(
         model=model,

@@ -90,6 +90,11 @@ def test_trl_dataset_has_divrl_ids_and_prompts_and_the_verifier_scores_them(tmp_
     assert data["prompt_id"] == ["m0", "m1", "m2"]  # m3 has 13 tokens > 10
     assert data["prompt"][1] == "1+1=111"
     assert trl_dataset(path, tokenizer, limit=2)["prompt_id"] == ["m0", "m1"]
+    # a prompt that fills the model's context is refused when it loads, as divrl train does
+    kept = dict(max_prompt_length=10, truncation="drop")
+    with pytest.raises(ValueError, match=r"1 of the prompts in .* have 9 tokens or more"):
+        trl_dataset(path, tokenizer, context=9, **kept)  # m2, "2+2=111111", has 10
+    assert len(trl_dataset(path, tokenizer, context=11, **kept)) == 3
     scores = verifier_reward(
         ["so \\boxed{0}", "\\boxed{3}", [{"role": "assistant", "content": "\\boxed{4}"}]],
         data["data_source"],

@@ -249,7 +249,9 @@ def test_length_bucketing_cuts_padding_and_keeps_the_update(tiny_world, tmp_path
         grads = []
 
         def keep_grads(optimizer, args, kwargs, grads=grads):
-            grads.extend(p.grad.detach().clone() for g in optimizer.param_groups for p in g["params"])
+            grads.extend(
+                p.grad.detach().clone() for g in optimizer.param_groups for p in g["params"]
+            )
 
         handle = register_optimizer_step_pre_hook(keep_grads)
         try:
