@@ -198,3 +198,33 @@ def test_two_ranks_with_dynamic_batches_resume_as_the_unbroken_run(world):
     # row order moved them by at most 2e-3, relative, in runs of this test)
     same_weights = ("actor/dph/u_mean", "actor/grad_norm")
     assert not _differing(resumed[0], unbroken[2], same_weights, 1e-2)
+
+
+def test_two_ranks_with_fixed_one_row_micro_batches_train_dph_and_lp_reg(world):
+    """Fixed micro-batches of one row on 2 ranks: each micro-batch holds a rollout row or a
+    rehearsal row, never both, so a part's metrics would exist on some micro-batches only;
+    every micro-batch logs every name (0 where it holds none of the part), so verl's
+    aggregation over ranks takes them (it stopped the update when a rank logged fewer)."""
+    root, model, data = world
+    store = e2e.write_store(root / "store_fixed", model, data)
+    exploration = root / "exploration_fixed.parquet"
+    write_exploration_split(data, store, exploration)
+    dynamic = ("use_dynamic_bsz", "max_token_len", "save_freq", "rehearsal_control")
+    fixed = [a for a in TWO_RANKS if not any(d in a for d in dynamic)]
+    _, steps = _run(
+        root,
+        model,
+        exploration,
+        *fixed,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+        f"+divrl.reference_store={store}",
+        out=root / "fixed",
+        reward=VARIED_REWARD,
+    )
+    assert [s["step"] for s in steps] == [1.0, 2.0]
+    for step in steps:
+        for name in ("actor/dph/u_mean", "actor/lp_reg/num_selected", "actor/pg_loss"):
+            assert step[name] == step[name], name  # logged, and not NaN
+        assert step["actor/grad_norm"] > 0
+        # a token mean of pi/pi_ref over the rehearsal rows: near 1 after a few small steps
+        assert 0.5 < step["actor/dph/u_mean"] < 1.5
