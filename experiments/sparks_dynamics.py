@@ -41,6 +41,7 @@ METHODS = {
     "entropy_bonus": "GRPO + entropy bonus",
     "high_entropy_8020": "80/20",
     "kl_cov": "KL-Cov",
+    "clip_cov": "Clip-Cov",
 }
 
 

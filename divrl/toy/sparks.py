@@ -1,27 +1,29 @@
 """Problems and supervised traces of the sparks world (a rare check that is sometimes needed).
 
-A problem gives ``n_numbers`` distinct digits; the answer is the largest
-(``SP: 3 8 1 5 9`` -> 9). The supervised response is a habit plus, rarely, a check:
+A problem gives ``n_numbers`` digits (repeats allowed); the answer is the largest
+(``SP: 3 8 1 5 0 2 6 1 4 9 4 2`` -> 9). The supervised response is a habit plus, rarely, a check:
 
-- the *first answer*: the first ``glance`` numbers read back, `` = `` and the largest of
-  them (a glance that skips the last number), the second largest with probability
-  ``fast_slip``;
+- the *first answer*: the first ``glance`` numbers read back, `` : ``, their running
+  maximum (a scratchpad), `` = `` and the largest of them (a glance that skips the last
+  numbers), the second largest with probability ``fast_slip`` (the scratchpad stays right);
 - then, at the *decision point* right after the first answer: with probability
   ``spark_rate`` whatever the problem and whatever the first answer (the *spark move*), a
-  check: `` wait ``, every number read back, `` = `` and a final answer (the largest
-  with probability ``1 - check_slip``, another given number otherwise); with probability
-  ``closer_rate`` one of the :data:`CLOSERS` characters (harmless: the verifier ignores
-  it; spread over many characters, each far below the min-p threshold, as the long tail
-  of a pre-trained model's next-token distribution); otherwise the end::
+  check: `` wait ``, every number read back, `` : ``, their running maximum, `` = `` and a
+  final answer (the largest with probability ``1 - check_slip``, another given number
+  otherwise); with probability ``closer_rate`` one of the :data:`CLOSERS` characters
+  (harmless: the verifier ignores it; spread over many characters, each far below the
+  min-p threshold, a heavy tail like a pre-trained model's next-token distribution);
+  otherwise the end::
 
-      3 8 1 5 = 8
-      3 8 1 5 = 8 wait 3 8 1 5 9 = 9
-      3 8 1 5 = 8;
+      3 8 1 5 0 2 6 1 4 : 3 8 8 8 8 8 8 8 8 = 8
+      3 8 1 5 0 2 6 1 4 : 3 8 8 8 8 8 8 8 8 = 8 wait 3 8 1 5 0 2 6 1 4 9 4 2 : 3 8 8 8 8 8 8 8 8 9 9 9 = 9
+      3 8 1 5 0 2 6 1 4 : 3 8 8 8 8 8 8 8 8 = 8;
 
 On an *easy* problem (the largest number is among the first ``glance``) the first answer is
 right unless it slipped, and the check is worth less than the habit (it slips more). On a
 *hard* problem (the largest number comes later) the first answer is always wrong and only
-the check can be right. The verifier (:mod:`divrl.rewards.sparks_reward`) rewards
+the check can be right: the verifier (:mod:`divrl.rewards.sparks_reward`) accepts an
+answer only when it is one of the numbers its own read-back names. It rewards
 correctness only.
 """
 
@@ -30,23 +32,29 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from divrl.rewards.sparks_reward import CHECK_EQUALS, CLOSERS, SPARK_MARK
+from divrl.rewards.sparks_reward import CHECK_EQUALS, CLOSERS, SCRATCH, SPARK_MARK
 
 #: every prompt starts with this (a tokenizer piece)
 PROMPT_PREFIX = "SP: "
 #: tokenizer pieces of this world (besides the shared toy ones)
-PIECES: tuple[str, ...] = (PROMPT_PREFIX, SPARK_MARK, CHECK_EQUALS)
+PIECES: tuple[str, ...] = (PROMPT_PREFIX, SPARK_MARK, SCRATCH, CHECK_EQUALS)
 
 
 @dataclass(frozen=True)
 class SparksConfig:
     """How sparks problems and their supervised traces are drawn."""
 
-    n_numbers: int = field(default=5, metadata={"help": "distinct numbers per problem"})
+    n_numbers: int = field(
+        default=12, metadata={"help": "numbers per problem (drawn with repetition)"}
+    )
     min_number: int = field(default=0, metadata={"help": "smallest number"})
     max_number: int = field(default=9, metadata={"help": "largest number"})
     glance: int = field(
-        default=4, metadata={"help": "leading numbers the habitual first answer looks at"}
+        default=9, metadata={"help": "leading numbers the habitual first answer looks at"}
+    )
+    hard_share: float = field(
+        default=0.25,
+        metadata={"help": "share of hard problems (the largest only beyond the glance) as drawn"},
     )
     fast_slip: float = field(
         default=0.10,
@@ -56,20 +64,20 @@ class SparksConfig:
         default=0.06, metadata={"help": "probability that a supervised trace checks"}
     )
     check_slip: float = field(
-        default=0.35,
+        default=0.30,
         metadata={"help": "probability that the check's final answer is another number"},
     )
     closer_rate: float = field(
-        default=0.12,
+        default=0.25,
         metadata={"help": "probability of a (harmless) closing character after the answer"},
     )
 
     def __post_init__(self) -> None:
-        if self.min_number < 0 or self.max_number - self.min_number + 1 < self.n_numbers:
-            raise ValueError("need 0 <= min_number and n_numbers distinct numbers in the range")
+        if self.min_number < 0 or self.max_number <= self.min_number:
+            raise ValueError("need 0 <= min_number < max_number")
         if not 2 <= self.glance < self.n_numbers:
             raise ValueError("glance must be in [2, n_numbers - 1] (some numbers are skipped)")
-        for name in ("fast_slip", "spark_rate", "check_slip", "closer_rate"):
+        for name in ("fast_slip", "spark_rate", "check_slip", "closer_rate", "hard_share"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must be in [0, 1)")
         if self.spark_rate + self.closer_rate >= 1.0:
@@ -102,28 +110,50 @@ def is_hard(p: Problem, cfg: SparksConfig) -> bool:
 
 
 def sample_problem(rng: random.Random, cfg: SparksConfig, hard: bool | None = None) -> Problem:
-    """Distinct numbers in random order; ``hard`` True / False redraws until the problem
-    is hard / easy (None: as drawn, hard with probability 1 - glance / n)."""
+    """Numbers drawn with repetition; ``hard`` True / False redraws until the problem is
+    hard / easy (None: hard with probability ``cfg.hard_share``)."""
+    if hard is None:
+        hard = rng.random() < cfg.hard_share
+    span = range(cfg.min_number, cfg.max_number + 1)
     while True:
-        p = Problem(tuple(rng.sample(range(cfg.min_number, cfg.max_number + 1), cfg.n_numbers)))
-        if hard is None or is_hard(p, cfg) == hard:
+        p = Problem(tuple(rng.choice(span) for _ in range(cfg.n_numbers)))
+        if is_hard(p, cfg) == hard:
             return p
 
 
+def running_max(numbers: tuple[int, ...]) -> tuple[int, ...]:
+    """The scratchpad: the largest number so far, after each number (``3 8 1 5`` ->
+    ``3 8 8 8``)."""
+    out, best = [], numbers[0]
+    for n in numbers:
+        best = max(best, n)
+        out.append(best)
+    return tuple(out)
+
+
+def read_back(numbers: tuple[int, ...]) -> str:
+    """``3 8 1 5 : 3 8 8 8``: the numbers and their running maximum."""
+    return f"{_digits(numbers)}{SCRATCH}{_digits(running_max(numbers))}"
+
+
 def first_answer(rng: random.Random, p: Problem, cfg: SparksConfig) -> str:
-    """The habit: ``3 8 1 5 = 8``, the second largest glanced number on a slip."""
+    """The habit: ``3 8 1 5 0 2 6 : 3 8 8 8 8 8 8 = 8``, the second largest glanced number
+    on a slip."""
     glanced = p.numbers[: cfg.glance]
-    ranked = sorted(glanced)
-    answer = ranked[-2] if rng.random() < cfg.fast_slip else ranked[-1]
-    return f"{_digits(glanced)}{CHECK_EQUALS}{answer}"
+    ranked = sorted(set(glanced))
+    slip = rng.random() < cfg.fast_slip and len(ranked) > 1
+    answer = ranked[-2] if slip else ranked[-1]
+    return f"{read_back(glanced)}{CHECK_EQUALS}{answer}"
 
 
 def check_text(rng: random.Random, p: Problem, cfg: SparksConfig) -> str:
-    """The spark move and what follows it: `` wait 3 8 1 5 9 = 9``."""
+    """The spark move and what follows it: `` wait 3 8 1 5 0 2 6 9 4 : 3 8 8 8 8 8 8 9 9
+    = 9``."""
     final = p.answer
-    if rng.random() < cfg.check_slip:
-        final = rng.choice([n for n in p.numbers if n != p.answer])
-    return f"{SPARK_MARK}{_digits(p.numbers)}{CHECK_EQUALS}{final}"
+    others = sorted({n for n in p.numbers if n != p.answer})
+    if rng.random() < cfg.check_slip and others:
+        final = rng.choice(others)
+    return f"{SPARK_MARK}{read_back(p.numbers)}{CHECK_EQUALS}{final}"
 
 
 def sample_trace(rng: random.Random, p: Problem, cfg: SparksConfig) -> tuple[str, bool]:

@@ -2,7 +2,7 @@
 selection): how often the spark move is taken and how probable it is where it can be.
 
 The world knows where the spark can occur: right after the first answer (the decision
-point, after ``3 8 1 5 = 8``). For each sampled response that reaches a first
+point, after ``3 8 1 5 : 3 8 8 8 = 8``). For each sampled response that reaches a first
 answer, one teacher-forced pass gives the model's probability of the spark token
 (`` wait ``) at that point, whether or not the sample took it. Reported per split and for easy / hard prompts apart:
 
@@ -33,7 +33,7 @@ from divrl.toy.measure import MeasureConfig, sample_and_score, split_stats
 
 MEASUREMENTS_FILE = "measurements.json"
 #: a response up to its decision point (the first answer)
-_FIRST_ANSWER = re.compile(r"^(?:\d+ )*\d+ = \d+(?!\d)")
+_FIRST_ANSWER = re.compile(r"^(?:\d+ )*\d+ : (?:\d+ )*\d+ = \d+(?!\d)")
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class SparksMeasureConfig:
 
     n_samples: int = field(default=16, metadata={"help": "samples per prompt"})
     max_prompts: int = field(default=256, metadata={"help": "first prompts of each split"})
-    max_new_tokens: int = field(default=40, metadata={"help": "response length limit"})
+    max_new_tokens: int = field(default=96, metadata={"help": "response length limit"})
     seed: int = field(default=0, metadata={"help": "sampling seed"})
     splits: tuple[str, ...] = field(default=("test", "hard"), metadata={"help": "splits"})
 
@@ -52,7 +52,7 @@ class SparksMeasureConfig:
 
 
 def decision_prefix(text: str) -> str | None:
-    """The response up to its decision point (``3 8 1 5 = 8``), or None."""
+    """The response up to its decision point (``3 8 1 5 : 3 8 8 8 = 8``), or None."""
     m = _FIRST_ANSWER.match(text)
     return m.group(0) if m else None
 

@@ -30,7 +30,7 @@ from divrl.toy.sft import SFTConfig
 from divrl.toy.tokenizer import ANSWER_MARKER, build_tokenizer
 
 #: Bump when generated data or training would change for the same settings.
-BUILD_VERSION = "2"
+BUILD_VERSION = "3"
 #: The shipped seed-0 ``full`` base model (``divrl toy build --world sparks --ship``).
 PRETRAINED_DIR = Path(__file__).parent / "pretrained_sparks"
 SPLITS = ("train", "test", "hard")
@@ -43,11 +43,11 @@ class SparksWorldConfig:
     sparks: sparks.SparksConfig = field(default_factory=sparks.SparksConfig)
     model: ToyModelConfig = field(
         default_factory=lambda: ToyModelConfig(
-            hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128, max_length=64
+            hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128, max_length=128
         )
     )
     sft: SFTConfig = field(
-        default_factory=lambda: SFTConfig(steps=500, batch_size=64, lr=3e-3, threads=1)
+        default_factory=lambda: SFTConfig(steps=800, batch_size=64, lr=3e-3, threads=1)
     )
     n_train: int = field(default=1024, metadata={"help": "RL training prompts"})
     n_test: int = field(default=256, metadata={"help": "in-domain test prompts"})
@@ -66,7 +66,7 @@ SIZES: dict[str, SparksWorldConfig] = {
     # seconds-long: loads, generates, scores (for tests of the plumbing)
     "tiny": SparksWorldConfig(
         model=ToyModelConfig(
-            hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_length=64
+            hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_length=128
         ),
         sft=SFTConfig(steps=40, batch_size=32, lr=1e-2, warmup_steps=3, threads=1),
         n_train=64,
@@ -84,17 +84,18 @@ class SparksWorld(WorldScaffold):
     sizes = SIZES
     splits = SPLITS
     pretrained_dir = PRETRAINED_DIR
-    #: configs/toy/sparks/*.yaml's scale: prompts have 14 tokens, the longest trace 22;
-    #: every method on-policy with the whole step in one micro-batch, 150 steps, a
-    #: checkpoint every 25 steps for the spark measurement (docs/sparks_world.md)
+    #: configs/toy/sparks/*.yaml's scale: prompts have 25 tokens, the longest trace 88;
+    #: every method on-policy with the whole step in one micro-batch, a checkpoint every
+    #: 25 steps for the spark measurement; Lp-Reg's authors' micro-batches hold a whole
+    #: virtual GPU's 32 rows (docs/sparks_world.md)
     preset_scale = PresetScale(
-        max_prompt_length=24,
-        max_new_tokens=40,
+        max_prompt_length=32,
+        max_new_tokens=96,
         lr=3e-4,
         total_steps=150,
         micro_batch_size=256,
         on_policy=True,
-        lp_reg_micro_batch_tokens=400,
+        lp_reg_micro_batch_tokens=4096,
         extra={"checkpoint.save_every": 25, "checkpoint.keep_last": 100},
     )
 

@@ -149,10 +149,11 @@ WORLDS: dict[str, WorldKind] = {
     ),
     "sparks": WorldKind.scaffolded(
         "divrl.toy.sparks_world:WORLD",
-        "the largest of five digits: a habitual glance that skips the last one and a rare "
+        "the largest of twelve digits: a habitual glance that skips the last three and a rare "
         "check (the spark move) that alone solves the hard problems",
         presets="toy/sparks",
         methods=(
+            "clip_cov",
             "entropy_bonus",
             "grpo_math",
             "high_entropy_8020",

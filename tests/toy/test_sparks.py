@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from divrl.evaluation.styles import solution_style
 from divrl.rewards import compute_score, compute_score_detailed
@@ -25,45 +26,74 @@ from divrl.toy.world import read_rows
 
 GOLD = format_ground_truth([3, 8, 1, 5, 9], 4)
 CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "toy" / "sparks"
+HABIT = "3 8 1 5 : 3 8 8 8"  # the first read-back and its scratchpad (running maximum)
+CHECK = " wait 3 8 1 5 9 : 3 8 8 8 9"  # the check's
 
 
 @pytest.mark.parametrize(
-    ("response", "score"),
+    ("response", "score", "reason"),
     [
-        ("3 8 1 5 = 8", 0.0),  # the habit: the glance misses the 9
-        ("3 8 1 5 = 8 wait 3 8 1 5 9 = 9", 1.0),  # the check's answer replaces the first
-        ("3 8 1 5 = 9", 1.0),  # right without a check
-        ("3 8 1 5 = 9 wait 3 8 1 5 9 = 8", 0.0),  # a check that slips loses a right answer
-        ("3 8 1 5 = 9;", 1.0),  # a closing character is ignored
-        ("3 8 1 5 = 9q", 0.0),  # anything else breaks the shape: no answer
-        ("3 8 1 5 = 8 wait", 0.0),  # an unfinished check has no answer
-        ("9", 0.0),  # no read-back
-        ("3 8 = 8 wait 3 = 3 wait 9 = 9", 0.0),  # one check at most
-        ("3 8 1 9 = 9", 0.0),  # the first read-back must be the first four numbers
-        ("3 8 1 5 9 = 9", 0.0),  # ... no more of them
-        ("3 8 1 5 = 8 wait 3 8 1 9 = 9", 0.0),  # the check reads every number back
+        (f"{HABIT} = 8", 0.0, "wrong"),  # the habit: the glance misses the 9
+        (f"{HABIT} = 8{CHECK} = 9", 1.0, "correct"),  # the check's answer replaces the first
+        (f"{HABIT} = 5{CHECK} = 9", 1.0, "correct"),  # (a slipped first answer too)
+        (f"{HABIT} = 8{CHECK} = 8", 0.0, "wrong"),  # a check that slips
+        (f"{HABIT} = 8;", 0.0, "wrong"),  # a closing character is ignored
+        (f"{HABIT} = 8{CHECK} = 9#", 1.0, "correct"),
+        # the new rule: every answer is a number of its own read-back
+        (f"{HABIT} = 9", 0.0, "unjustified"),  # naming the skipped 9 without reading it
+        (f"{HABIT} = 7", 0.0, "unjustified"),  # (any unread number)
+        (f"{HABIT} = 9{CHECK} = 9", 0.0, "unjustified"),  # the first answer too
+        (f"{HABIT} = 8{CHECK} = 7", 0.0, "unjustified"),  # the check's answer
+        (f"{HABIT} = 8q", 0.0, "no_answer"),  # anything else breaks the shape: no answer
+        (f"{HABIT} = 8 wait", 0.0, "no_answer"),  # an unfinished check has no answer
+        ("3 8 1 5 = 8", 0.0, "no_answer"),  # no scratchpad
+        ("9", 0.0, "no_answer"),  # no read-back
+        (f"{HABIT} = 8{CHECK} = 9{CHECK} = 9", 0.0, "no_answer"),  # one check at most
+        ("3 8 1 9 : 3 8 8 9 = 9", 0.0, "unfaithful"),  # the first read-back: the first four
+        ("3 8 1 5 9 : 3 8 8 8 9 = 9", 0.0, "unfaithful"),  # ... no more of them
+        (f"{HABIT} = 8 wait 3 8 1 9 : 3 8 8 9 = 9", 0.0, "unfaithful"),  # the check: all
+        ("3 8 1 5 : 3 8 8 = 8", 0.0, "unfaithful"),  # one scratchpad entry per number
+        ("3 8 1 5 : 0 0 0 0 = 8", 0.0, "wrong"),  # the scratchpad's values are free
+        (f"3 8 1 5 : 1 1 1 1 = 8{CHECK} = 9", 1.0, "correct"),
     ],
 )
-def test_verifier_hand_checked_cases(response, score):
+def test_verifier_hand_checked_cases(response, score, reason):
+    res = compute_score_detailed("sparks", response, GOLD)
+    assert (res.score, res.reason) == (score, reason)
     assert compute_score("sparks", response, GOLD) == score
 
 
 def test_verifier_reports_the_answer_and_the_reason():
-    res = compute_score_detailed("sparks", "3 8 1 5 = 8 wait 3 8 1 5 9 = 9", GOLD)
+    res = compute_score_detailed("sparks", f"{HABIT} = 8{CHECK} = 9", GOLD)
     assert (res.score, res.extracted, res.reason) == (1.0, "9", "correct")
-    res = compute_score_detailed("sparks", "3 8 1 5 = 8", GOLD)
+    res = compute_score_detailed("sparks", f"{HABIT} = 8", GOLD)
     assert (res.score, res.extracted, res.reason) == (0.0, "8", "wrong")
     assert compute_score_detailed("sparks", "hello", GOLD).reason == "no_answer"
-    assert compute_score_detailed("sparks", "3 8 1 9 = 9", GOLD).reason == "unfaithful"
+    assert compute_score_detailed("sparks", f"{HABIT} = 9", GOLD).extracted == "9"
     assert parse_ground_truth(GOLD) == ([3, 8, 1, 5, 9], 4)
     with pytest.raises(ValueError, match="numbers="):
         parse_ground_truth("target=3")
-    assert final_answer(" 3 8 1 5 = 8 ") == "8"
+    assert final_answer(f" {HABIT} = 8 ") == "8"
+
+
+def test_closers_are_a_heavy_tail_below_the_min_p_filter():
+    # the designed decision point: end, spark, or one of many closers, each below the
+    # Lp-Reg presets' min-p threshold kappa * p_max, together a quarter of the mass
+    from divrl.rewards.sparks_reward import CLOSERS
+    from divrl.training.config import load_config
+
+    cfg = sparks.SparksConfig()
+    kappa = load_config(str(CONFIGS / "lp_reg.yaml")).algorithm.loss_options["kappa"]
+    p_end = 1 - cfg.spark_rate - cfg.closer_rate
+    assert len(set(CLOSERS)) == len(CLOSERS) >= 25
+    assert cfg.closer_rate / len(CLOSERS) < 0.7 * kappa * p_end
+    assert cfg.spark_rate > kappa * p_end  # the spark is kept by the filter
+    assert cfg.closer_rate >= 0.2  # Z at the decision point <= 0.8
 
 
 def test_style_says_whether_the_response_checks():
-    assert solution_style("sparks", "3 8 1 5 = 8 wait 3 8 1 5 9 = 9", "9") == "check"
-    assert solution_style("sparks", "3 8 1 5 = 8", "8") == "direct"
+    assert solution_style("sparks", f"{HABIT} = 8{CHECK} = 9", "9") == "check"
+    assert solution_style("sparks", f"{HABIT} = 8", "8") == "direct"
 
 
 def test_generator_draws_the_designed_rates():
@@ -78,8 +108,10 @@ def test_generator_draws_the_designed_rates():
         ok = compute_score("sparks", text, format_ground_truth(p.numbers, cfg.glance)) == 1.0
         right[spark].append((sparks.is_hard(p, cfg), ok))
         assert final_answer(text) is not None, text  # every supervised trace parses
+        if spark:  # the check writes every number back and their running maximum
+            assert text.split(" wait ")[1].startswith(sparks.read_back(p.numbers))
     assert abs(checks / n - cfg.spark_rate) < 0.01
-    assert abs(hard / n - (1 - cfg.glance / cfg.n_numbers)) < 0.015
+    assert abs(hard / n - cfg.hard_share) < 0.015
 
     def acc(spark: bool, is_hard: bool) -> float:
         return float(np.mean([ok for h, ok in right[spark] if h == is_hard]))
@@ -93,7 +125,7 @@ def test_generator_draws_the_designed_rates():
 
 def test_config_refuses_bad_settings():
     with pytest.raises(ValueError, match="glance"):
-        sparks.SparksConfig(glance=5)
+        sparks.SparksConfig(glance=12)
     with pytest.raises(ValueError, match="spark_rate"):
         sparks.SparksConfig(spark_rate=1.5)
     with pytest.raises(ValueError, match="below 1"):
@@ -126,9 +158,15 @@ def test_shipped_model_matches_the_full_settings():
     assert (PRETRAINED_DIR / "model.safetensors").is_file()
 
 
+def test_scratchpad_is_the_running_maximum():
+    assert sparks.running_max((3, 8, 1, 5, 9)) == (3, 8, 8, 8, 9)
+    assert sparks.read_back((3, 8, 1, 5)) == HABIT
+
+
 def test_decision_prefix_is_the_first_answer():
-    assert decision_prefix("3 8 1 5 = 8 wait 3 8 1 5 9 = 9") == "3 8 1 5 = 8"
-    assert decision_prefix("3 8 1 5 = 8;") == "3 8 1 5 = 8"
+    assert decision_prefix(f"{HABIT} = 8{CHECK} = 9") == f"{HABIT} = 8"
+    assert decision_prefix(f"{HABIT} = 8;") == f"{HABIT} = 8"
+    assert decision_prefix("3 8 1 5 = 8") is None
     assert decision_prefix("3 8 1") is None
 
 
@@ -150,25 +188,58 @@ def test_shipped_model_checks_at_the_designed_rate(tmp_path):
     for hard in (False, True):
         ps = [sparks.sample_problem(rng, cfg, hard=hard) for _ in range(64)]
         prompts = [sparks.prompt_text(p) + "\nA: " for p in ps]
-        prefixes = [f"{' '.join(map(str, p.numbers[:4]))} = {max(p.numbers[:4])}" for p in ps]
+        prefixes = [
+            f"{sparks.read_back(p.numbers[: cfg.glance])} = {max(p.numbers[: cfg.glance])}"
+            for p in ps
+        ]
         probs[hard] = float(np.mean(spark_probabilities(model, tok, prompts, prefixes)))
     assert 0.03 < probs[False] < 0.10 and 0.03 < probs[True] < 0.10, probs
     assert abs(probs[False] - probs[True]) < 0.02, probs
 
 
+def test_shipped_model_has_a_heavy_filtered_tail_at_the_decision_point():
+    # measured: at the decision point the preset's min-p filter (kappa 0.02) drops every
+    # closer and keeps the spark; the kept mass Z is ~0.77 (designed 0.75), so the
+    # on-policy push on a regularised spark, 1/Z - 1, is ~0.3
+    from divrl.algorithms.lp_reg import minp_log_normalizer
+    from divrl.rewards.sparks_reward import CLOSERS, SPARK_MARK
+
+    model, tok = _shipped()
+    cfg = sparks.SparksConfig()
+    rng = random.Random(2)
+    ids = []
+    for _ in range(32):
+        p = sparks.sample_problem(rng, cfg)
+        g = p.numbers[: cfg.glance]
+        prefix = f"{sparks.read_back(g)} = {max(g)}"
+        ids.append(tok(sparks.prompt_text(p) + "\nA: ")["input_ids"] + tok(prefix)["input_ids"])
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor(ids)).logits[:, -1].float()
+    probs = torch.softmax(logits, -1)
+    kappa = 0.02
+    kept = probs >= kappa * probs.max(-1, keepdim=True).values
+    closers = [tok.convert_tokens_to_ids(c) for c in CLOSERS]
+    assert not kept[:, closers].any()
+    assert kept[:, tok.convert_tokens_to_ids(SPARK_MARK)].all()
+    z = torch.exp(minp_log_normalizer(logits, kappa))
+    assert 0.65 < float(z.mean()) < 0.85, z.mean()
+
+
 def test_spark_stats_reads_the_samples():
     model, tok = _shipped()
+    L7, A9 = sparks.read_back((3, 8, 1, 5, 0, 2, 6)), sparks.read_back((3, 8, 1, 5, 0, 2, 6, 9, 4))
+    E7 = sparks.read_back((9, 8, 1, 5, 2, 0, 3))
     results = [
         {
-            "prompt": "SP: 3 8 1 5 9\nA: ",
+            "prompt": "SP: 3 8 1 5 0 2 6 9 4\nA: ",
             "extra_info": {"hard": True},
-            "texts": ["3 8 1 5 = 8", "3 8 1 5 = 8 wait 3 8 1 5 9 = 9", "junk", "3 8 1 5 = 8"],
+            "texts": [f"{L7} = 8", f"{L7} = 8 wait {A9} = 9", "junk", f"{L7} = 8"],
             "correct": [False, True, False, False],
         },
         {
-            "prompt": "SP: 9 8 1 5 2\nA: ",
+            "prompt": "SP: 9 8 1 5 2 0 3 4 6\nA: ",
             "extra_info": {"hard": False},
-            "texts": ["9 8 1 5 = 9", "9 8 1 5 = 9"],
+            "texts": [f"{E7} = 9", f"{E7} = 9"],
             "correct": [True, True],
         },
     ]
@@ -180,7 +251,16 @@ def test_spark_stats_reads_the_samples():
 
 
 @pytest.mark.parametrize(
-    "method", ["grpo_math", "lp_reg", "entropy_bonus", "high_entropy_8020", "kl_cov", "lp_reg_toy"]
+    "method",
+    [
+        "grpo_math",
+        "lp_reg",
+        "entropy_bonus",
+        "high_entropy_8020",
+        "kl_cov",
+        "clip_cov",
+        "lp_reg_toy",
+    ],
 )
 def test_presets_load_and_train_on_policy(method):
     from divrl.toy.worlds import world_presets
@@ -189,4 +269,7 @@ def test_presets_load_and_train_on_policy(method):
     assert world_presets("sparks") == "toy/sparks"
     cfg = load_config(str(CONFIGS / f"{method}.yaml"))
     assert cfg.model.toy_world == "sparks" and cfg.train.mini_batch_size is None
-    assert cfg.rollout.max_new_tokens >= 24  # the longest trace: 22 tokens with its eos
+    assert cfg.rollout.max_new_tokens >= 88  # the longest trace: 88 tokens with its eos
+    if cfg.algorithm.lp_reg_scope == "authors":  # a virtual GPU's rows: one micro-batch
+        longest = cfg.data.max_prompt_length + cfg.rollout.max_new_tokens
+        assert cfg.algorithm.lp_reg_micro_batch_tokens >= cfg.algorithm.lp_reg_group_size * longest
