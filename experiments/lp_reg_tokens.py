@@ -137,6 +137,7 @@ def analyse(config_path: str, overrides: list[str], batches: int) -> dict[str, A
             "algorithm.lp_reg_scope=micro_batch",
             "algorithm.lp_reg_group_size=null",
             "algorithm.lp_reg_micro_batch_tokens=null",
+            "algorithm.lp_reg_balance_batch=false",
         ]
         cfg = load_config(config_path, [*scope, *overrides, f"logging.output_dir={tmp}/run"])
         cfg = with_toy_defaults(cfg)  # a null model.path: the preset's toy world, as divrl train

@@ -68,6 +68,7 @@ def analyse(config_path: str, overrides: list[str], batches: int) -> dict[str, A
             "algorithm.lp_reg_scope=micro_batch",
             "algorithm.lp_reg_group_size=null",
             "algorithm.lp_reg_micro_batch_tokens=null",
+            "algorithm.lp_reg_balance_batch=false",
             f"train.micro_batch_size={group}",
         ]
         cfg = load_config(config_path, [*overrides, *scope, f"logging.output_dir={tmp}/run"])

@@ -77,6 +77,13 @@ class AlgorithmConfig:
         "micro-batches (null = train.micro_batch_tokens; theirs 30720)",
         None,
     )
+    lp_reg_balance_batch: bool = help_field(
+        "Lp-Reg, lp_reg_scope=authors: deal the step's rows to the virtual GPUs as verl's "
+        "trainer.balance_batch deals them to its ranks (equal-size Karmarkar-Karp partitions "
+        "of prompt + response tokens; on in the Lp-Reg authors' runs) instead of "
+        "consecutive rows; with several processes each balances its own rows",
+        False,
+    )
     kl_coef: float = help_field(
         "beta of the online reverse-KL term on policy samples (> 0 loads a frozen reference model)",
         0.0,

@@ -46,6 +46,7 @@ __all__ = [
     "REPLICA_PARTS",
     "AuthorsAssembly",
     "MicroBatch",
+    "balanced_order",
     "karmarkar_karp",
     "schedule",
 ]
@@ -89,25 +90,51 @@ class _State:
         self.parts = sorted(joined, key=_Part.key, reverse=True)
 
 
-def karmarkar_karp(lengths: Sequence[int], parts: int) -> list[list[int]]:
+def karmarkar_karp(lengths: Sequence[int], parts: int, equal_size: bool = False) -> list[list[int]]:
     """``range(len(lengths))`` in ``parts`` sets of balanced length sums, by the largest
-    differencing method with verl's order of ties (the partition of its dynamic batch
-    size, sizes unequal).
+    differencing method with verl's order of ties: sizes unequal (the partition of its
+    dynamic batch size) or, ``equal_size``, ``len(lengths) / parts`` items each (its
+    ``balance_batch`` over the data-parallel ranks: the sorted lengths enter ``parts`` at
+    a time, one to each set).
 
     Each set is sorted ascending; sets come in order of decreasing sum. Every set is
     non-empty when ``parts <= len(lengths)``.
     """
     if not 1 <= parts <= len(lengths):
         raise ValueError(f"parts must be in [1, {len(lengths)}], got {parts}")
+    if equal_size and len(lengths) % parts:
+        raise ValueError(f"equal sizes need parts ({parts}) to divide {len(lengths)} items")
     heap: list[_State] = []
-    for length, i in sorted((int(n), i) for i, n in enumerate(lengths)):
-        empty = [_Part([]) for _ in range(parts - 1)]
-        heapq.heappush(heap, _State([_Part([(i, length)]), *empty]))
+    ordered = sorted((int(n), i) for i, n in enumerate(lengths))
+    if equal_size:
+        for start in range(0, len(ordered), parts):
+            chunk = ordered[start : start + parts]
+            heapq.heappush(heap, _State([_Part([(i, n)]) for n, i in chunk]))
+    else:
+        for n, i in ordered:
+            empty = [_Part([]) for _ in range(parts - 1)]
+            heapq.heappush(heap, _State([_Part([(i, n)]), *empty]))
     while len(heap) > 1:
         first, second = heapq.heappop(heap), heapq.heappop(heap)
         first.merge(second)
         heapq.heappush(heap, first)
     return [sorted(i for i, _ in part.items) for part in heap[0].parts]
+
+
+def balanced_order(lengths: Sequence[int], gpus: int, mini_batches: int) -> list[int]:
+    """The step's rows in the order its mini-batches take them when verl's
+    ``balance_batch`` deals them to ``gpus`` ranks: equal-size Karmarkar-Karp partitions of
+    the lengths (prompt + response tokens, its ``attention_mask`` sums), rank ``g`` holding
+    partition ``g`` in ascending row order and cutting it into ``mini_batches`` consecutive
+    pieces. Mini-batch ``j`` is the ``j``-th piece of every rank, ranks in order, so
+    consecutive groups of ``len(lengths) / (gpus x mini_batches)`` rows are one rank's."""
+    if len(lengths) % (gpus * mini_batches):
+        raise ValueError(
+            f"{len(lengths)} rows do not split into {gpus} ranks x {mini_batches} mini-batches"
+        )
+    parts = karmarkar_karp(lengths, gpus, equal_size=True)
+    per = len(lengths) // (gpus * mini_batches)
+    return [r for j in range(mini_batches) for p in parts for r in p[j * per : (j + 1) * per]]
 
 
 @dataclass(frozen=True)

@@ -131,6 +131,11 @@ def algorithm_problems(algo: Any) -> list[str]:
         )
     elif tokens is not None and tokens < 1:
         problems.append(f"algorithm.lp_reg_micro_batch_tokens={tokens} must be >= 1")
+    if algo.lp_reg_balance_batch and algo.lp_reg_scope != "authors":
+        problems.append(
+            "algorithm.lp_reg_balance_batch deals rows to the authors' virtual GPUs: it needs "
+            "algorithm.lp_reg_scope=authors (or remove it)"
+        )
     return problems
 
 

@@ -41,7 +41,7 @@ from divrl.algorithms.rehearsal_control import RehearsalController
 from divrl.data.reference_store import ReferenceStore
 from divrl.distributed import Collective
 from divrl.training import authors_config
-from divrl.training.authors_assembly import AuthorsAssembly, karmarkar_karp
+from divrl.training.authors_assembly import AuthorsAssembly, balanced_order, karmarkar_karp
 from divrl.training.batch import Experience, PaddedPairs, ReferenceSamples
 from divrl.training.config import Config
 from divrl.training.forward import response_logits, to_device
@@ -178,11 +178,33 @@ class PolicyUpdate:
         self.precompute(exp)
         self.model.train()
         skipped = 0
+        order = self.step_rows(exp)
         for _ in range(train.ppo_epochs):
-            seq_parts = split(range(len(exp)), train.num_mini_batches)
+            seq_parts = split(order, train.num_mini_batches)
             for seqs, refs in zip(seq_parts, parts, strict=True):
                 skipped += not self.step(exp, seqs, refs, meter, step)
         return skipped
+
+    def step_rows(self, exp: Experience) -> list[int]:
+        """This process's rows of the step in the order its mini-batches take them: as
+        generated, or dealt to Lp-Reg's virtual GPUs as verl's ``balance_batch`` deals rows
+        to ranks (``algorithm.lp_reg_balance_batch``), each mini-batch then holding every
+        virtual GPU's next ``lp_reg_group_size`` rows."""
+        algo, mini_batches = self.config.algorithm, self.config.train.num_mini_batches
+        rows = list(range(len(exp)))
+        if not (self._scoped_lp_reg and algo.lp_reg_balance_batch):
+            return rows
+        per_gpu = algo.lp_reg_group_size * mini_batches
+        if len(exp) % per_gpu:  # a short step (dynamic sampling ran out of groups)
+            logger.warning(
+                "Lp-Reg balance_batch: %d rows are not whole virtual GPUs of %d rows; this "
+                "step keeps the rows in generation order",
+                len(exp),
+                per_gpu,
+            )
+            return rows
+        lengths = (exp.prompt_lengths + exp.response_lengths).tolist()
+        return balanced_order(lengths, len(exp) // per_gpu, mini_batches)
 
     def _inputs(self, pairs: PaddedPairs, idx: Sequence[int]) -> dict[str, torch.Tensor]:
         return to_device(pairs.model_inputs(idx), self.accelerator.device)

@@ -75,6 +75,7 @@ def test_counts_equal_what_the_trainer_logs_at_step_one(tmp_path, monkeypatch):
     run = [*overrides, "train.seed=0", "train.total_steps=1", f"logging.output_dir={tmp_path}/run"]
     run += ["algorithm.lp_reg_scope=micro_batch", "algorithm.lp_reg_group_size=null"]
     run += ["algorithm.lp_reg_micro_batch_tokens=null"]  # the experiment counts per micro-batch
+    run += ["algorithm.lp_reg_balance_batch=false"]
     run += ["logging.progress=false", "logging.tensorboard=false", "checkpoint.save_final=false"]
     metrics = Trainer(load_config(PRESET, run)).train()[-1]
     assert batch["candidates"] == metrics["lp_reg/num_negative"]  # the step's sums

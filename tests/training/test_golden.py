@@ -45,6 +45,7 @@ RECORDED_SCOPE = {
     "algorithm.lp_reg_scope": "micro_batch",
     "algorithm.lp_reg_group_size": None,
     "algorithm.lp_reg_micro_batch_tokens": None,
+    "algorithm.lp_reg_balance_batch": False,
 }
 # preset file -> overrides on top of the tiny world (5 steps, tiny batches)
 CASES: dict[str, tuple[str, dict]] = {

@@ -38,6 +38,7 @@ def test_grpo_math_differs_from_lp_reg_only_in_the_loss_and_clip_range():
         "algorithm.clip_low",
         "algorithm.clip_high",
         "algorithm.lp_reg_scope",
+        "algorithm.lp_reg_balance_batch",
         "algorithm.lp_reg_group_size",
         "algorithm.lp_reg_micro_batch_tokens",
         "logging.output_dir",

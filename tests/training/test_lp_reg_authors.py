@@ -153,3 +153,88 @@ def test_selection_within_the_authors_micro_batches(tiny_world, tmp_path):
 def test_authors_scope_settings_are_checked(overrides, message):
     with pytest.raises(ConfigError, match=message):
         load_config(None, ["algorithm.policy_loss=lp_reg", *overrides])
+
+
+def _verl_equal_partitions(lengths: list[int], k: int) -> list[list[int]]:
+    """verl's get_seqlen_balanced_partitions(lengths, k, equal_size=True), which its
+    balance_batch uses: the sorted lengths enter k at a time, one to each set."""
+    ordered = sorted((v, i) for i, v in enumerate(lengths))
+    heap = [_State([(i, v) for v, i in ordered[s : s + k]], k) for s in range(0, len(ordered), k)]
+    heapq.heapify(heap)
+    while len(heap) > 1:
+        a, b = heapq.heappop(heap), heapq.heappop(heap)
+        a.merge(b)
+        heapq.heappush(heap, a)
+    return [sorted(i for i, _ in s.items) for s in heap[0].sets]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_equal_size_partitions_are_verls(seed):
+    import random
+
+    from divrl.training.authors_assembly import karmarkar_karp
+
+    rng = random.Random(seed)
+    lengths = [rng.randint(5, 60) for _ in range(48)]
+    for k in (2, 4, 8):
+        mine = karmarkar_karp(lengths, k, equal_size=True)
+        assert mine == _verl_equal_partitions(lengths, k)
+        assert all(len(p) == 48 // k for p in mine)
+    with pytest.raises(ValueError, match="divide"):
+        karmarkar_karp(lengths[:7], 2, equal_size=True)
+
+
+def test_balance_batch_deals_rows_to_virtual_gpus_as_verl(tiny_world, tmp_path):
+    """``lp_reg_balance_batch``: the step's rows dealt to the virtual GPUs by verl's equal-
+    size partitions, each GPU's rows cut into the mini-batches in order; the selection runs
+    within each GPU's rows of a mini-batch (here one micro-batch each: a large budget)."""
+    overrides = {
+        "rollout.max_new_tokens": 8,
+        "train.prompts_per_step": 4,
+        "train.mini_batch_size": 2,
+        "rollout.n": 4,
+        "train.micro_batch_size": 16,
+        "algorithm.policy_loss": "lp_reg",
+        "algorithm.loss_options.rho": RHO,
+        "algorithm.lp_reg_scope": "authors",
+        "algorithm.lp_reg_group_size": 2,  # 2 rows per GPU a mini-batch: 4 virtual GPUs
+        "algorithm.lp_reg_micro_batch_tokens": 10_000,
+        "algorithm.lp_reg_balance_batch": True,
+    }
+    torch.manual_seed(0)
+    trainer = Trainer(
+        load_config(None, tiny_overrides(tiny_world, tmp_path, **overrides)),
+        reward_fn=sevens_reward,
+    )
+    exp, _, _ = trainer.experience.make(0)
+    lengths = (exp.prompt_lengths + exp.response_lengths).tolist()
+    gpus = _verl_equal_partitions(lengths, 4)
+    assert gpus != [list(range(g, g + 4)) for g in range(0, 16, 4)]  # not consecutive rows
+    order = trainer.update.step_rows(exp)
+    first, second = order[:8], order[8:]
+    assert first == [r for g in gpus for r in g[:2]] and second == [r for g in gpus for r in g[2:]]
+    trainer.update.select_lp_reg(exp, first, MetricMeter())
+    got = exp.lp_reg_selected.clone()
+    want = torch.zeros_like(got)
+    for g in gpus:
+        rows = g[:2]
+        data = exp.model_inputs(rows)
+        with torch.no_grad():
+            lp = token_log_probs(
+                response_logits(trainer.model, data),
+                data["responses"],
+                trainer.config.rollout.temperature,
+            )
+        negative = (data["response_mask"] > 0) & (exp.advantages[rows] < 0).view(-1, 1)
+        k = max(1, int(RHO * int(negative.sum())))
+        if k <= 1:  # the authors skip the regulariser
+            continue
+        threshold = lp.masked_fill(~negative, float("inf")).flatten().kthvalue(k).values
+        want[rows, : lp.shape[1]] = negative & (lp <= threshold)
+    assert want.any()  # some virtual GPU selected tokens: the comparison compares something
+    assert torch.equal(got, want)
+
+
+def test_balance_batch_needs_the_authors_scope():
+    with pytest.raises(ConfigError, match="lp_reg_balance_batch"):
+        load_config(None, ["algorithm.policy_loss=lp_reg", "algorithm.lp_reg_balance_batch=true"])
