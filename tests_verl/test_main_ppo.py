@@ -228,3 +228,54 @@ def test_two_ranks_with_fixed_one_row_micro_batches_train_dph_and_lp_reg(world):
         assert step["actor/grad_norm"] > 0
         # a token mean of pi/pi_ref over the rehearsal rows: near 1 after a few small steps
         assert 0.5 < step["actor/dph/u_mean"] < 1.5
+
+
+def test_remove_padding_trains_dph_and_lp_reg_as_the_padded_forward(world):
+    """verl's packed forward (``use_remove_padding=True``) against its padded one, DPH-JS
+    with Lp-Reg on one rank: the same 2 steps to float rounding. Micro-batches of one row
+    keep the comparison true here: a packed row of several sequences needs flash-attention's
+    variable-length kernel (no CPU build) to keep them apart, and with one sequence per row
+    ``sdpa`` computes what that kernel would."""
+    root, model, data = world
+    store = e2e.write_store(root / "store_packed", model, data)
+    exploration = root / "exploration_packed.parquet"
+    write_exploration_split(data, store, exploration)
+    one_row = [
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1",
+        "actor_rollout_ref.actor.fsdp_config.dtype=float32",
+        "actor_rollout_ref.rollout.n=4",
+        "+divrl.divergence=js",
+        "+divrl.divergence_coef=0.2",
+        "+divrl.divergence_weighting=paper",
+        "+divrl.reference_per_step=2",
+        f"+divrl.reference_store={store}",
+        "+divrl.policy_loss=lp_reg",
+        "+divrl.loss_options.rho=0.5",
+        "+divrl.loss_options.min_k=1",
+        "actor_rollout_ref.actor.clip_ratio_low=1.0",
+        "actor_rollout_ref.actor.clip_ratio_high=9.0",
+    ]
+    runs = {}
+    for packed in (False, True):
+        out = root / f"packed_{packed}"
+        flag = f"actor_rollout_ref.model.use_remove_padding={packed}"
+        _, runs[packed] = _run(
+            root, model, exploration, *one_row, flag, out=out, reward=VARIED_REWARD
+        )
+    padded, packed = runs[False], runs[True]
+    assert [s["step"] for s in padded] == [s["step"] for s in packed] == [1.0, 2.0]
+    assert any(s["actor/lp_reg/num_selected"] > 0 for s in padded)
+    for name in ("actor/dph/u_mean", "actor/dph/divergence", "actor/pg_loss"):
+        assert all(name in s for s in padded), name
+    for theirs, mine in zip(padded, packed, strict=True):
+        compared = [k for k in theirs if k.startswith(("actor/", "critic/"))]
+        differing = {
+            k: (mine.get(k), theirs[k])
+            for k in compared
+            if "time" not in k
+            and "memory" not in k
+            and mine.get(k) != pytest.approx(theirs[k], rel=1e-4, abs=1e-6)
+        }
+        assert not differing, differing
