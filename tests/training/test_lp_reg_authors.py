@@ -77,6 +77,25 @@ def _verl_partitions(lengths: list[int], k: int) -> list[list[int]]:
     return [sorted(i for i, _ in s.items) for s in heap[0].sets]
 
 
+def _authors_selection(trainer, exp, rows: list[int]) -> torch.Tensor | None:
+    """The authors' selection within ``rows`` (one micro-batch): the k lowest log-probs of
+    the negative-advantage tokens, k = max(1, int(rho N)); None where they skip it (k <= 1)."""
+    data = exp.model_inputs(rows)
+    with torch.no_grad():
+        lp = token_log_probs(
+            response_logits(trainer.model, data),
+            data["responses"],
+            trainer.config.rollout.temperature,
+        )
+    negative = (data["response_mask"] > 0) & (exp.advantages[rows] < 0).view(-1, 1)
+    n = int(negative.sum())
+    k = max(1, int(RHO * n))
+    if n == 0 or k <= 1:  # the authors skip the regulariser
+        return None
+    threshold = lp.masked_fill(~negative, float("inf")).flatten().kthvalue(k).values
+    return negative & (lp <= threshold)
+
+
 def _trainer(world, out, budget: int | None) -> Trainer:
     overrides = {
         "rollout.max_new_tokens": 8,
@@ -116,21 +135,9 @@ def test_selection_within_the_authors_micro_batches(tiny_world, tmp_path):
     for g in gpus:
         for part in _verl_partitions([lengths[r] for r in g], count):
             rows = [g[i] for i in part]
-            data = exp.model_inputs(rows)
-            with torch.no_grad():
-                lp = token_log_probs(
-                    response_logits(trainer.model, data),
-                    data["responses"],
-                    trainer.config.rollout.temperature,
-                )
-            negative = (data["response_mask"] > 0) & (exp.advantages[rows] < 0).view(-1, 1)
-            n = int(negative.sum())
-            k = max(1, int(RHO * n))
-            if n == 0 or k <= 1:  # the authors skip the regulariser
+            mine = _authors_selection(trainer, exp, rows)
+            if mine is None:
                 continue
-            values = lp.masked_fill(~negative, float("inf"))
-            threshold = values.flatten().kthvalue(k).values
-            mine = negative & (lp <= threshold)
             want[rows, : mine.shape[1]] = mine
             selected_somewhere = True
     assert selected_somewhere
@@ -218,19 +225,9 @@ def test_balance_batch_deals_rows_to_virtual_gpus_as_verl(tiny_world, tmp_path):
     want = torch.zeros_like(got)
     for g in gpus:
         rows = g[:2]
-        data = exp.model_inputs(rows)
-        with torch.no_grad():
-            lp = token_log_probs(
-                response_logits(trainer.model, data),
-                data["responses"],
-                trainer.config.rollout.temperature,
-            )
-        negative = (data["response_mask"] > 0) & (exp.advantages[rows] < 0).view(-1, 1)
-        k = max(1, int(RHO * int(negative.sum())))
-        if k <= 1:  # the authors skip the regulariser
-            continue
-        threshold = lp.masked_fill(~negative, float("inf")).flatten().kthvalue(k).values
-        want[rows, : lp.shape[1]] = negative & (lp <= threshold)
+        mine = _authors_selection(trainer, exp, rows)
+        if mine is not None:
+            want[rows, : mine.shape[1]] = mine
     assert want.any()  # some virtual GPU selected tokens: the comparison compares something
     assert torch.equal(got, want)
 
