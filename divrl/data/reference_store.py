@@ -15,9 +15,11 @@ Layout of a store directory (written once by ``divrl presample``):
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import glob
 import logging
+import os
 import shutil
 import time
 import uuid
@@ -55,6 +57,7 @@ from divrl.data.store_files import (
     store_lock,
     sweep_leftovers,
 )
+from divrl.data.store_rows import file_identity, write_samples
 
 __all__ = [
     "ReferenceSample",
@@ -118,7 +121,8 @@ def _write_tables(
             "text": pa.array([s.text for s in samples], pa.string()),
         }
     )
-    pq.write_table(sample_table.replace_schema_metadata(metadata), tmp / SAMPLES)
+    # small row groups: a trainer reads the rows it draws, not the store (store_rows)
+    write_samples(sample_table.replace_schema_metadata(metadata), tmp / SAMPLES)
     prompt_table = pa.table(
         {
             "prompt_id": pa.array([str(p["prompt_id"]) for p in prompts], pa.string()),
@@ -350,6 +354,7 @@ class ReferenceStore:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self.samples_identity: tuple[int, int, int, int] | None = None
         if not (self.path / MANIFEST).is_file():
             recover_store(self.path, lock=True)  # a writer killed in the fallback swap
         for attempt in range(_READ_TRIES):
@@ -359,6 +364,10 @@ class ReferenceStore:
                 if not (self.path / MANIFEST).is_file():
                     raise FileNotFoundError(_no_store_message(self.path))
                 self.manifest: dict[str, Any] = read_manifest(self.path / MANIFEST)
+                # which version of the file this is, for a reader that reopens it later
+                # (the lock keeps writers from swapping it before the read below)
+                with contextlib.suppress(OSError):  # missing: read_table names it
+                    self.samples_identity = file_identity(os.stat(self.path / SAMPLES))
                 self._table = read_table(self.path / SAMPLES, SAMPLE_COLUMNS)  # checked vectorised
                 prompts = read_table(self.path / PROMPTS, PROMPT_COLUMNS)
             tables = {self.path / SAMPLES: self._table, self.path / PROMPTS: prompts}
