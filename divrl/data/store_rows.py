@@ -72,7 +72,8 @@ class StoreRows:
 
     def read(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         """Rows ``indices`` in that order, each a dict of column -> value: a numpy array for
-        a list column, a Python value otherwise. Each row group is decoded once."""
+        a list column (a copy: it keeps no row group alive), a Python value otherwise.
+        Each row group is decoded once."""
         groups: dict[int, pa.Table] = {}
         out = []
         for i in indices:
@@ -83,11 +84,15 @@ class StoreRows:
                 groups[g] = self.file.read_row_group(g, columns=self.columns, use_threads=False)
             row = groups[g].slice(int(i - self.starts[g]), 1)
             out.append({c: _value(row.column(c)) for c in self.columns})
+        del groups, row
+        # Arrow's allocator keeps the decoded groups' freed pages for reuse (~30 MB per
+        # process over an epoch at 4,096 tokens a row); returning them costs ~0.2 ms
+        pa.default_memory_pool().release_unused()
         return out
 
 
 def _value(column: pa.ChunkedArray) -> Any:
     array = column.combine_chunks()
     if pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
-        return array.flatten().to_numpy(zero_copy_only=False)
+        return array.flatten().to_numpy(zero_copy_only=False).copy()
     return array[0].as_py()
