@@ -11,7 +11,6 @@ them once in this layout (see ``divrl.integrations.trl_dph``).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -44,19 +43,13 @@ def write_samples(table: pa.Table, path: Path) -> None:
     )
 
 
-def file_identity(stat: os.stat_result) -> tuple[int, int, int, int]:
-    """What tells two versions of a file apart (a writer replaces the store's files whole)."""
-    return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
-
-
 class StoreRows:
-    """The rows of a samples parquet file, read on demand from the open file ``source``
-    (kept open: a store replaced on disk meanwhile does not change what is read)."""
+    """The rows of a samples parquet file, read on demand from the open ``file`` (kept
+    open: a store replaced on disk meanwhile does not change what is read)."""
 
-    def __init__(self, source: pa.NativeFile, columns: Sequence[str]) -> None:
-        self.source = source
-        self.file = pq.ParquetFile(source)
-        meta = self.file.metadata
+    def __init__(self, file: pq.ParquetFile, columns: Sequence[str]) -> None:
+        self.file = file
+        meta = file.metadata
         sizes = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
         self.starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
         self.largest_group = max(sizes, default=0)
@@ -65,10 +58,7 @@ class StoreRows:
 
     @classmethod
     def open(cls, path: Path, columns: Sequence[str]) -> StoreRows:
-        return cls(pa.OSFile(str(path)), columns)
-
-    def identity(self) -> tuple[int, int, int, int]:
-        return file_identity(os.fstat(self.source.fileno()))
+        return cls(pq.ParquetFile(pa.OSFile(str(path)), pre_buffer=False), columns)
 
     def read(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         """Rows ``indices`` in that order, each a dict of column -> value: a numpy array for

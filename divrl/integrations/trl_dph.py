@@ -18,7 +18,7 @@ from divrl.data.fingerprint import model_fingerprint
 from divrl.data.reference_store import ReferenceStore, StoreExpectation
 from divrl.data.sampling import EpochSampler
 from divrl.data.store_checks import read_manifest
-from divrl.data.store_files import MANIFEST, SAMPLES, ReferenceStoreError
+from divrl.data.store_files import MANIFEST, SAMPLES
 from divrl.data.store_rows import ROWS_PER_GROUP, StoreRows, write_samples
 
 logger = logging.getLogger(__name__)
@@ -26,8 +26,6 @@ logger = logging.getLogger(__name__)
 
 #: the columns of a reference store the stream reads
 STREAM_COLUMNS = ("prompt_id", "prompt_ids", "response_ids", "ref_log_probs")
-#: opens of a store that a presample replaced meanwhile, before giving up
-_OPEN_TRIES = 3
 
 
 def store_cache_dir() -> Path:
@@ -63,16 +61,12 @@ def regrouped_copy(store: ReferenceStore, cache_dir: Path | None = None) -> Path
     return path
 
 
-def stream_rows(store: ReferenceStore, cache_dir: Path | None = None) -> StoreRows | None:
-    """The rows of the checked ``store``, read on demand from its own parquet file (kept
-    open) or, for an older store in one large row group, from :func:`regrouped_copy`. None
-    when the file on disk is no longer the one the checks read (a presample replaced it)."""
-    try:
-        rows = StoreRows.open(store.path / SAMPLES, STREAM_COLUMNS)
-    except OSError:
-        return None
-    if rows.identity() != store.samples_identity:
-        return None
+def stream_rows(store: ReferenceStore, cache_dir: Path | None = None) -> StoreRows:
+    """The rows of the checked ``store`` (opened with ``load_samples=False``), read on
+    demand from its open parquet file (the version the checks read) or, for an older store
+    in one large row group, from :func:`regrouped_copy`."""
+    assert store.samples_file is not None
+    rows = StoreRows(store.samples_file, STREAM_COLUMNS)
     if rows.largest_group > ROWS_PER_GROUP:
         logger.info(
             "the reference store %s was written in row groups of up to %d rows; its rows are "
@@ -157,28 +151,19 @@ class ReferenceStream:
         expect = model_expectation(
             model_path, read_manifest(manifest) if manifest.is_file() else {}
         )
-        for _ in range(_OPEN_TRIES):
-            store = ReferenceStore.open(
-                path,
-                temperature=temperature,
-                expect=expect,
-                allow_mismatch=allow_mismatch,
-                allow_hint="allow_store_mismatch=True",
-                vocab_size=vocab_size,  # every stored token id must be below it
-            )
-            # read on demand (stream_rows), not held: neither the store's Python objects
-            # nor its table, which is dropped with the store
-            rows = stream_rows(store)
-            del store
-            if rows is not None:
-                break
-        else:
-            raise ReferenceStoreError(
-                f"the reference store {path} was replaced while it was opened, "
-                f"{_OPEN_TRIES} times: wait for the presample that writes it"
-            )
-        self.rows = rows
-        pa.default_memory_pool().release_unused()  # what the checks' read kept
+        store = ReferenceStore.open(
+            path,
+            temperature=temperature,
+            expect=expect,
+            allow_mismatch=allow_mismatch,
+            allow_hint="allow_store_mismatch=True",
+            vocab_size=vocab_size,  # every stored token id must be below it
+            load_samples=False,  # checked a few rows at a time, never held whole
+        )
+        # read on demand (stream_rows): neither the store's Python objects nor its table
+        self.rows = stream_rows(store)
+        del store
+        pa.default_memory_pool().release_unused()  # what the checks' reads kept
         self.sampler = EpochSampler(self.rows.num_rows, seed, shuffle=True)
         self.pad_token_id = pad_token_id
         self.drawn = 0  # samples drawn so far, all processes

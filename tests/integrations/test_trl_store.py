@@ -15,7 +15,6 @@ from divrl.data import reference_store as rs
 from divrl.data.reference_store import ReferenceSample, ReferenceStore, write_reference_store
 from divrl.data.store_files import ReferenceStoreError
 from divrl.data.store_rows import ROWS_PER_GROUP
-from divrl.integrations import trl_dph
 from divrl.integrations.trl_dph import ReferenceStream, regrouped_copy
 
 CPU = torch.device("cpu")
@@ -104,22 +103,41 @@ def test_an_older_store_is_read_from_one_regrouped_copy(tmp_path, monkeypatch):
     assert len(list((tmp_path / "cache" / "store_rows").glob("*.parquet"))) == 2
 
 
-def test_a_store_replaced_while_opening_is_opened_again(tmp_path, monkeypatch):
-    samples = big_store(tmp_path / "store", n=5)
-    calls = []
-    real = trl_dph.stream_rows
-
-    def replaced_once(store, cache_dir=None):
-        calls.append(store.samples_identity)
-        if len(calls) == 1:
-            store.samples_identity = None  # as if the file were another version
-        return real(store, cache_dir)
-
-    monkeypatch.setattr(trl_dph, "stream_rows", replaced_once)
+def test_a_store_replaced_after_opening_is_still_read_as_checked(tmp_path, monkeypatch):
+    """The stream keeps the checked file open: a presample that replaces the store
+    meanwhile does not change what it draws (nor leaves it reading a half-written file)."""
+    samples = big_store(tmp_path / "store", n=40)
     stream = ReferenceStream(str(tmp_path / "store"), 1.0, seed=0, pad_token_id=0)
-    assert len(calls) == 2
-    check_draws(stream, samples, seed=0, count=5)
-    monkeypatch.setattr(trl_dph, "stream_rows", lambda store, cache_dir=None: None)
-    with pytest.raises(ReferenceStoreError, match="replaced while it was opened"):
-        ReferenceStream(str(tmp_path / "store"), 1.0, seed=0, pad_token_id=0)
-    assert rs.ReferenceStore(tmp_path / "store").samples_identity is not None
+    big_store(tmp_path / "store", n=50)  # another store, written over the first one
+    assert len(ReferenceStore(tmp_path / "store")) == 50
+    check_draws(stream, samples, seed=0, count=40)
+
+
+def test_the_checks_read_a_few_rows_at_a_time(tmp_path, monkeypatch):
+    """Opened for the stream, the store's samples are never read whole, and the checks
+    name the same rows as on the whole table."""
+    from divrl.data import store_checks
+
+    monkeypatch.setattr(store_checks, "CHECK_ROWS", 7)
+    samples = big_store(tmp_path / "store", n=40)
+    for i in (3, 8, 30):
+        samples[i].response_ids[0] = 200_000
+    samples[20].ref_log_probs[-1] = float("nan")
+    write_reference_store(tmp_path / "store", samples, [], {"log_prob_temperature": 1.0})
+    monkeypatch.setattr(rs, "read_table", reading_prompts_only(rs.read_table))
+    with pytest.raises(ReferenceStoreError) as lazy:
+        ReferenceStore.open(tmp_path / "store", vocab_size=151_936, load_samples=False)
+    monkeypatch.undo()
+    with pytest.raises(ReferenceStoreError) as whole:
+        ReferenceStore.open(tmp_path / "store", vocab_size=151_936)
+    assert str(lazy.value) == str(whole.value)
+    assert "3 samples hold token ids outside" in str(whole.value)
+    assert "e.g. 200000; rows 3, 8, 30" in str(whole.value) and "(rows 20)" in str(whole.value)
+
+
+def reading_prompts_only(read_table):
+    def read(path, columns):
+        assert path.name != "samples.parquet", "the samples were read whole"
+        return read_table(path, columns)
+
+    return read
