@@ -4,9 +4,12 @@ A trainer that draws a few samples per step need not hold the store: with small 
 (:data:`ROWS_PER_GROUP`) a draw decodes only the groups of its rows, and the process keeps
 the open file and its footer. :func:`write_samples` writes the file so; the token ids are
 delta-encoded (``DELTA_BINARY_PACKED``: a group's ids bit-packed at the width of their
-differences) rather than dictionary-encoded, since a dictionary per small group would cost
-more than the group's ids. Stores written before have one large row group; a reader copies
-them once in this layout (see ``divrl.integrations.trl_dph``).
+differences) rather than dictionary-encoded: each small group would carry its own
+dictionary (1.7x the file at 32 rows a group, random ids below 151,936), while delta-encoded
+the file stays within a few percent of the one-group dictionary file presample wrote before
+(2% smaller on uniform random ids, 4% larger on Zipf-distributed ones). Stores written
+before have one large row group; the TRL stream copies them once in this layout (see
+``divrl.integrations.trl_dph``).
 """
 
 from __future__ import annotations
