@@ -236,7 +236,7 @@ def report(args, disk: int, copy: int, lists: dict | None, ranks: list[dict]) ->
     total = sum(m["pss"] for m in ranks)
     rows.append([f"rows, {args.ranks} ranks together", "", f"{total / gb:.3f}", "", ""])
     table = markdown_table(
-        ["case", "RSS (GB)", "PSS (GB)", "peak while opening (GB)", "ms per draw of 8 rows"],
+        ["case", "RSS (GB)", "PSS (GB)", "peak, open + epoch (GB)", "ms per draw of 8 rows"],
         rows,
     )
     ratio = (
