@@ -278,7 +278,8 @@ _READ_TRIES = 3  # reads of a store whose files are of different writers before 
 
 
 class ReferenceStore:
-    """Read side of a reference store (everything is loaded in memory: it is small).
+    """Read side of a reference store: loaded in memory, or (``load_samples=False``) its
+    manifest and prompts loaded and its samples file kept open for reading rows.
 
     Open one for training with :meth:`open`, which also checks that it can be trained on.
     """
