@@ -35,8 +35,11 @@ from divrl.data.store_checks import (
     PROMPT_COLUMNS,
     SAMPLE_COLUMNS,
     empty_store_message,
+    file_problems,
     missing_prompts,
     mixed_generations,
+    open_parquet,
+    read_file,
     read_manifest,
     read_table,
     sample_problems,
@@ -55,6 +58,7 @@ from divrl.data.store_files import (
     store_lock,
     sweep_leftovers,
 )
+from divrl.data.store_rows import write_samples
 
 __all__ = [
     "ReferenceSample",
@@ -118,7 +122,8 @@ def _write_tables(
             "text": pa.array([s.text for s in samples], pa.string()),
         }
     )
-    pq.write_table(sample_table.replace_schema_metadata(metadata), tmp / SAMPLES)
+    # small row groups: a trainer reads the rows it draws, not the store (store_rows)
+    write_samples(sample_table.replace_schema_metadata(metadata), tmp / SAMPLES)
     prompt_table = pa.table(
         {
             "prompt_id": pa.array([str(p["prompt_id"]) for p in prompts], pa.string()),
@@ -273,7 +278,8 @@ _READ_TRIES = 3  # reads of a store whose files are of different writers before 
 
 
 class ReferenceStore:
-    """Read side of a reference store (everything is loaded in memory: it is small).
+    """Read side of a reference store: loaded in memory, or (``load_samples=False``) its
+    manifest and prompts loaded and its samples file kept open for reading rows.
 
     Open one for training with :meth:`open`, which also checks that it can be trained on.
     """
@@ -288,6 +294,7 @@ class ReferenceStore:
         allow_mismatch: bool = False,
         allow_hint: str = "--allow-store-mismatch (reference.allow_store_mismatch=true)",
         vocab_size: int | None = None,
+        load_samples: bool = True,
     ) -> ReferenceStore:
         """The store at ``path``, checked for training: its files read, it holds samples,
         (when ``temperature`` is given) its log-probs were computed at that sampling
@@ -299,6 +306,9 @@ class ReferenceStore:
         Args:
             allow_mismatch: log a differing ``expect`` as a warning instead of raising.
             allow_hint: how the user sets ``allow_mismatch`` (named in the error).
+            load_samples: False: the samples are not read into memory; the checks read
+                them a few rows at a time and :attr:`samples_file` keeps the file open
+                for reading the rows a trainer draws.
 
         Raises:
             FileNotFoundError: no store at ``path``.
@@ -306,7 +316,7 @@ class ReferenceStore:
             ReferenceStoreError: a damaged file, an empty store, log-probs at another
                 temperature, or samples that cannot be trained on.
         """
-        store = cls(path)
+        store = cls(path, load_samples=load_samples)
         if len(store) == 0:
             raise ReferenceStoreError(empty_store_message(store.path, store.manifest))
         stored_t = store.manifest.get("log_prob_temperature")
@@ -348,8 +358,10 @@ class ReferenceStore:
             raise StoreMismatchError(message)
         logger.warning("%s (allowed)", message)
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, load_samples: bool = True) -> None:
         self.path = Path(path)
+        #: the open samples file, when not loaded (``load_samples=False``)
+        self.samples_file: pq.ParquetFile | None = None
         if not (self.path / MANIFEST).is_file():
             recover_store(self.path, lock=True)  # a writer killed in the fallback swap
         for attempt in range(_READ_TRIES):
@@ -359,9 +371,10 @@ class ReferenceStore:
                 if not (self.path / MANIFEST).is_file():
                     raise FileNotFoundError(_no_store_message(self.path))
                 self.manifest: dict[str, Any] = read_manifest(self.path / MANIFEST)
-                self._table = read_table(self.path / SAMPLES, SAMPLE_COLUMNS)  # checked vectorised
+                self._read_samples(load_samples)
                 prompts = read_table(self.path / PROMPTS, PROMPT_COLUMNS)
-            tables = {self.path / SAMPLES: self._table, self.path / PROMPTS: prompts}
+            schema = self._table if self.samples_file is None else self._schema_table()
+            tables = {self.path / SAMPLES: schema, self.path / PROMPTS: prompts}
             mixed = mixed_generations(self.manifest, tables)
             if not mixed:
                 break
@@ -374,17 +387,35 @@ class ReferenceStore:
             time.sleep(0.5 * (attempt + 1))
         self.prompts = prompts.to_pydict()
 
+    def _read_samples(self, load: bool) -> None:
+        """Read ``samples.parquet`` whole (checked vectorised), or (not ``load``) open it
+        and read its footer only: it stays open, so later reads are of this version of the
+        store even after a writer replaces it."""
+        if load:
+            self.samples_file, self._table = None, read_table(self.path / SAMPLES, SAMPLE_COLUMNS)
+        else:
+            self.samples_file = open_parquet(self.path / SAMPLES, SAMPLE_COLUMNS)
+            self._table = None
+
+    def _schema_table(self) -> pa.Table:
+        assert self.samples_file is not None
+        return self.samples_file.schema_arrow.empty_table()  # its metadata: the generation
+
     @property
     def table(self) -> pa.Table:
         """The samples as the Arrow table read from ``samples.parquet`` (columns
-        ``prompt_id``, ``prompt_ids``, ``response_ids``, ``ref_log_probs``, ``text``)."""
+        ``prompt_id``, ``prompt_ids``, ``response_ids``, ``ref_log_probs``, ``text``; read
+        from :attr:`samples_file` on first use when the store was opened without them)."""
+        if self._table is None:
+            assert self.samples_file is not None
+            self._table = read_file(self.path / SAMPLES, self.samples_file, SAMPLE_COLUMNS)
         return self._table
 
     @functools.cached_property
     def samples(self) -> list[ReferenceSample]:
         """The samples as Python objects, built on first use (several bytes per token more
         than the Arrow table: a reader that only draws rows can keep :attr:`table`)."""
-        columns = self._table.to_pydict()
+        columns = self.table.to_pydict()
         return [
             ReferenceSample(*row) for row in zip(*(columns[c] for c in SAMPLE_COLUMNS), strict=True)
         ]
@@ -399,8 +430,11 @@ class ReferenceStore:
         unusable for training: non-finite log-probs, log-probs not one per response token,
         token ids outside ``vocab_size``, and prompt ids not in ``prompt_ids`` (the
         training data; only a warning with ``allow_other_prompts``)."""
-        found = sample_problems(self._table, vocab_size)
-        other = None if prompt_ids is None else missing_prompts(self.samples, prompt_ids)
+        if self.samples_file is not None and self._table is None:  # a few rows at a time
+            found = file_problems(self.path / SAMPLES, self.samples_file, vocab_size)
+        else:
+            found = sample_problems(self._table, vocab_size)
+        other = None if prompt_ids is None else missing_prompts(self._prompt_ids(), prompt_ids)
         if other is not None and allow_other_prompts:
             logger.warning("the reference store %s: %s (allowed)", self.path, other)
         elif other is not None:
@@ -411,7 +445,18 @@ class ReferenceStore:
                 "again with this run's model and data: `divrl presample CONFIG --overwrite`"
             )
 
+    def _prompt_ids(self) -> list[str]:
+        if self._table is None:
+            assert self.samples_file is not None
+            column = read_file(self.path / SAMPLES, self.samples_file, ["prompt_id"])
+        else:
+            column = self._table.select(["prompt_id"])
+        return column.column("prompt_id").to_pylist()
+
     def __len__(self) -> int:
+        if self._table is None:
+            assert self.samples_file is not None
+            return self.samples_file.metadata.num_rows
         return self._table.num_rows
 
     @functools.cached_property

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,10 @@ __all__ = [
     "PROMPT_COLUMNS",
     "SAMPLE_COLUMNS",
     "empty_store_message",
+    "file_problems",
     "missing_prompts",
+    "open_parquet",
+    "read_file",
     "read_manifest",
     "read_table",
     "sample_problems",
@@ -67,6 +71,18 @@ def read_manifest(path: Path) -> dict[str, Any]:
     return manifest
 
 
+def _damaged(path: Path, exc: Exception) -> ReferenceStoreError:
+    return ReferenceStoreError(
+        f"{path}: damaged or truncated ({' '.join(str(exc).split())}); {AGAIN}"
+    )
+
+
+def _absent(path: Path, names: Sequence[str], columns: Sequence[str]) -> None:
+    absent = [c for c in columns if c not in names]
+    if absent:
+        raise ReferenceStoreError(f"{path}: no column {', '.join(absent)}; {AGAIN}")
+
+
 def read_table(path: Path, columns: Sequence[str]) -> pa.Table:
     """The parquet file's ``columns``; a missing, damaged or truncated file, or a missing
     column, is a :class:`ReferenceStoreError` naming the file."""
@@ -75,13 +91,31 @@ def read_table(path: Path, columns: Sequence[str]) -> pa.Table:
     except FileNotFoundError:
         raise ReferenceStoreError(f"{path}: missing from the reference store; {AGAIN}") from None
     except (pa.ArrowException, OSError) as exc:
-        raise ReferenceStoreError(
-            f"{path}: damaged or truncated ({' '.join(str(exc).split())}); {AGAIN}"
-        ) from None
-    absent = [c for c in columns if c not in table.column_names]
-    if absent:
-        raise ReferenceStoreError(f"{path}: no column {', '.join(absent)}; {AGAIN}")
+        raise _damaged(path, exc) from None
+    _absent(path, table.column_names, columns)
     return table.select(list(columns))
+
+
+def open_parquet(path: Path, columns: Sequence[str]) -> pq.ParquetFile:
+    """The parquet file open (its footer read, its data not), with the errors of
+    :func:`read_table`; the file stays open, so what is read later is this version of it."""
+    try:
+        # pre_buffer would keep every row group's bytes read so far while iterating
+        file = pq.ParquetFile(pa.OSFile(str(path)), pre_buffer=False)
+    except FileNotFoundError:
+        raise ReferenceStoreError(f"{path}: missing from the reference store; {AGAIN}") from None
+    except (pa.ArrowException, OSError) as exc:
+        raise _damaged(path, exc) from None
+    _absent(path, file.schema_arrow.names, columns)
+    return file
+
+
+def read_file(path: Path, file: pq.ParquetFile, columns: Sequence[str]) -> pa.Table:
+    """``columns`` of the open parquet ``file`` (at ``path``, for the error), whole."""
+    try:
+        return file.read(columns=list(columns))
+    except (pa.ArrowException, OSError) as exc:
+        raise _damaged(path, exc) from None
 
 
 def _rows(rows: list[int]) -> str:
@@ -98,43 +132,91 @@ def _rows_of(column: pa.ChunkedArray, bad) -> list[int]:
     return sorted(set(rows.to_pylist()))
 
 
-def sample_problems(table: pa.Table, vocab_size: int | None = None) -> list[str]:
-    """One phrase per kind of fault in a ``samples.parquet`` table, with the 0-based rows
-    of the first few (vectorised with ``pyarrow.compute``: no Python loop over tokens)."""
+@dataclass
+class _Faults:
+    """The 0-based rows of each kind of fault (see :func:`sample_problems`)."""
+
+    nonfinite: list[int] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    worst: int | None = None  # the largest token id outside the vocabulary
+
+    def add(self, other: _Faults, offset: int) -> None:
+        """``other``'s faults, found in rows that start at row ``offset`` of this table."""
+        self.nonfinite += [r + offset for r in other.nonfinite]
+        self.lengths += [r + offset for r in other.lengths]
+        self.tokens += [r + offset for r in other.tokens]
+        if other.worst is not None:
+            self.worst = other.worst if self.worst is None else max(self.worst, other.worst)
+
+
+def _faults(table: pa.Table, vocab_size: int | None) -> _Faults:
     lps, resp = table.column("ref_log_probs"), table.column("response_ids")
     differ = pc.not_equal(pc.list_value_length(lps), pc.list_value_length(resp))
-    lengths = pc.indices_nonzero(pc.fill_null(differ, True)).to_pylist()
-    nonfinite = _rows_of(lps, lambda v: pc.invert(pc.is_finite(v)))
-    tokens, worst = [], None
+    faults = _Faults(
+        nonfinite=_rows_of(lps, lambda v: pc.invert(pc.is_finite(v))),
+        lengths=pc.indices_nonzero(pc.fill_null(differ, True)).to_pylist(),
+    )
     if vocab_size is not None:
         outside = lambda v: pc.or_(pc.less(v, 0), pc.greater_equal(v, vocab_size))  # noqa: E731
-        tokens = sorted(
+        faults.tokens = sorted(
             set(_rows_of(resp, outside)) | set(_rows_of(table.column("prompt_ids"), outside))
         )
         flat = pa.concat_arrays(
             [pc.list_flatten(c).combine_chunks() for c in (resp, table.column("prompt_ids"))]
         )
-        worst = pc.max(pc.filter(flat, pc.fill_null(outside(flat), False))).as_py()
+        faults.worst = pc.max(pc.filter(flat, pc.fill_null(outside(flat), False))).as_py()
+    return faults
+
+
+def _phrases(faults: _Faults, vocab_size: int | None) -> list[str]:
     found = []
-    if nonfinite:
-        found.append(f"{len(nonfinite)} samples have non-finite ref_log_probs ({_rows(nonfinite)})")
-    if lengths:
+    if faults.nonfinite:
+        rows = faults.nonfinite
+        found.append(f"{len(rows)} samples have non-finite ref_log_probs ({_rows(rows)})")
+    if faults.lengths:
         found.append(
-            f"{len(lengths)} samples do not have one ref_log_prob per response token "
-            f"({_rows(lengths)})"
+            f"{len(faults.lengths)} samples do not have one ref_log_prob per response token "
+            f"({_rows(faults.lengths)})"
         )
-    if tokens:
+    if faults.tokens:
         found.append(
-            f"{len(tokens)} samples hold token ids outside the model's vocabulary of "
-            f"{vocab_size} (e.g. {worst}; {_rows(tokens)}): presampled with another tokenizer?"
+            f"{len(faults.tokens)} samples hold token ids outside the model's vocabulary of "
+            f"{vocab_size} (e.g. {faults.worst}; {_rows(faults.tokens)}): presampled with "
+            "another tokenizer?"
         )
     return found
 
 
-def missing_prompts(samples: Sequence[Any], prompt_ids: Iterable[str]) -> str | None:
-    """A phrase naming the samples' prompt ids that are not in ``prompt_ids``, or None."""
+def sample_problems(table: pa.Table, vocab_size: int | None = None) -> list[str]:
+    """One phrase per kind of fault in a ``samples.parquet`` table, with the 0-based rows
+    of the first few (vectorised with ``pyarrow.compute``: no Python loop over tokens)."""
+    return _phrases(_faults(table, vocab_size), vocab_size)
+
+
+#: rows checked at a time by :func:`file_problems` (~12 MB decoded at 4,096 tokens a row)
+CHECK_ROWS = 256
+
+
+def file_problems(path: Path, file: pq.ParquetFile, vocab_size: int | None = None) -> list[str]:
+    """:func:`sample_problems` of the open parquet ``file`` (at ``path``), read
+    :data:`CHECK_ROWS` rows at a time: the whole table is never in memory."""
+    total, offset = _Faults(), 0
+    columns = ["prompt_ids", "response_ids", "ref_log_probs"]
+    try:
+        for batch in file.iter_batches(batch_size=CHECK_ROWS, columns=columns, use_threads=False):
+            total.add(_faults(pa.Table.from_batches([batch]), vocab_size), offset)
+            offset += batch.num_rows
+    except (pa.ArrowException, OSError) as exc:
+        raise _damaged(path, exc) from None
+    return _phrases(total, vocab_size)
+
+
+def missing_prompts(sample_ids: Iterable[str], prompt_ids: Iterable[str]) -> str | None:
+    """A phrase naming the samples' prompt ids (``sample_ids``) that are not in
+    ``prompt_ids``, or None."""
     known = set(prompt_ids)
-    absent = sorted({s.prompt_id for s in samples if s.prompt_id not in known})
+    absent = sorted({pid for pid in sample_ids if pid not in known})
     if not absent:
         return None
     shown = ", ".join(absent[:5]) + (", ..." if len(absent) > 5 else "")

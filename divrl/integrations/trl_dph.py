@@ -10,14 +10,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import torch
 
 from divrl.data.fingerprint import model_fingerprint
-from divrl.data.reference_store import ReferenceSample, ReferenceStore, StoreExpectation
+from divrl.data.reference_store import ReferenceStore, StoreExpectation
 from divrl.data.sampling import EpochSampler
 from divrl.data.store_checks import read_manifest
 from divrl.data.store_files import MANIFEST, SAMPLES
+from divrl.data.store_rows import ROWS_PER_GROUP, StoreRows, write_samples
 
 logger = logging.getLogger(__name__)
 
@@ -26,20 +28,19 @@ logger = logging.getLogger(__name__)
 STREAM_COLUMNS = ("prompt_id", "prompt_ids", "response_ids", "ref_log_probs")
 
 
-def arrow_cache_dir() -> Path:
-    """Where the memory-mapped copies of reference stores go: ``$DIVRL_CACHE_DIR/store_arrow``
-    or ``~/.cache/divrl/store_arrow``."""
+def store_cache_dir() -> Path:
+    """Where the re-grouped copies of older reference stores go: ``$DIVRL_CACHE_DIR/store_rows``
+    or ``~/.cache/divrl/store_rows``."""
     root = os.environ.get("DIVRL_CACHE_DIR") or Path.home() / ".cache" / "divrl"
-    return Path(root) / "store_arrow"
+    return Path(root) / "store_rows"
 
 
-def mapped_samples(store: ReferenceStore, cache_dir: Path | None = None) -> pa.Table:
-    """``store``'s token ids and log-probs as an Arrow table memory-mapped from an
-    uncompressed Arrow IPC copy of ``samples.parquet`` (written once per store version,
-    atomically, under ``cache_dir``): the processes of a run share its pages through the
-    page cache and hold no Python object per token. The copy is named by the store's path,
-    manifest and parquet file's size and time, so a presample that replaces the store
-    gets a new one."""
+def regrouped_copy(store: ReferenceStore, cache_dir: Path | None = None) -> Path:
+    """A copy of ``store``'s stream columns in small row groups (``store_rows.write_samples``),
+    for a store written before presample wrote them so: written once per store version,
+    atomically, under ``cache_dir``, from the table the store's checks read. Named by the
+    store's path, manifest and parquet file's size and time, so a presample that replaces
+    the store gets a new one."""
     parquet = store.path / SAMPLES
     stat = parquet.stat()
     key = json.dumps(
@@ -47,19 +48,35 @@ def mapped_samples(store: ReferenceStore, cache_dir: Path | None = None) -> pa.T
         sort_keys=True,
         default=str,
     )
-    cache = cache_dir or arrow_cache_dir()
-    path = cache / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.arrow"
+    cache = cache_dir or store_cache_dir()
+    path = cache / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.parquet"
     if not path.is_file():
         cache.mkdir(parents=True, exist_ok=True)
-        table = store.table.select(list(STREAM_COLUMNS))
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         try:
-            with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as out:
-                out.write_table(table)
+            write_samples(store.table.select(list(STREAM_COLUMNS)), tmp)
             os.replace(tmp, path)  # whole, even with several processes writing it at once
         finally:
             tmp.unlink(missing_ok=True)
-    return pa.ipc.open_file(pa.memory_map(str(path))).read_all()
+    return path
+
+
+def stream_rows(store: ReferenceStore, cache_dir: Path | None = None) -> StoreRows:
+    """The rows of the checked ``store`` (opened with ``load_samples=False``), read on
+    demand from its open parquet file (the version the checks read) or, for an older store
+    in one large row group, from :func:`regrouped_copy`."""
+    assert store.samples_file is not None
+    rows = StoreRows(store.samples_file, STREAM_COLUMNS)
+    if rows.largest_group > ROWS_PER_GROUP:
+        logger.info(
+            "the reference store %s was written in row groups of up to %d rows; its rows are "
+            "read from a copy in groups of %d (presample again to read the store itself)",
+            store.path,
+            rows.largest_group,
+            ROWS_PER_GROUP,
+        )
+        rows = StoreRows.open(regrouped_copy(store, cache_dir), STREAM_COLUMNS)
+    return rows
 
 
 def hub_snapshot(name: str) -> Path | None:
@@ -141,18 +158,18 @@ class ReferenceStream:
             allow_mismatch=allow_mismatch,
             allow_hint="allow_store_mismatch=True",
             vocab_size=vocab_size,  # every stored token id must be below it
+            load_samples=False,  # checked a few rows at a time, never held whole
         )
-        # memory-mapped (mapped_samples), not the store's Python objects; the store's
-        # parquet table is dropped with the store
-        self.samples = mapped_samples(store)
-        del store  # its parquet table, and the memory the reader kept for it
-        pa.default_memory_pool().release_unused()
-        self.sampler = EpochSampler(self.samples.num_rows, seed, shuffle=True)
+        # read on demand (stream_rows): neither the store's Python objects nor its table
+        self.rows = stream_rows(store)
+        del store
+        pa.default_memory_pool().release_unused()  # what the checks' reads kept
+        self.sampler = EpochSampler(self.rows.num_rows, seed, shuffle=True)
         self.pad_token_id = pad_token_id
         self.drawn = 0  # samples drawn so far, all processes
 
     def seek(self, drawn: int) -> None:
-        n = self.samples.num_rows
+        n = self.rows.num_rows
         self.sampler.load_state_dict({"epoch": drawn // n, "position": drawn % n, "size": n})
         self.drawn = drawn
 
@@ -161,10 +178,11 @@ class ReferenceStream:
     ) -> _ReferenceBatch:
         indices = self.sampler.take(per_device * world)[rank * per_device : (rank + 1) * per_device]
         self.drawn += per_device * world
-        # zero-copy slices of the mapped table: Python objects for these rows only
-        rows = [ReferenceSample(**self.samples.slice(i, 1).to_pylist()[0]) for i in indices]
-        prompt_lens = [len(r.prompt_ids) for r in rows]
-        resp_lens = [len(r.response_ids) for r in rows]
+        # the drawn rows only, decoded from their row groups (numpy arrays, no Python
+        # object per token)
+        rows = self.rows.read(indices)
+        prompt_lens = [len(r["prompt_ids"]) for r in rows]
+        resp_lens = [len(r["response_ids"]) for r in rows]
         if min(resp_lens) == 0:
             raise ValueError("the reference store holds an empty response; presample again")
         total = max(p + r for p, r in zip(prompt_lens, resp_lens, strict=True))
@@ -178,15 +196,16 @@ class ReferenceStream:
         keep = total - min(prompt_lens)
         columns = torch.zeros((len(rows), width), dtype=torch.long)
         for i, row in enumerate(rows):
-            seq = list(row.prompt_ids) + list(row.response_ids)
-            input_ids[i, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+            seq = np.concatenate([row["prompt_ids"], row["response_ids"]]).astype(np.int64)
+            input_ids[i, : len(seq)] = torch.from_numpy(seq)
             attention[i, : len(seq)] = 1
-            if len(row.ref_log_probs) != resp_lens[i]:
+            if len(row["ref_log_probs"]) != resp_lens[i]:
                 raise ValueError(
-                    f"reference sample of prompt {row.prompt_id!r} has {resp_lens[i]} response "
-                    f"tokens but {len(row.ref_log_probs)} log-probs"
+                    f"reference sample of prompt {row['prompt_id']!r} has {resp_lens[i]} "
+                    f"response tokens but {len(row['ref_log_probs'])} log-probs"
                 )
-            ref[i, : resp_lens[i]] = torch.tensor(row.ref_log_probs, dtype=torch.float32)
+            lps = np.asarray(row["ref_log_probs"], dtype=np.float32)
+            ref[i, : resp_lens[i]] = torch.tensor(lps)
             mask[i, : resp_lens[i]] = 1.0
             first = prompt_lens[i] - (total - keep)
             columns[i] = torch.clamp(torch.arange(first, first + width), max=keep - 1)

@@ -140,20 +140,27 @@ def test_concurrent_writers_of_one_path_leave_a_complete_store(tmp_path):
 # ------------------------------------------------------------------ damaged files
 
 
+#: ReferenceStore.open's load_samples: the samples read whole (divrl train), or checked a
+#: few rows at a time from the open file (the TRL adapter's stream)
+LOADS = pytest.mark.parametrize("load", [True, False], ids=["whole", "by_rows"])
+
+
+@LOADS
 @pytest.mark.parametrize("name", [SAMPLES, PROMPTS, MANIFEST])
-def test_a_truncated_store_file_is_one_error_naming_it(tmp_path, name):
+def test_a_truncated_store_file_is_one_error_naming_it(tmp_path, name, load):
     store = _store(tmp_path / "s")
     data = (store / name).read_bytes()
     (store / name).write_bytes(data[: len(data) // 2])
     with pytest.raises(ReferenceStoreError, match=rf"{store / name}: damaged or truncated"):
-        ReferenceStore.open(store)
+        ReferenceStore.open(store, load_samples=load)
 
 
-def test_a_missing_samples_file_is_named(tmp_path):
+@LOADS
+def test_a_missing_samples_file_is_named(tmp_path, load):
     store = _store(tmp_path / "s")
     (store / SAMPLES).unlink()
     with pytest.raises(ReferenceStoreError, match=rf"{store / SAMPLES}: missing"):
-        ReferenceStore.open(store)
+        ReferenceStore.open(store, load_samples=load)
 
 
 # ------------------------------------------------------------------ unusable samples
@@ -164,7 +171,8 @@ def _opened(tmp_path, samples, **open_kw):
     return ReferenceStore.open(store, **open_kw)
 
 
-def test_non_finite_log_probs_are_refused(tmp_path):
+@LOADS
+def test_non_finite_log_probs_are_refused(tmp_path, load):
     good = ReferenceSample("p0", [1], [3, 4], [-0.5, -0.5])
     for bad in (math.nan, math.inf):
         sample = ReferenceSample("p1", [1], [3, 4], [-0.5, bad])
@@ -172,33 +180,40 @@ def test_non_finite_log_probs_are_refused(tmp_path):
             ReferenceStoreError,
             match=r"samples.parquet: .*1 samples have non-finite ref_log_probs \(rows 1\)",
         ):
-            _opened(tmp_path, [good, sample])
+            _opened(tmp_path, [good, sample], load_samples=load)
 
 
-def test_log_probs_shorter_than_the_response_are_refused(tmp_path):
+@LOADS
+def test_log_probs_shorter_than_the_response_are_refused(tmp_path, load):
     sample = ReferenceSample("p0", [1], [3, 4, 5], [-0.5, -0.5])
     with pytest.raises(ReferenceStoreError, match="one ref_log_prob per response token"):
-        _opened(tmp_path, [sample])
+        _opened(tmp_path, [sample], load_samples=load)
 
 
-def test_token_ids_outside_the_vocabulary_are_refused(tmp_path):
+@LOADS
+def test_token_ids_outside_the_vocabulary_are_refused(tmp_path, load):
     sample = ReferenceSample("p0", [1], [3, 999], [-0.5, -0.5])
-    assert len(_opened(tmp_path, [sample], vocab_size=1000)) == 1
+    assert len(_opened(tmp_path, [sample], load_samples=load, vocab_size=1000)) == 1
     with pytest.raises(
         ReferenceStoreError, match=r"outside the model's vocabulary of 20 \(e.g. 999"
     ):
-        _opened(tmp_path, [sample], vocab_size=20)
+        _opened(tmp_path, [sample], load_samples=load, vocab_size=20)
 
 
-def test_prompt_ids_not_in_the_data_are_refused_unless_mismatches_are_allowed(tmp_path, caplog):
+@LOADS
+def test_prompt_ids_not_in_the_data_are_refused_unless_mismatches_are_allowed(
+    tmp_path, load, caplog
+):
     samples = [ReferenceSample("p0", [1], [3], [-0.5]), ReferenceSample("gone", [1], [3], [-0.5])]
     expect = StoreExpectation(prompts=[("p0", [1])])
     with pytest.raises(
         ReferenceStoreError,
         match=r"1 prompt ids of the samples are not in the training data \(gone\)",
     ):
-        _opened(tmp_path, samples, expect=expect)
-    assert len(_opened(tmp_path, samples, expect=expect, allow_mismatch=True)) == 2
+        _opened(tmp_path, samples, load_samples=load, expect=expect)
+    assert (
+        len(_opened(tmp_path, samples, load_samples=load, expect=expect, allow_mismatch=True)) == 2
+    )
     assert "not in the training data (gone)" in caplog.text
 
 

@@ -27,6 +27,6 @@ def foreign_store(tmp_path_factory, tokenizer) -> Path:
 
 @pytest.fixture(autouse=True)
 def arrow_cache(monkeypatch, tmp_path_factory):
-    """The reference stream's memory-mapped store copies go to a temporary folder, not the
+    """The reference stream's re-grouped store copies go to a temporary folder, not the
     user's ~/.cache/divrl (subprocesses inherit the variable)."""
     monkeypatch.setenv("DIVRL_CACHE_DIR", str(tmp_path_factory.mktemp("divrl_cache")))
