@@ -236,6 +236,9 @@ def run_parallel(tasks: list[tuple], jobs: int, logs: Path) -> None:
                 rc = proc.poll()
                 if rc is not None:
                     del running[name]
+                    # its last lines, then its clock stops at its end, not at the stage's
+                    bars[name].update(min(_count_lines(task[2]), bars[name].total) - bars[name].n)
+                    bars[name].close()
                     if rc != 0:
                         failed.append(f"{name} (exit {rc}, log {log})")
                     elif len(task) > 4:
