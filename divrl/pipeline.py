@@ -188,34 +188,47 @@ def _count_lines(path: Path) -> int:
         return 0
 
 
-def run_parallel(tasks: list[tuple[str, list[str], Path, int]], jobs: int, logs: Path) -> None:
+def _flatten(tasks: list[tuple]) -> list[tuple]:
+    """Every task of ``tasks`` and, after each, the follow-ups of its 5th element."""
+    out = []
+    for task in tasks:
+        out.append(task)
+        out.extend(_flatten(list(task[4]) if len(task) > 4 else []))
+    return out
+
+
+def run_parallel(tasks: list[tuple], jobs: int, logs: Path) -> None:
     """Run ``divrl`` subprocesses, at most ``jobs`` at a time, one progress bar each.
 
-    ``tasks``: (name, divrl arguments, file whose line count is the progress, total). Each
-    subprocess runs on one torch thread; its output goes to ``logs/<name>.log``.
+    ``tasks``: (name, divrl arguments, file whose line count is the progress, total[,
+    follow-ups]). The follow-ups, tasks of the same shape, start when their task succeeds,
+    ahead of the tasks still queued: a model's evaluation can then run while other models
+    still train instead of waiting for the slowest training. Each subprocess runs on one
+    torch thread; its output goes to ``logs/<name>.log``.
     """
     from tqdm.auto import tqdm
 
     pending = list(tasks)
     live = sys.stderr.isatty()  # in a log file, a line per bar per second is noise
     bars = {
-        name: tqdm(total=total, desc=name, position=i, dynamic_ncols=True, leave=True)
-        for i, (name, _, _, total) in enumerate(tasks)
+        task[0]: tqdm(total=task[3], desc=task[0], position=i, dynamic_ncols=True, leave=True)
+        for i, task in enumerate(_flatten(tasks))
     }
-    running: dict[str, tuple[subprocess.Popen, Path, Path]] = {}
+    running: dict[str, tuple[subprocess.Popen, tuple, Path]] = {}
     failed: list[str] = []
     try:
         while pending or running:
             while pending and len(running) < jobs:
-                name, argv, progress_file, _ = pending.pop(0)
+                task = pending.pop(0)
+                name, argv = task[0], task[1]
                 log = logs / f"{name.replace(' ', '_')}.log"
                 log.unlink(missing_ok=True)
                 proc = start_logged(divrl_command(*argv), log, threads=1)
-                running[name] = (proc, progress_file, log)
+                running[name] = (proc, task, log)
                 bars[name].reset(total=bars[name].total)  # its clock starts now, not at launch
             time.sleep(1.0)
-            for name, (proc, progress_file, log) in list(running.items()):
-                done = min(_count_lines(progress_file), bars[name].total)
+            for name, (proc, task, log) in list(running.items()):
+                done = min(_count_lines(task[2]), bars[name].total)
                 if done != bars[name].n:  # a redraw at most every mininterval
                     bars[name].update(done - bars[name].n)
                 elif live:  # the clock of a slow step ticks on a terminal only
@@ -223,8 +236,13 @@ def run_parallel(tasks: list[tuple[str, list[str], Path, int]], jobs: int, logs:
                 rc = proc.poll()
                 if rc is not None:
                     del running[name]
+                    # its last lines, then its clock stops at its end, not at the stage's
+                    bars[name].update(min(_count_lines(task[2]), bars[name].total) - bars[name].n)
+                    bars[name].close()
                     if rc != 0:
                         failed.append(f"{name} (exit {rc}, log {log})")
+                    elif len(task) > 4:
+                        pending[:0] = list(task[4])
     finally:
         for proc, _, _ in running.values():
             proc.terminate()

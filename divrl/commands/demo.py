@@ -88,9 +88,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--jobs",
         type=int,
-        default=2,
-        help="trainings run at the same time, each in its own process on one thread (2: one "
-        "per core of a 2-core machine; 1: in this process, one after the other)",
+        default=None,
+        help="trainings and evaluations run at the same time, each in its own process on one "
+        "thread, a model's evaluation as soon as its training ends (default: every training "
+        "and the base model's evaluation at once; 1: in this process, one after the other)",
     )
     parser.add_argument(
         "--threads",
@@ -213,11 +214,20 @@ def _check_args(args: argparse.Namespace) -> tuple[list[str], Path]:
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
         raise ValueError(f"--methods: unknown {unknown}; choose from {list(METHODS)}")
-    if min(args.steps, args.train_prompts, args.eval_prompts, args.n, args.jobs) < 1:
+    jobs = 1 if args.jobs is None else args.jobs
+    if min(args.steps, args.train_prompts, args.eval_prompts, args.n, jobs) < 1:
         raise ValueError("--steps, --train-prompts, --eval-prompts, --n, --jobs must be >= 1")
     if args.world not in world_names():  # a world of an entry point counts
         raise ValueError(f"--world: unknown {args.world!r}; choose from {world_names()}")
     return methods, configs_dir(args.configs, args.world)
+
+
+def default_jobs(methods: list[str]) -> int:
+    """Processes at once when ``--jobs`` is not given: every training and the base model's
+    evaluation. Started in waves of one per core, three equal trainings on two cores take
+    two trainings' time with a core idle through the second; all at once they take one and
+    a half, the cores shared, and each evaluation fills a core as its training ends."""
+    return len(methods) + 1
 
 
 def _presample(cfgs: dict[str, Any], methods: list[str], clock: Clock) -> list[str]:
@@ -262,11 +272,14 @@ def _eval_task(name: str, model: Path, world, out: Path, eval_cfg, splits) -> tu
     return (f"evaluate {name}", argv, eval_dir / "summary.json", 1)
 
 
-def _evaluate_all(models: dict[str, Path], world, out: Path, eval_cfg, splits, args, clock):
+def _evaluate_all(
+    models: dict[str, Path], world, out: Path, eval_cfg, splits, args, clock, fresh=()
+):
     """Evaluate every model not evaluated yet: ``--jobs`` at a time in subprocesses (the
-    same numbers as in this process: the same settings and seed), else here in turn."""
+    same numbers as in this process: the same settings and seed), else here in turn.
+    ``fresh``: the models evaluated by this run already (beside the trainings)."""
     todo = {n: p for n, p in models.items() if not _evaluated(out, n, splits)}
-    for name in models.keys() - todo.keys():
+    for name in models.keys() - todo.keys() - set(fresh):
         _say(f"evaluate {name}: reusing {out / name / 'eval'}")
     if args.jobs > 1 and len(todo) > 1:
         tasks = [_eval_task(n, p, world, out, eval_cfg, splits) for n, p in todo.items()]
@@ -280,6 +293,35 @@ def _evaluate_all(models: dict[str, Path], world, out: Path, eval_cfg, splits, a
         )  # fmt: skip
 
 
+def _train_task(m: str, args, configs: Path, out: Path, world, then: tuple = ()) -> tuple:
+    """A :func:`run_parallel` task training method ``m`` in a ``divrl train`` subprocess
+    (its bar follows ``metrics.jsonl``), ``then`` started when it succeeds."""
+    argv = [
+        "train",
+        str(configs / f"{m}.yaml"),
+        *demo_overrides(m, args, out, world),
+        "logging.progress=false",
+    ]
+    return (f"train {m}", argv, RunDir(out / m).metrics_path, args.steps, then)
+
+
+def _evals_beside_training(methods, args, out: Path, world, eval_cfg, splits):
+    """(beside, then) for :func:`_train_all` with ``--jobs`` > 1: the base model's
+    evaluation when it is not there yet, and each method to train followed by the
+    evaluation of its final checkpoint."""
+    if args.jobs <= 1:
+        return (), {}
+    beside = ()
+    if not _evaluated(out, "base", splits):
+        beside = (_eval_task("base", world.model_dir, world, out, eval_cfg, splits),)
+    then = {}
+    for m in methods:
+        if final_checkpoint(out / m, args.steps) is None:
+            model = RunDir(out / m).checkpoint(args.steps).model_dir
+            then[m] = (_eval_task(m, model, world, out, eval_cfg, splits),)
+    return beside, then
+
+
 def _train_all(
     methods: list[str],
     cfgs: dict[str, Any],
@@ -289,10 +331,11 @@ def _train_all(
     world,
     clock,
     beside: tuple = (),
+    then: dict[str, tuple] | None = None,
 ) -> dict[str, Path]:
-    """Train the methods without a final checkpoint (in parallel subprocesses with
-    ``--jobs`` > 1, with the ``beside`` tasks queued after them: the last training would
-    leave a core idle); every method's final checkpoint."""
+    """Train the methods without a final checkpoint (with ``--jobs`` > 1: in parallel
+    subprocesses, each followed by its ``then[method]`` tasks, with the ``beside`` tasks
+    after them: a core the trainings leave idle runs them); every method's final checkpoint."""
     todo = []
     for m in methods:
         ckpt = final_checkpoint(out / m, args.steps)
@@ -300,26 +343,16 @@ def _train_all(
             _say(f"train {m}: reusing {ckpt}")
         else:
             todo.append(m)
+    then = then or {}
     if todo and args.jobs > 1:
         for m in todo:  # unfinished earlier attempts start over
             shutil.rmtree(out / m, ignore_errors=True)
-        tasks = [
-            (
-                f"train {m}",
-                [
-                    "train",
-                    str(configs / f"{m}.yaml"),
-                    *demo_overrides(m, args, out, world),
-                    "logging.progress=false",
-                ],
-                RunDir(out / m).metrics_path,
-                args.steps,
-            )
-            for m in todo
-        ] + list(beside)
+        tasks = [_train_task(m, args, configs, out, world, then.get(m, ())) for m in todo]
+        tasks += list(beside)
         label = f"train {', '.join(todo)} ({args.steps} steps, {args.jobs} at a time)"
-        if beside:
-            label += " + " + ", ".join(task[0] for task in beside)
+        extra = [t[0] for t in beside] + [f[0] for m in todo for f in then.get(m, ())]
+        if extra:
+            label += " + " + ", ".join(extra)
         clock.run(label, run_parallel, tasks, args.jobs, out / "logs")
     else:
         for m in todo:
@@ -353,6 +386,8 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError) as exc:
         print(f"divrl demo: {exc}", file=sys.stderr)
         return 2
+    if args.jobs is None:
+        args.jobs = default_jobs(methods)
     import torch
 
     torch.set_num_threads(args.threads)
@@ -377,12 +412,11 @@ def run(args: argparse.Namespace) -> int:
     methods = _presample(cfgs, methods, clock)
     splits = eval_splits(world)
     eval_cfg = _eval_config(args, max_new_tokens)
-    beside = ()
-    if args.jobs > 1 and not _evaluated(out, "base", splits):
-        beside = (_eval_task("base", world.model_dir, world, out, eval_cfg, splits),)
-    checkpoints = _train_all(methods, cfgs, args, configs, out, world, clock, beside)
+    beside, then = _evals_beside_training(methods, args, out, world, eval_cfg, splits)
+    checkpoints = _train_all(methods, cfgs, args, configs, out, world, clock, beside, then)
     models = {"base": world.model_dir, **checkpoints}
-    _evaluate_all(models, world, out, eval_cfg, splits, args, clock)
+    fresh = (["base"] if beside else []) + list(then)
+    _evaluate_all(models, world, out, eval_cfg, splits, args, clock, fresh)
 
     from divrl.evaluation.report import build_report, load_model_eval
 

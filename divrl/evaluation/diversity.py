@@ -71,50 +71,91 @@ def spark_word_probability(
     Args:
         prompts, responses: ``[R]`` texts; positions range over the response tokens.
         words: the words; each is tokenized on its own.
+        batch_size: sequences per forward pass where each position is scored as its own
+            sequence (a model the static rollout engine cannot run).
 
     Returns:
         ``{word: mean probability}`` over all response positions.
     """
+    from divrl.rollout.static import unsupported_reason
+
     if len(prompts) != len(responses):
         raise ValueError("need one prompt per response")
-    device = next(model.parameters()).device
-    max_len = getattr(model.config, "max_position_embeddings", None)
-    pad = pad_token_id(tokenizer)
-    out: dict[str, float] = {}
+    encoded = []
     for word in words:
         w = tokenizer(word, add_special_tokens=False)["input_ids"]
         if not w:
             raise ValueError(f"spark word {word!r} tokenizes to nothing")
-        seqs, starts = [], []
-        for prompt, response in zip(prompts, responses, strict=True):
-            p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-            r = tokenizer(response, add_special_tokens=False)["input_ids"]
-            for t in range(len(r) + 1):
-                seq = p + r[:t] + w
-                if max_len is not None and len(seq) > max_len:
-                    break
-                seqs.append(seq)
-                starts.append(len(p) + t)
-        if not seqs:
-            out[word] = math.nan
-            continue
-        total = 0.0
-        for b in range(0, len(seqs), batch_size):
-            chunk, chunk_starts = seqs[b : b + batch_size], starts[b : b + batch_size]
-            width = max(map(len, chunk))
-            ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-            mask = torch.zeros_like(ids)
-            for i, s in enumerate(chunk):  # right padding: positions need no shifting
-                ids[i, : len(s)] = torch.as_tensor(s)
-                mask[i, : len(s)] = 1
-            logp = torch.log_softmax(
-                model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float(), -1
-            ).cpu()
-            for i, start in enumerate(chunk_starts):
-                pos = torch.arange(start - 1, start - 1 + len(w))
-                total += float(logp[i, pos, torch.as_tensor(w)].sum().exp())
-        out[word] = total / len(seqs)
-    return out
+        encoded.append(w)
+    texts = [
+        (tokenizer(p, add_special_tokens=False)["input_ids"],
+         tokenizer(r, add_special_tokens=False)["input_ids"])
+        for p, r in zip(prompts, responses, strict=True)
+    ]  # fmt: skip
+    max_len = getattr(model.config, "max_position_embeddings", None)
+    # the cached-context scorer runs each text once for all its positions and words
+    # (several times less work); it needs a start after at least one token
+    if unsupported_reason(model) is None and all(p for p, _ in texts):
+        totals = _cached_totals(model, texts, encoded, max_len)
+    else:
+        pad = pad_token_id(tokenizer)
+        totals = [_separate_total(model, texts, w, max_len, pad, batch_size) for w in encoded]
+    return {
+        word: (math.nan if count == 0 else total / count)
+        for word, (total, count) in zip(words, totals, strict=True)
+    }
+
+
+def _starts(p: list[int], r: list[int], word: list[int], max_len: int | None) -> range:
+    """The positions where ``word`` is scored in ``p + r``: after the prompt and each
+    response token, while ``p + r[:t] + word`` fits the model's context."""
+    last = len(r) if max_len is None else min(len(r), max_len - len(p) - len(word))
+    return range(len(p), len(p) + last + 1)
+
+
+def _cached_totals(model, texts, words, max_len) -> list[tuple[float, int]]:
+    """(sum of probabilities, positions) per word, through
+    :func:`divrl.rollout.static.word_log_probs`: every word at every start of a text in one
+    call, then each word's starts that fit the context (a prefix of them) kept."""
+    from divrl.rollout.static import word_log_probs
+
+    totals = [[0.0, 0] for _ in words]
+    for p, r in texts:
+        starts = torch.arange(len(p), len(p) + len(r) + 1)
+        for total, w, logp in zip(
+            totals, words, word_log_probs(model, p + r, starts, words), strict=True
+        ):
+            keep = len(_starts(p, r, w, max_len))
+            total[0] += float(logp[:keep].double().exp().sum())
+            total[1] += keep
+    return [(t, n) for t, n in totals]
+
+
+def _separate_total(model, texts, w, max_len, pad, batch_size) -> tuple[float, int]:
+    """(sum of probabilities, positions) of word ``w``, each position scored as its own
+    right-padded sequence ``p + r[:t] + w``."""
+    device = next(model.parameters()).device
+    seqs, starts = [], []
+    for p, r in texts:
+        for start in _starts(p, r, w, max_len):
+            seqs.append(p + r[: start - len(p)] + w)
+            starts.append(start)
+    total = 0.0
+    for b in range(0, len(seqs), batch_size):
+        chunk, chunk_starts = seqs[b : b + batch_size], starts[b : b + batch_size]
+        width = max(map(len, chunk))
+        ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for i, s in enumerate(chunk):  # right padding: positions need no shifting
+            ids[i, : len(s)] = torch.as_tensor(s)
+            mask[i, : len(s)] = 1
+        logp = torch.log_softmax(
+            model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float(), -1
+        ).cpu()
+        for i, start in enumerate(chunk_starts):
+            pos = torch.arange(start - 1, start - 1 + len(w))
+            total += float(logp[i, pos, torch.as_tensor(w)].sum().exp())
+    return total, len(seqs)
 
 
 def checkpoint_models(run_dir: str | Path) -> list[tuple[int, Path]]:

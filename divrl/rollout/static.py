@@ -29,7 +29,7 @@ from divrl.rollout.registry import (
     register_policy_engine,
 )
 
-__all__ = ["StaticCacheEngine", "StaticOptions", "unsupported_reason"]
+__all__ = ["StaticCacheEngine", "StaticOptions", "unsupported_reason", "word_log_probs"]
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2")
 # Finished rows stay in the batch (their extra tokens are cut afterwards) until they are at
@@ -131,9 +131,11 @@ def _forward(
     cache: _Cache,
     start: int,
     mask: torch.Tensor,
+    every_position: bool = False,
 ) -> torch.Tensor:
     """Run ``ids`` ``[B, S]`` into cache columns ``start .. start + S``; ``mask``
-    ``[B, 1, S, start + S]`` (True = attend). Returns the last position's fp32 logits."""
+    ``[B, 1, S, start + S]`` (True = attend). Returns the last position's fp32 logits
+    ``[B, V]``, or with ``every_position`` every position's, ``[B, S, V]``."""
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
     batch, length = ids.shape
@@ -151,7 +153,55 @@ def _forward(
         o = _attention(q, k_cache[:, :, :end], v_cache[:, :, :end], mask, a.scaling)
         h = h + a.o_proj(o.transpose(1, 2).reshape(batch, length, -1))
         h = h + layer.mlp(layer.post_attention_layernorm(h))
-    return net.head(net.norm(h[:, -1])).float()
+    return net.head(net.norm(h if every_position else h[:, -1])).float()
+
+
+@torch.no_grad()
+def word_log_probs(
+    model: torch.nn.Module,
+    context: Sequence[int],
+    starts: torch.Tensor,
+    words: Sequence[Sequence[int]],
+) -> list[torch.Tensor]:
+    """For each word, ``log P(word | context[:s])`` at each start ``s`` of ``starts``
+    (``[T]``, each from 1 to ``len(context)``): the log-probabilities of the word's tokens in
+    turn after the first ``s`` context tokens, summed, for a model :func:`unsupported_reason`
+    accepts.
+
+    Scoring ``context[:s] + word`` as its own sequence for every ``s`` runs the context
+    again for every start; here it runs once (its keys and values cached, every position's
+    logits giving each start's first word token) and the rest of each word, one row per
+    start, attends to the cached columns before its start only. Same numbers as the
+    separate sequences up to the order of float sums.
+    """
+    net = _Net.of(model)
+    length, device = len(context), net.embed.weight.device
+    cache = _Cache(net, 1, length, net.embed.weight)
+    causal = torch.ones(length, length, dtype=torch.bool, device=device).tril()
+    ids = torch.as_tensor([list(context)], device=device)
+    positions = torch.arange(length, device=device)[None]
+    first = torch.log_softmax(_forward(net, ids, positions, cache, 0, causal[None, None], True), -1)
+    starts = starts.to(device)
+    out = []
+    for word in words:
+        logp = first[0, starts - 1, word[0]]
+        rest = len(word) - 1
+        if rest:
+            rows = len(starts)
+            wc = _Cache(net, rows, length + rest, net.embed.weight)
+            for kv, full in ((wc.k, cache.k), (wc.v, cache.v)):
+                for layer, cached in zip(kv, full, strict=True):
+                    layer[:, :, :length] = cached
+            mask = torch.zeros((rows, 1, rest, length + rest), dtype=torch.bool, device=device)
+            mask[..., :length] = torch.arange(length, device=device) < starts[:, None, None, None]
+            mask[..., length:] = torch.ones(rest, rest, dtype=torch.bool, device=device).tril()
+            tail = torch.as_tensor(word[:-1], device=device).expand(rows, rest)
+            pos = starts[:, None] + torch.arange(rest, device=device)
+            logits = _forward(net, tail, pos, wc, length, mask, True)
+            target = torch.as_tensor(word[1:], device=device).expand(rows, rest)[..., None]
+            logp = logp + torch.log_softmax(logits, -1).gather(-1, target).squeeze(-1).sum(-1)
+        out.append(logp.cpu())
+    return out
 
 
 def _sample(

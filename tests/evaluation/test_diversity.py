@@ -52,6 +52,37 @@ def test_spark_word_probability_matches_token_by_token(tiny_lm):
         spark_word_probability(model, tok, prompts, [], ["7"])
 
 
+def test_cached_context_scoring_gives_the_separate_sequences_numbers(tiny_lm, monkeypatch):
+    """The Llama path (each text run once, its keys and values cached) and the generic
+    path (each position scored as its own sequence) agree, also where the context cuts a
+    word's positions short and for a word that fits nowhere."""
+    import divrl.rollout.static as static
+
+    model, tok = tiny_lm
+    prompts, responses = ["Q:1+2=", "Q:7+7="], ["3;4+12", "14;A:14"]
+    words = ["12", "4", "A:1", "1" * 300]
+    cached = spark_word_probability(model, tok, prompts, responses, words)
+    calls = []
+    scorer = static.word_log_probs
+    monkeypatch.setattr(static, "word_log_probs", lambda *a: calls.append(a) or scorer(*a))
+    assert spark_word_probability(model, tok, prompts, responses, words) == cached
+    assert len(calls) == len(prompts)  # one call per text, all words in it
+    monkeypatch.setattr(static, "unsupported_reason", lambda m: "not a Llama")
+    separate = spark_word_probability(model, tok, prompts, responses, words, batch_size=5)
+    assert math.isnan(cached["1" * 300]) and math.isnan(separate["1" * 300])
+    for word in words[:3]:
+        assert cached[word] == pytest.approx(separate[word], rel=1e-5)
+    model.config.max_position_embeddings, saved = 10, model.config.max_position_embeddings
+    try:  # "Q:1+2=" + "3;4+12" is 12 tokens: only the first positions fit
+        short = spark_word_probability(model, tok, prompts[:1], responses[:1], ["12"])
+        monkeypatch.undo()
+        assert spark_word_probability(model, tok, prompts[:1], responses[:1], ["12"]) == (
+            pytest.approx(short, rel=1e-5)
+        )
+    finally:
+        model.config.max_position_embeddings = saved
+
+
 def test_checkpoint_models_sorted(tmp_path):
     for step in (20, 5, 100):
         d = tmp_path / "checkpoints" / f"step_{step:06d}" / "model"
