@@ -226,7 +226,9 @@ def run_parallel(tasks: list[tuple], jobs: int, logs: Path) -> None:
                 proc = start_logged(divrl_command(*argv), log, threads=1)
                 running[name] = (proc, task, log)
                 bars[name].reset(total=bars[name].total)  # its clock starts now, not at launch
-            time.sleep(1.0)
+            # a quarter second: a follow-up waits at most that long for its core, and a
+            # polled line count costs microseconds
+            time.sleep(0.25)
             for name, (proc, task, log) in list(running.items()):
                 done = min(_count_lines(task[2]), bars[name].total)
                 if done != bars[name].n:  # a redraw at most every mininterval
