@@ -53,6 +53,7 @@ METHODS: dict[str, str] = {
     "entropy_bonus": "GRPO + entropy bonus",
     "high_entropy_8020": "80/20",
     "kl_cov": "KL-Cov",
+    "clip_cov": "Clip-Cov",
     "dph_js_lp_reg": "DPH-JS + Lp-Reg",
 }
 #: eval split -> heading, in the report's order; a world's other splits follow, by name
@@ -217,6 +218,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("Lp-Reg", "Lp-Reg ends with less entropy than the entropy bonus (a moderate band)", ("lp_reg", "train.entropy_end"), ("entropy_bonus", "train.entropy_end"), "lower"),
     Claim("Lp-Reg", "Lp-Reg (toy variant) ends with more entropy than GRPO", ("lp_reg_toy", "train.entropy_end"), ("grpo", "train.entropy_end"), "higher"),
     Claim("Lp-Reg", "KL-Cov ends with more entropy than GRPO", ("kl_cov", "train.entropy_end"), ("grpo", "train.entropy_end"), "higher"),
+    Claim("Lp-Reg", "Clip-Cov ends with more entropy than GRPO", ("clip_cov", "train.entropy_end"), ("grpo", "train.entropy_end"), "higher"),
     Claim("Lp-Reg", "Lp-Reg has a higher in-domain Pass@1 than GRPO", ("lp_reg", "test.pass@1"), ("grpo", "test.pass@1"), "higher"),
     Claim("Lp-Reg", "Lp-Reg (toy variant) has a higher in-domain Pass@1 than GRPO", ("lp_reg_toy", "test.pass@1"), ("grpo", "test.pass@1"), "higher"),
     # the ablation: the same preset on-policy with the regulariser off (grpo_math); on-policy the
