@@ -13,9 +13,11 @@ import torch
 __all__ = [
     "ENGINE_ATTRIBUTES",
     "EngineError",
+    "PromptIds",
     "RolloutEngine",
     "RolloutOutput",
     "SamplingParams",
+    "Seeds",
     "check_engine",
     "check_prompts",
     "collate",
@@ -26,6 +28,10 @@ __all__ = [
 #: the attributes of :class:`RolloutEngine` that the commands read from any engine, each
 #: declared there with its default
 ENGINE_ATTRIBUTES = ("generate", "sync_weights", "batched_seeds", "context_length")
+#: the prompts of a ``generate`` call, each as its token ids (the type every engine takes)
+PromptIds = Sequence[Sequence[int]]
+#: ``generate``'s seeds: one per prompt, or None for unseeded sampling
+Seeds = Sequence[int] | None
 
 
 class EngineError(ValueError):
@@ -125,10 +131,7 @@ class RolloutEngine(abc.ABC):
 
     @abc.abstractmethod
     def generate(
-        self,
-        prompt_ids: Sequence[Sequence[int]],
-        params: SamplingParams,
-        seeds: Sequence[int] | None = None,
+        self, prompt_ids: PromptIds, params: SamplingParams, seeds: Seeds = None
     ) -> RolloutOutput:
         """Sample ``params.n`` responses for every prompt.
 
@@ -166,7 +169,7 @@ def check_engine(engine: Any, name: str) -> Any:
     return engine
 
 
-def check_prompts(prompt_ids: Sequence[Sequence[int]], seeds: Sequence[int] | None = None) -> None:
+def check_prompts(prompt_ids: PromptIds, seeds: Seeds = None) -> None:
     """Refuse a prompt without tokens (there is nothing to continue: a model would sample
     from a pad token, or a batch of one fail in a reshape), and ``seeds`` that are not one
     per prompt: what every engine's ``generate`` checks first.
@@ -221,7 +224,7 @@ def pad_token_id(tokenizer: Any) -> int:
 
 
 def collate(
-    prompt_ids: Sequence[Sequence[int]],
+    prompt_ids: PromptIds,
     response_ids: Sequence[Sequence[int]],
     pad_token_id: int,
     response_length: int | None = None,

@@ -12,9 +12,11 @@ from dataclasses import dataclass
 import torch
 
 from divrl.rollout.base import (
+    PromptIds,
     RolloutEngine,
     RolloutOutput,
     SamplingParams,
+    Seeds,
     check_prompts,
     pad_token_id,
     repeat_samples,
@@ -124,9 +126,7 @@ class HFEngine(RolloutEngine):
         value = getattr(getattr(self.model, "config", None), "max_position_embeddings", None)
         return value if isinstance(value, int) and value > 0 else None
 
-    def _response_caps(
-        self, prompt_ids: Sequence[Sequence[int]], max_new_tokens: int
-    ) -> list[int] | None:
+    def _response_caps(self, prompt_ids: PromptIds, max_new_tokens: int) -> list[int] | None:
         """Per prompt, the most new tokens that fit in the context; None when all fit."""
         context = self.context_length
         if context is None or max(len(p) for p in prompt_ids) + max_new_tokens <= context:
@@ -142,10 +142,7 @@ class HFEngine(RolloutEngine):
         return [min(max_new_tokens, context - len(p)) for p in prompt_ids]
 
     def generate(
-        self,
-        prompt_ids: Sequence[Sequence[int]],
-        params: SamplingParams,
-        seeds: Sequence[int] | None = None,
+        self, prompt_ids: PromptIds, params: SamplingParams, seeds: Seeds = None
     ) -> RolloutOutput:
         check_prompts(prompt_ids, seeds)
         if params.temperature == 0 and params.n > 1:
@@ -166,11 +163,7 @@ class HFEngine(RolloutEngine):
         return out
 
     def _generate_all(
-        self,
-        prompt_ids: Sequence[Sequence[int]],
-        params: SamplingParams,
-        seeds: Sequence[int] | None,
-        out: RolloutOutput,
+        self, prompt_ids: PromptIds, params: SamplingParams, seeds: Seeds, out: RolloutOutput
     ) -> None:
         if seeds is not None:
             devices = [self.device] if self.device.type == "cuda" else []
@@ -185,9 +178,7 @@ class HFEngine(RolloutEngine):
                 out.extend(self._generate_batch(chunk, params), index_offset=start)
 
     @torch.no_grad()
-    def _generate_batch(
-        self, prompt_ids: Sequence[Sequence[int]], params: SamplingParams
-    ) -> RolloutOutput:
+    def _generate_batch(self, prompt_ids: PromptIds, params: SamplingParams) -> RolloutOutput:
         plen = max(len(p) for p in prompt_ids)
         ids = torch.full((len(prompt_ids), plen), self.pad_id, dtype=torch.long)
         mask = torch.zeros_like(ids)
@@ -240,7 +231,7 @@ class HFEngine(RolloutEngine):
 
     def _outputs(
         self,
-        prompt_ids: Sequence[Sequence[int]],
+        prompt_ids: PromptIds,
         params: SamplingParams,
         caps: list[int] | None,
         tokens: torch.Tensor,

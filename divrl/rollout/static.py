@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from divrl.rollout.base import RolloutOutput, SamplingParams
+from divrl.rollout.base import PromptIds, RolloutOutput, SamplingParams, Seeds
 from divrl.rollout.hf import HFEngine, HFOptions, build_hf
 from divrl.rollout.registry import (
     EngineContext,
@@ -259,20 +259,14 @@ class StaticCacheEngine(HFEngine):
         self._eos = torch.tensor(sorted(self.eos_ids), dtype=torch.long)
 
     def _generate_all(
-        self,
-        prompt_ids: Sequence[Sequence[int]],
-        params: SamplingParams,
-        seeds: Sequence[int] | None,
-        out: RolloutOutput,
+        self, prompt_ids: PromptIds, params: SamplingParams, seeds: Seeds, out: RolloutOutput
     ) -> None:
         for start in range(0, len(prompt_ids), self.batch_size):
             chunk = prompt_ids[start : start + self.batch_size]
             chunk_seeds = None if seeds is None else seeds[start : start + self.batch_size]
             out.extend(self._generate_batch(chunk, params, chunk_seeds), index_offset=start)
 
-    def _uniforms(
-        self, prompts: int, params: SamplingParams, seeds: Sequence[int] | None
-    ) -> torch.Tensor | None:
+    def _uniforms(self, prompts: int, params: SamplingParams, seeds: Seeds) -> torch.Tensor | None:
         """``[prompts * n, T]`` numbers in [0, 1) that drive the sampling: ``T`` is
         ``max_new_tokens`` capped by the model's context (no response is longer), the same
         for every batch, so a seed gives the same numbers whatever shares its batch."""
@@ -287,10 +281,7 @@ class StaticCacheEngine(HFEngine):
 
     @torch.no_grad()
     def _generate_batch(
-        self,
-        prompt_ids: Sequence[Sequence[int]],
-        params: SamplingParams,
-        seeds: Sequence[int] | None = None,
+        self, prompt_ids: PromptIds, params: SamplingParams, seeds: Seeds = None
     ) -> RolloutOutput:
         caps = self._response_caps(prompt_ids, params.max_new_tokens)
         steps = max(caps) if caps else params.max_new_tokens
@@ -334,7 +325,7 @@ class StaticCacheEngine(HFEngine):
         return self._outputs(prompt_ids, params, caps, tokens, log_probs)
 
     def _left_padded(
-        self, prompt_ids: Sequence[Sequence[int]], n: int, steps: int
+        self, prompt_ids: PromptIds, n: int, steps: int
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Each prompt ``n`` times, left-padded: ids and positions ``[rows, P]``, and the
         keys each row may attend to, ``[rows, P + steps]`` (response columns off until

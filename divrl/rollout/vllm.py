@@ -20,13 +20,17 @@ import contextlib
 import os
 import re
 import socket
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from divrl.rollout.base import RolloutEngine, RolloutOutput, SamplingParams, check_prompts
 from divrl.rollout.registry import EngineContext, register_engine
+
+if TYPE_CHECKING:  # annotations only
+    from divrl.rollout.base import PromptIds, Seeds
 
 __all__ = [
     "SUPPORTED_VERSIONS",
@@ -170,10 +174,7 @@ class VLLMEngine(RolloutEngine):
         return self._context_length
 
     def generate(
-        self,
-        prompt_ids: Sequence[Sequence[int]],
-        params: SamplingParams,
-        seeds: Sequence[int] | None = None,
+        self, prompt_ids: PromptIds, params: SamplingParams, seeds: Seeds = None
     ) -> RolloutOutput:
         from vllm import SamplingParams as VSamplingParams
         from vllm.inputs import TokensPrompt

@@ -25,7 +25,7 @@ from divrl.toy.kit import SplitSizes, ToyWorld, distinct_problems, math_row, mat
 from divrl.toy.model import ToyModelConfig
 from divrl.toy.scaffold import PresetScale, WorldScaffold
 from divrl.toy.sft import SFTConfig
-from divrl.toy.tokenizer import ANSWER_MARKER, build_tokenizer
+from divrl.toy.tokenizer import ANSWER_MARKER
 
 #: Bump when generated data or training would change for the same settings.
 BUILD_VERSION = "1"
@@ -90,6 +90,10 @@ class CountdownWorld(WorldScaffold):
         reference_threshold=2,
         keep_presampled=True,
     )
+    pieces = countdown.PIECES
+    #: adds the entropy and the distinct solutions (:mod:`divrl.toy.countdown_measure`)
+    measure_with = "divrl.toy.countdown_measure:measure_world"
+    format_with = "divrl.toy.countdown_measure:format_countdown_measurements"
 
     def generate(
         self, out: Path, final: Path, seed: int, cfg: Any
@@ -99,34 +103,9 @@ class CountdownWorld(WorldScaffold):
     def train_model(
         self, model_dir: Path, seed: int, cfg: Any, generated: Any, progress: bool
     ) -> dict[str, Any]:
-        tokenizer = build_tokenizer(cfg.model.max_length, extra_pieces=countdown.PIECES)
         corpus = sft_corpus(cfg, seed, generated)
         solved = sum("ok" in r[-3:] for _, r in corpus) / len(corpus)
-        return kit.train_and_save(
-            model_dir,
-            tokenizer,
-            corpus,
-            cfg.model,
-            cfg.sft,
-            seed,
-            progress,
-            sft_solved_share=solved,
-        )
-
-    def measure(
-        self, world: ToyWorld, *, n_samples: int, max_prompts: int, progress: bool, reuse: bool
-    ) -> dict[str, Any]:
-        """Adds the entropy and the distinct solutions (:mod:`divrl.toy.countdown_measure`)."""
-        from divrl.toy.countdown_measure import measure_world
-
-        return measure_world(
-            world, n_samples=n_samples, max_prompts=max_prompts, progress=progress, reuse=reuse
-        )
-
-    def format(self, measured: dict[str, Any]) -> str:
-        from divrl.toy.countdown_measure import format_countdown_measurements
-
-        return format_countdown_measurements(measured)
+        return self.train_on(model_dir, corpus, cfg, seed, progress, sft_solved_share=solved)
 
 
 WORLD = CountdownWorld()

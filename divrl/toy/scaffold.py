@@ -1,8 +1,9 @@
 """The world scaffold: a toy world is one subclass of :class:`WorldScaffold`.
 
 A world declares what it is (its ``name``, ``build_version``, ``sizes``, ``splits``, where
-its shipped model lives, the measurement ``targets`` its base model is designed to meet)
-and writes two methods, ``generate`` (the rows of each split) and ``train_model`` (the
+its shipped model lives, the measurement ``targets`` its base model is designed to meet,
+its tokenizer ``pieces``, and where its own measurement lives when it has one) and writes
+two methods, ``generate`` (the rows of each split) and ``train_model`` (the
 supervised base model). The scaffold does the rest the same way for every world: the
 cache key and folder, the build in a temporary folder renamed into place, the rows written
 as ``data/<split>.jsonl``, the shipped model copied when its key matches, ``world.json``,
@@ -18,6 +19,7 @@ lists what a new world needs.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import time
 from collections.abc import Mapping
@@ -28,6 +30,7 @@ from divrl.data import Example, write_examples
 from divrl.toy import kit
 from divrl.toy.kit import MeasureTarget
 from divrl.toy.presets import PresetScale
+from divrl.toy.tokenizer import build_tokenizer
 
 __all__ = ["MeasureTarget", "PresetScale", "WorldScaffold"]
 
@@ -54,6 +57,14 @@ class WorldScaffold:
     #: the scale of the world's toy presets, which ``divrl toy presets`` writes from the
     #: method list (lengths, learning rate, batch sizes; None: the command refuses)
     preset_scale: PresetScale | None = None
+    #: the world's own tokenizer pieces (besides the shared toy ones), for :meth:`train_on`
+    pieces: tuple[str, ...] = ()
+    #: where ``divrl toy measure`` finds the world's measurement (``"module:function"``,
+    #: imported when used; the default: Pass@k, near-perfect share and styles of every split)
+    measure_with: str = "divrl.toy.measure:measure_world"
+    #: where its printer is (``"module:function"`` taking the measurements), for a world
+    #: with measures of its own; None: :mod:`divrl.toy.measure`'s, with :attr:`targets`
+    format_with: str | None = None
 
     # --------------------------------------------------------- what a world writes
 
@@ -69,12 +80,29 @@ class WorldScaffold:
     def train_model(
         self, model_dir: Path, seed: int, cfg: Any, generated: Any, progress: bool
     ) -> dict[str, Any]:
-        """Train the base model into ``model_dir`` (``kit.train_and_save`` does the
-        supervised training); its SFT stats. ``generated`` is :meth:`generate`'s second
+        """Train the base model into ``model_dir`` (:meth:`train_on` does the supervised
+        training on a corpus); its SFT stats. ``generated`` is :meth:`generate`'s second
         value. Not called when a shipped model with the same key is copied."""
         raise NotImplementedError(f"world {self.name!r}: write train_model()")
 
     # --------------------------------------------------------- what the scaffold does
+
+    def train_on(
+        self,
+        model_dir: Path,
+        corpus: list[tuple[str, str]],
+        cfg: Any,
+        seed: int,
+        progress: bool,
+        **extra_stats: Any,
+    ) -> dict[str, Any]:
+        """What :meth:`train_model` usually ends with: a fresh base model (``cfg.model``)
+        trained on ``corpus`` (``cfg.sft``) with the world's tokenizer (:attr:`pieces`),
+        saved in ``model_dir``; its SFT stats with ``extra_stats``."""
+        tokenizer = build_tokenizer(cfg.model.max_length, extra_pieces=self.pieces)
+        return kit.train_and_save(
+            model_dir, tokenizer, corpus, cfg.model, cfg.sft, seed, progress, **extra_stats
+        )
 
     def config(self, size: str) -> Any:
         """The config of ``size`` (ValueError naming the world's sizes)."""
@@ -172,16 +200,16 @@ class WorldScaffold:
     def measure(
         self, world: kit.ToyWorld, *, n_samples: int, max_prompts: int, progress: bool, reuse: bool
     ) -> dict[str, Any]:
-        """``divrl toy measure``: Pass@k, near-perfect share and styles of every split
-        (:mod:`divrl.toy.measure`); a world with measures of its own overrides this."""
-        from divrl.toy.measure import measure_world
-
-        return measure_world(
+        """``divrl toy measure``: the function :attr:`measure_with` names."""
+        return _imported(self.measure_with)(
             world, n_samples=n_samples, max_prompts=max_prompts, progress=progress, reuse=reuse
         )
 
     def format(self, measured: dict[str, Any]) -> str:
-        """The measurements as text, with the world's :attr:`targets` checked."""
+        """The measurements as text: :attr:`format_with`'s, else with the world's
+        :attr:`targets` checked."""
+        if self.format_with is not None:
+            return _imported(self.format_with)(measured)
         from divrl.toy.measure import format_measurements
 
         return format_measurements(measured, self.targets)
@@ -191,3 +219,10 @@ class WorldScaffold:
         if self.pretrained_dir is None:
             raise ValueError(f"world {self.name!r} ships no model (its pretrained_dir is None)")
         return kit.ship_model(world, self.pretrained_dir)
+
+
+def _imported(target: str) -> Any:
+    """The function ``"module:function"`` names (its module imported now: a world's
+    measurement needs the evaluation stack, which building a world does not)."""
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)

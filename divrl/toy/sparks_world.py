@@ -23,11 +23,11 @@ from typing import Any
 from divrl.data import Example
 from divrl.rewards.sparks_reward import format_ground_truth
 from divrl.toy import kit, sparks
-from divrl.toy.kit import ToyWorld, train_and_save
+from divrl.toy.kit import ToyWorld
 from divrl.toy.model import ToyModelConfig
 from divrl.toy.scaffold import PresetScale, WorldScaffold
 from divrl.toy.sft import SFTConfig
-from divrl.toy.tokenizer import ANSWER_MARKER, build_tokenizer
+from divrl.toy.tokenizer import ANSWER_MARKER
 
 #: Bump when generated data or training would change for the same settings.
 BUILD_VERSION = "3"
@@ -98,6 +98,10 @@ class SparksWorld(WorldScaffold):
         lp_reg_micro_batch_tokens=4096,
         extra={"checkpoint.save_every": 25, "checkpoint.keep_last": 100},
     )
+    pieces = sparks.PIECES
+    #: the spark measures (:mod:`divrl.toy.sparks_measure`) with Pass@k and entropy
+    measure_with = "divrl.toy.sparks_measure:measure_world"
+    format_with = "divrl.toy.sparks_measure:format_sparks_measurements"
 
     def generate(
         self, out: Path, final: Path, seed: int, cfg: Any
@@ -107,33 +111,8 @@ class SparksWorld(WorldScaffold):
     def train_model(
         self, model_dir: Path, seed: int, cfg: Any, generated: Any, progress: bool
     ) -> dict[str, Any]:
-        tokenizer = build_tokenizer(cfg.model.max_length, extra_pieces=sparks.PIECES)
         corpus, spark_share = sft_corpus(cfg, seed, generated)
-        return train_and_save(
-            model_dir,
-            tokenizer,
-            corpus,
-            cfg.model,
-            cfg.sft,
-            seed,
-            progress,
-            sft_spark_share=spark_share,
-        )
-
-    def measure(
-        self, world: ToyWorld, *, n_samples: int, max_prompts: int, progress: bool, reuse: bool
-    ) -> dict[str, Any]:
-        """The spark measures (:mod:`divrl.toy.sparks_measure`) with Pass@k and entropy."""
-        from divrl.toy.sparks_measure import measure_world
-
-        return measure_world(
-            world, n_samples=n_samples, max_prompts=max_prompts, progress=progress, reuse=reuse
-        )
-
-    def format(self, measured: dict[str, Any]) -> str:
-        from divrl.toy.sparks_measure import format_sparks_measurements
-
-        return format_sparks_measurements(measured)
+        return self.train_on(model_dir, corpus, cfg, seed, progress, sft_spark_share=spark_share)
 
 
 WORLD = SparksWorld()

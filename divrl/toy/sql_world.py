@@ -27,12 +27,11 @@ from divrl.toy.kit import (
     distinct_problems,
     math_row,
     math_sft_pair,
-    train_and_save,
 )
 from divrl.toy.model import ToyModelConfig
 from divrl.toy.scaffold import MeasureTarget, PresetScale, WorldScaffold
 from divrl.toy.sft import SFTConfig
-from divrl.toy.tokenizer import ANSWER_MARKER, build_tokenizer
+from divrl.toy.tokenizer import ANSWER_MARKER
 
 __all__ = [
     "BUILD_VERSION",
@@ -144,11 +143,10 @@ class SQLWorld(WorldScaffold):
     ) -> dict[str, Any]:
         """The corpus: fresh questions on the training databases (never the test prompts)
         and math problems (never the ood_math prompts), with sampled styles and errors."""
-        tokenizer = build_tokenizer(cfg.model.max_length)
         corpus = sft_corpus(
             cfg, seed, generated.train_dbs, generated.held_out, generated.held_out_math
         )
-        return train_and_save(model_dir, tokenizer, corpus, cfg.model, cfg.sft, seed, progress)
+        return self.train_on(model_dir, corpus, cfg, seed, progress)
 
 
 WORLD = SQLWorld()

@@ -12,11 +12,11 @@ from typing import ClassVar
 import pytest
 
 from divrl.data import Example
-from divrl.toy import kit, worlds
+from divrl.toy import worlds
 from divrl.toy.model import ToyModelConfig
 from divrl.toy.scaffold import MeasureTarget, WorldScaffold
 from divrl.toy.sft import SFTConfig
-from divrl.toy.tokenizer import ANSWER_MARKER, build_tokenizer
+from divrl.toy.tokenizer import ANSWER_MARKER
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,8 +64,7 @@ class EchoWorld(WorldScaffold):
     def train_model(self, model_dir, seed, cfg, generated, progress):
         EchoWorld.trained += 1
         corpus = [(f"{n}+0{ANSWER_MARKER}", n) for n in generated] * cfg.sft.batch_size
-        tokenizer = build_tokenizer(cfg.model.max_length)
-        return kit.train_and_save(model_dir, tokenizer, corpus, cfg.model, cfg.sft, seed, progress)
+        return self.train_on(model_dir, corpus, cfg, seed, progress)
 
 
 #: the instance the registration line names ("<module>:ECHO")
@@ -138,6 +137,24 @@ def test_format_checks_the_worlds_targets_only():
     assert "want" not in format_measurements(measured)  # no targets: the table only
     text = EchoWorld().format(measured)
     assert "MISS hard pass@1" in text and "OK   hard pass@2" in text
+
+
+def measure_echo(world, *, n_samples, max_prompts, progress, reuse):
+    return {"world": world, "n": n_samples}
+
+
+def format_echo(measured):
+    return f"echo measured with n={measured['n']}"
+
+
+def test_a_world_with_measures_of_its_own_names_them():
+    class Measured(EchoWorld):
+        measure_with = f"{__name__}:measure_echo"
+        format_with = f"{__name__}:format_echo"
+
+    measured = Measured().measure("w", n_samples=3, max_prompts=1, progress=False, reuse=True)
+    assert measured == {"world": "w", "n": 3}
+    assert Measured().format(measured) == "echo measured with n=3"  # no targets table
 
 
 def test_sql_and_countdown_keep_their_cache_keys():

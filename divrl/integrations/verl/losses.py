@@ -40,14 +40,7 @@ from divrl.algorithms import (
 )
 from divrl.algorithms.dph_weighting import REFERENCE, ROLLOUT, AuthorsLayout
 from divrl.algorithms.loss_options import VanillaOptions
-from divrl.integrations.verl.keys import (
-    ETA,
-    IS_REFERENCE,
-    LOG_NORMALIZER,
-    PROXY_LOG_PROB,
-    REF_LOG_PROB,
-    STREAM,
-)
+from divrl.integrations.verl import keys
 from divrl.integrations.verl.lp_reg_proxy import (
     check_megatron_layout,
     check_megatron_parallel,
@@ -292,7 +285,7 @@ class DivRLLoss:
             _batch_temperature(data),
         )
         lead = student_logits.shape[:-1]
-        return {PROXY_LOG_PROB: proxy.reshape(lead), LOG_NORMALIZER: log_z.reshape(lead)}
+        return {keys.PROXY_LOG_PROB: proxy.reshape(lead), keys.LOG_NORMALIZER: log_z.reshape(lead)}
 
     # ------------------------------------------------------------------ the loss
 
@@ -322,7 +315,7 @@ class DivRLLoss:
         }
         tensors = self._padded(model_output, data)
         mask = tensors["response_mask"]
-        is_ref = tensors.get(IS_REFERENCE, torch.zeros(mask.shape[0], dtype=torch.bool)).bool()
+        is_ref = tensors.get(keys.IS_REFERENCE, torch.zeros(mask.shape[0], dtype=torch.bool)).bool()
         is_ref = is_ref.to(mask.device)
         roll = ~is_ref
         metrics: dict[str, Any] = {}
@@ -335,15 +328,15 @@ class DivRLLoss:
             return total + part * share, _as_metrics(part_metrics)
         if "divrl_stream" not in tensors:
             raise ValueError(
-                f"DPH-RL needs the rehearsal join's {STREAM!r} key in the batch "
+                f"DPH-RL needs the rehearsal join's {keys.STREAM!r} key in the batch "
                 "(divrl.integrations.verl.rehearsal.join_rehearsal)"
             )
         n_roll, n_ref = int(mask[roll].sum()), int(mask[is_ref].sum())
-        self._check_counts(tensors[STREAM][0], info)
+        self._check_counts(tensors[keys.STREAM][0], info)
         # the rehearsal controller's eta of this step, written on every row by the join
-        eta = float(tensors[ETA][0]) if ETA in tensors else self.settings.divergence_coef
+        eta = float(tensors[keys.ETA][0]) if keys.ETA in tensors else self.settings.divergence_coef
         w_roll, w_ref, effective = _stream_weights(
-            tensors[STREAM][0],
+            tensors[keys.STREAM][0],
             n_roll,
             n_ref,
             eta,
@@ -351,7 +344,7 @@ class DivRLLoss:
             self.layout,
         )
         dp = int(info["dp_size"] or 1)
-        stream = [int(v) for v in tensors[STREAM][0].tolist()[:2]]
+        stream = [int(v) for v in tensors[keys.STREAM][0].tolist()[:2]]
         for rows, weight, part_fn, n_total in (
             (roll, w_roll, self._rollout_part, stream[0]),
             (is_ref, w_ref, self._reference_part, stream[1]),
@@ -382,16 +375,25 @@ class DivRLLoss:
         out = {"log_prob": no_padding_2_padding(model_output["log_probs"], data)}
         if "entropy" in model_output and model_output["entropy"] is not None:
             out["entropy"] = no_padding_2_padding(model_output["entropy"], data)
-        for key in (PROXY_LOG_PROB, LOG_NORMALIZER):
+        for key in (keys.PROXY_LOG_PROB, keys.LOG_NORMALIZER):
             if key in model_output:
                 out[key] = no_padding_2_padding(model_output[key], data)
         fields = ["response_mask", "old_log_probs", "advantages"]
         fields += [
             k
-            for k in (IS_REFERENCE, REF_LOG_PROB, STREAM, ETA, "ref_log_prob", "rollout_is_weights")
+            for k in (
+                keys.IS_REFERENCE,
+                keys.REF_LOG_PROB,
+                keys.STREAM,
+                keys.ETA,
+                "ref_log_prob",
+                "rollout_is_weights",
+            )
             if k in data
         ]
-        fields += [k for k in (PROXY_LOG_PROB, LOG_NORMALIZER) if k in data and k not in out]
+        fields += [
+            k for k in (keys.PROXY_LOG_PROB, keys.LOG_NORMALIZER) if k in data and k not in out
+        ]
         padded = data.select(*fields).to_padded_tensor()
         out.update({k: padded[k] for k in fields})
         out["response_mask"] = out["response_mask"].to(out["log_prob"].dtype)
@@ -402,7 +404,7 @@ class DivRLLoss:
         lp, mask = t["log_prob"][rows], t["response_mask"][rows]
         old, adv = t["old_log_probs"][rows], t["advantages"][rows]
         if self.settings.policy_loss == "lp_reg":
-            if PROXY_LOG_PROB not in t:
+            if keys.PROXY_LOG_PROB not in t:
                 raise ValueError(
                     "Lp-Reg needs the proxy log-probs: the engine computes them from its logits "
                     "when the batch sets distillation_use_topk=True (trainer.v1.trainer_mode="
@@ -412,10 +414,10 @@ class DivRLLoss:
             loss, metrics = lp_reg_loss(
                 lp,
                 old,
-                t[PROXY_LOG_PROB][rows],
+                t[keys.PROXY_LOG_PROB][rows],
                 adv,
                 mask,
-                log_normalizer=t[LOG_NORMALIZER][rows] if LOG_NORMALIZER in t else None,
+                log_normalizer=t[keys.LOG_NORMALIZER][rows] if keys.LOG_NORMALIZER in t else None,
                 # verl's rollout IS weights on the per-token loss, as its vanilla loss has them
                 token_weights=t["rollout_is_weights"][rows] if "rollout_is_weights" in t else None,
                 **self.options.loss_kwargs(),
@@ -443,7 +445,7 @@ class DivRLLoss:
         s = self.settings
         loss, metrics = reference_divergence_loss(
             t["log_prob"][rows],
-            t[REF_LOG_PROB][rows],
+            t[keys.REF_LOG_PROB][rows],
             t["response_mask"][rows],
             s.divergence,
             s.divergence_alpha,

@@ -40,14 +40,7 @@ from verl.utils import tensordict_utils as tu
 
 from divrl.data.reference_store import ReferenceSample, ReferenceStore
 from divrl.data.sampling import EpochSampler
-from divrl.integrations.verl.keys import (
-    ETA,
-    IS_REFERENCE,
-    LOG_NORMALIZER,
-    PROXY_LOG_PROB,
-    REF_LOG_PROB,
-    STREAM,
-)
+from divrl.integrations.verl import keys
 
 #: the per-row keys verl's actor update needs (a batch without them is joined too early)
 UPDATE_KEYS = (
@@ -76,8 +69,8 @@ RESPONSE_FILL: dict[str, Any] = {
     "rm_scores": 0.0,
     "entropy": 0.0,
     "rollout_is_weights": 1.0,  # the store's samples are the initial policy's: no correction
-    PROXY_LOG_PROB: 0.0,  # Lp-Reg acts on rollout rows only
-    LOG_NORMALIZER: 0.0,
+    keys.PROXY_LOG_PROB: 0.0,  # Lp-Reg acts on rollout rows only
+    keys.LOG_NORMALIZER: 0.0,
 }
 #: per sequence position: fields verl's passes leave in its rows that the update does not
 #: read (the old-log-prob pass's whole-sequence output, cut into ``old_log_probs``)
@@ -328,9 +321,13 @@ def divrl_fields(
     for row, is_ref, k in zip(rows, kinds, minis, strict=True):
         zeros = torch.zeros(row["response_mask"].shape, dtype=torch.float32)
         ref = row["old_log_probs"].float() if is_ref else zeros
-        fields = {IS_REFERENCE: torch.tensor(is_ref), REF_LOG_PROB: ref.float(), STREAM: stream[k]}
+        fields = {
+            keys.IS_REFERENCE: torch.tensor(is_ref),
+            keys.REF_LOG_PROB: ref.float(),
+            keys.STREAM: stream[k],
+        }
         if eta is not None:
-            fields[ETA] = torch.tensor(float(eta), dtype=torch.float64)
+            fields[keys.ETA] = torch.tensor(float(eta), dtype=torch.float64)
         out.append(fields)
     return out
 

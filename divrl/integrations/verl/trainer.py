@@ -48,20 +48,13 @@ from verl.workers.utils.padding import response_from_nested
 
 from divrl.algorithms.rehearsal_control import RehearsalController
 from divrl.fileio import atomic_write_text
+from divrl.integrations.verl import keys
 
 # the modules, not their names: `from divrl.integrations.verl.losses import DivRLLoss` in a
 # process that has not imported verl yet starts verl, whose plugin loading imports this
 # module while losses.py is still half-executed (its names not defined yet)
 from divrl.integrations.verl import losses as verl_losses
 from divrl.integrations.verl import rehearsal as verl_rehearsal
-from divrl.integrations.verl.keys import (
-    ETA,
-    IS_REFERENCE,
-    LOG_NORMALIZER,
-    PROXY_LOG_PROB,
-    REF_LOG_PROB,
-    STREAM,
-)
 from divrl.integrations.verl.metrics import pass_at_k_metrics
 from divrl.integrations.verl.settings import DivRLVerlSettings, check_composition
 
@@ -112,12 +105,12 @@ def join_in_queue(
     first = queue.kv_batch_get(keys=batch.keys[:1], partition_id=part)[0]
     template = {key: first[key] for key in first.keys()}  # noqa: SIM118 (TensorDict keys)
     verl_rehearsal.check_update_keys(template)
-    rows, kinds, keys, tags = [], [], [], []
+    rows, kinds, row_keys, tags = [], [], [], []
     new_rows, new_keys, new_tags = [], [], []
     for n, i in enumerate(layout.order):
         if i is not None and i >= 0:
             rows.append({k: counts[i][k] for k in ("response_mask", "loss_mask")})
-            keys.append(batch.keys[i])
+            row_keys.append(batch.keys[i])
             tags.append(batch.tags[i])
         else:
             sample = verl_rehearsal.padding_sample() if i is None else samples[-i - 1]
@@ -126,14 +119,14 @@ def join_in_queue(
             new_rows.append(row)
             new_keys.append(f"divrl_rehearsal_{step}_{n}")
             new_tags.append(_rehearsal_tag(sample, padding=i is None))
-            keys.append(new_keys[-1])
+            row_keys.append(new_keys[-1])
             tags.append(new_tags[-1])
         kinds.append(i is None or i < 0)
     extras = verl_rehearsal.divrl_fields(rows, kinds, layout, eta)
     for row, extra, is_ref in zip(rows, extras, kinds, strict=True):
         if is_ref:
             row.update(extra)
-    roll = [(k, e) for k, e, f in zip(keys, extras, kinds, strict=True) if not f]
+    roll = [(k, e) for k, e, f in zip(row_keys, extras, kinds, strict=True) if not f]
     queue.kv_batch_put(
         keys=[k for k, _ in roll],
         partition_id=part,
@@ -145,10 +138,15 @@ def join_in_queue(
         fields=tu.list_of_dict_to_tensordict(new_rows),
         tags=new_tags,
     )
-    ours = [IS_REFERENCE, REF_LOG_PROB, STREAM, *([ETA] if eta is not None else [])]
+    ours = [
+        keys.IS_REFERENCE,
+        keys.REF_LOG_PROB,
+        keys.STREAM,
+        *([keys.ETA] if eta is not None else []),
+    ]
     fields = None if batch.fields is None else [*batch.fields, *ours]
     meta = KVBatchMeta(
-        keys=keys,
+        keys=row_keys,
         tags=tags,
         partition_id=part,
         fields=fields,
@@ -161,12 +159,14 @@ def proxy_to_responses(queue: Any, batch: KVBatchMeta) -> None:
     """Cut the old-log-prob pass's per-position proxy outputs down to each row's response
     tokens in place (as verl cuts ``log_probs`` into ``old_log_probs``), so the update reads
     pi_old's proxy aligned with its log-probs."""
-    fields = [PROXY_LOG_PROB, LOG_NORMALIZER, "response_mask"]
+    fields = [keys.PROXY_LOG_PROB, keys.LOG_NORMALIZER, "response_mask"]
     data = queue.kv_batch_get(
         keys=batch.keys, partition_id=batch.partition_id, select_fields=fields
     )
     mask = data["response_mask"]
-    cut = {k: response_from_nested(data[k], mask) for k in (PROXY_LOG_PROB, LOG_NORMALIZER)}
+    cut = {
+        k: response_from_nested(data[k], mask) for k in (keys.PROXY_LOG_PROB, keys.LOG_NORMALIZER)
+    }
     queue.kv_batch_put(
         keys=batch.keys,
         partition_id=batch.partition_id,
