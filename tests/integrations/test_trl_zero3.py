@@ -43,13 +43,14 @@ def launch(mode: str, out: Path, run_in_session) -> list[dict]:
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
 
 
-def test_lp_reg_proxy_under_zero3_equals_the_unsharded_one(tmp_path, run_in_session):
+@pytest.mark.parametrize("tied", [False, True], ids=["own-head", "tied-head"])
+def test_lp_reg_proxy_under_zero3_equals_the_unsharded_one(tmp_path, run_in_session, tied):
     """The proxy on a ZeRO-3 model (every parameter partitioned) equals the one on an
     unsharded copy of the same weights, on the first forward and on later ones that follow
     ZeRO-3's recorded trace: in the hook, where ZeRO-3 holds the head whole, and from the
     same hidden states after the forward, where the head is a placeholder and is gathered."""
-    for result in launch("proxy", tmp_path / "proxy", run_in_session):
-        assert result["partitioned"] and result["placeholder_after"]
+    for result in launch("proxy-tied" if tied else "proxy", tmp_path / "proxy", run_in_session):
+        assert result["partitioned"] and result["placeholder_after"] and result["tied"] == tied
         assert len(result["rounds"]) == 3
         for round_ in result["rounds"]:
             assert round_["statuses"] == [

@@ -1,15 +1,15 @@
 """Worker of the DeepSpeed ZeRO-3 Lp-Reg tests: `torchrun --nproc_per_node 2 zero3_worker.py MODE OUT`.
 
-``proxy``: the adapter's Lp-Reg proxy (the hook on the backbone, each chunk projected
-through the LM head) on a tiny Llama before and after ``deepspeed.initialize`` with ZeRO-3
-(every parameter partitioned, the head a placeholder between forwards), over three
-forward/backward/step rounds (the first records ZeRO-3's module trace, the later ones
-follow it); also the same hidden states projected after the forward, where the head is a
-placeholder, and the head's ZeRO-3 status in the hook and after it; writes
-``OUT/rank<r>.json``. ``zero3`` / ``ddp``: two ``train()`` steps of the TRL
-adapter with Lp-Reg under ZeRO-3 (``TrainingArguments.deepspeed``) or DDP, gloo, CPU;
-writes the logged steps, the parameters' sum and, per policy forward, the largest gap
-between the proxy's plain log-probs and TRL's.
+``proxy`` (``proxy-tied``: the head tied to the input embeddings): the adapter's Lp-Reg
+proxy (the hook on the backbone, each chunk projected through the LM head) on a tiny Llama
+before and after ``deepspeed.initialize`` with ZeRO-3 (every parameter partitioned, the
+head a placeholder between forwards), over three forward/backward/step rounds (the first
+records ZeRO-3's module trace, the later ones follow it); also the same hidden states
+projected after the forward, where the head is a placeholder, and the head's ZeRO-3 status
+in the hook and after it. ``zero3`` / ``ddp``: two ``train()`` steps of the TRL adapter
+with Lp-Reg under ZeRO-3 (``TrainingArguments.deepspeed``) or DDP, gloo, CPU: the logged
+steps, the parameters' sum and, per policy forward, the largest gap between the proxy's
+plain log-probs and TRL's. Each rank writes ``OUT/rank<r>.json``.
 """
 
 from __future__ import annotations
@@ -53,21 +53,32 @@ def proxies(model, ids: torch.Tensor, keep: int, forward=None, seen=None) -> lis
     return torch.cat(parts).tolist()
 
 
-def proxy_case(out: Path) -> dict:
+def model_with_head(tied: bool):
+    """``tiny_model(0)``; ``tied``: its LM head the input embeddings' weight (as in small
+    Qwen and Llama models), so ZeRO-3 gathers it for the embedding too."""
+    model = tiny_model(0)
+    if tied:
+        model.config.tie_word_embeddings = True
+        model.lm_head.weight = model.model.embed_tokens.weight
+    return model
+
+
+def proxy_case(out: Path, tied: bool) -> dict:
     import deepspeed
 
     deepspeed.init_distributed(dist_backend="gloo")
     rank = torch.distributed.get_rank()
-    model = tiny_model(0)
+    model = model_with_head(tied)
     ids = torch.randint(3, 16, (3, 10), generator=torch.Generator().manual_seed(rank))
     config = {**ZERO3, "train_micro_batch_size_per_gpu": 3, "gradient_accumulation_steps": 1}
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
     head = engine.module.lm_head.weight
     result = {"partitioned": hasattr(head, "ds_id") and head.numel() == 0, "rounds": []}
+    result["tied"] = head is engine.module.model.embed_tokens.weight
     for _ in range(3):  # the first forward records ZeRO-3's trace, the later ones follow it
         with deepspeed.zero.GatheredParameters(list(engine.module.parameters())):
-            plain = tiny_model(0)  # the same weights, unsharded
+            plain = model_with_head(tied)  # the same weights, unsharded
             plain.load_state_dict({k: v.clone() for k, v in engine.module.state_dict().items()})
         before = proxies(plain, ids, 6)
         seen: list = []
@@ -147,7 +158,10 @@ def train_case(out: Path, zero3: bool) -> dict:
 
 
 def main(mode: str, out: Path) -> None:
-    result = proxy_case(out) if mode == "proxy" else train_case(out, zero3=mode == "zero3")
+    if mode.startswith("proxy"):
+        result = proxy_case(out, tied=mode == "proxy-tied")
+    else:
+        result = train_case(out, zero3=mode == "zero3")
     out.mkdir(parents=True, exist_ok=True)
     (out / f"rank{os.environ['RANK']}.json").write_text(json.dumps(result))
 
