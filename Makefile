@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.divrl-installed
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup test test-verl test-versions lint format clean bench demo gpu-wheels
+.PHONY: setup test test-verl test-deepspeed test-versions lint format clean bench demo gpu-wheels
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,23 @@ test-verl: $(VERL_STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+# Lp-Reg through TRL under DeepSpeed ZeRO-3 (tests/integrations/test_trl_zero3.py: 2 CPU
+# processes, gloo), which `make test` skips: DeepSpeed is no dependency of divrl's. It goes
+# into a folder of its own on PYTHONPATH, not into the venv: built without its CUDA/C++ ops
+# (DS_BUILD_OPS=0), with only those of its dependencies the venv lacks (torch, numpy,
+# pydantic, psutil, packaging and tqdm come with the venv's install).
+DEEPSPEED_SPEC ?= deepspeed==0.19.8
+DS_PKGS := .deepspeed-pkgs
+
+$(DS_PKGS)/.installed: | $(STAMP)
+	DS_BUILD_OPS=0 $(BIN)/pip install --quiet --no-deps --no-build-isolation --target $(DS_PKGS) \
+	  "$(DEEPSPEED_SPEC)" hjson msgpack ninja py-cpuinfo einops
+	touch $@
+
+test-deepspeed: $(STAMP) $(DS_PKGS)/.installed
+	PYTHONPATH=$(DS_PKGS) OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m pytest -q -p no:cacheprovider \
+	  tests/integrations/test_trl_zero3.py
 
 # The fast tests under the lowest torch/transformers pyproject.toml declares and under the
 # newest the index serves, each in its own venv (.venv-versions/lowest, /newest). Any torch
@@ -86,4 +103,4 @@ gpu-wheels: $(STAMP)
 	PY=$(BIN)/python bash benchmarks/gpu_wheels.sh wheels
 
 clean:
-	rm -rf $(VENV) $(VERL_VENV) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VERL_VENV) $(DS_PKGS) build *.egg-info .pytest_cache .ruff_cache

@@ -213,15 +213,17 @@ class DivRLGRPOTrainer(GRPOTrainer):
         parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
 
         def project(hidden: torch.Tensor) -> None:
-            # each chunk's hidden states become [rows, K] proxies at once (rows in order)
-            if cap.error is not None:
-                return
+            # each chunk's hidden states become [rows, K] proxies at once (rows in order).
+            # The head's gather (FSDP2, ZeRO-3) is a collective: it runs on every call, after
+            # an error on this rank too, so every rank's gathers stay paired.
             try:
-                start = sum(p[0].shape[0] for p in parts)
-                rows = tokens[start : start + hidden.shape[0]]
-                parts.append(self._proxy(lm, hidden, rows))
+                with lm_head_projection(lm) as head:
+                    if cap.error is None:
+                        start = sum(p[0].shape[0] for p in parts)
+                        rows = tokens[start : start + hidden.shape[0]]
+                        parts.append(self._proxy(head, hidden, rows))
             except Exception as exc:
-                cap.error = exc
+                cap.error = cap.error or exc
 
         with hidden_state_hook(lm.base_model, logits_to_keep, project):
             out = super()._get_per_token_logps_and_entropies(
@@ -236,11 +238,11 @@ class DivRLGRPOTrainer(GRPOTrainer):
             cap.error = exc
         return out
 
-    def _proxy(self, lm, hidden: torch.Tensor, tokens: torch.Tensor):
-        """Proxy log-prob, log Z and plain log-prob of ``tokens`` from ``hidden``."""
+    def _proxy(self, head, hidden: torch.Tensor, tokens: torch.Tensor):
+        """Proxy log-prob, log Z and plain log-prob of ``tokens`` from ``hidden`` through
+        ``head`` (:func:`lm_head_projection`: whole, or gathered from FSDP2 / ZeRO-3 shards)."""
         kappa, autocast = self.args.lp_reg_options.kappa, self.accelerator.autocast
-        with lm_head_projection(lm) as head:  # whole, or gathered from FSDP2 shards
-            return proxy_from_hidden(head, hidden, tokens, kappa, self.temperature, autocast)
+        return proxy_from_hidden(head, hidden, tokens, kappa, self.temperature, autocast)
 
     def _capture_proxy(self, cap, logps, parts, attention_mask, logits_to_keep):
         """The Lp-Reg proxy of the forward TRL just ran, checked against its log-probs."""

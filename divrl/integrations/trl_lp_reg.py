@@ -109,25 +109,24 @@ def unwrapped_causal_lm(accelerator, model: torch.nn.Module) -> torch.nn.Module:
 SHARDED_HEAD_MESSAGE = (
     "lp_reg through TRL needs the full LM head outside the model's forward, but the policy "
     "is sharded ({how}): the head's weight there is a shard, and the proxy would be wrong. "
-    "Run the TRL adapter with DDP, ZeRO-1/2 or FSDP2 (fsdp_version=2), or use `divrl train` with "
-    "train.strategy=fsdp, whose Lp-Reg proxy comes from the model's own forward"
+    "Run the TRL adapter with DDP, DeepSpeed ZeRO-1/2/3 or FSDP2 (fsdp_version=2), or use "
+    "`divrl train` with train.strategy=fsdp, whose Lp-Reg proxy comes from the model's own "
+    "forward"
 )
 
 
 def refuse_sharded_training(accelerator) -> None:
     """Raise when accelerate shards the parameters in a way the proxy cannot read the head
-    through: FSDP1 (flattened parameters), DeepSpeed ZeRO-3. FSDP2 (``fsdp_version=2``)
-    is taken: :func:`lm_head_projection` reads or gathers the whole head."""
+    through: FSDP1 (flattened parameters). FSDP2 (``fsdp_version=2``) and DeepSpeed ZeRO-3
+    are taken: :func:`lm_head_projection` reads or gathers the whole head."""
     from accelerate.utils import DistributedType
 
-    kind = accelerator.distributed_type
-    plugin = getattr(accelerator.state, "deepspeed_plugin", None)
-    stage = getattr(plugin, "zero_stage", None) if plugin is not None else None
     fsdp = getattr(accelerator.state, "fsdp_plugin", None)
-    if kind == DistributedType.FSDP and getattr(fsdp, "fsdp_version", 1) != 2:
+    if (
+        accelerator.distributed_type == DistributedType.FSDP
+        and getattr(fsdp, "fsdp_version", 1) != 2
+    ):
         raise ValueError(SHARDED_HEAD_MESSAGE.format(how="accelerate FSDP1: set fsdp_version=2"))
-    if kind == DistributedType.DEEPSPEED and stage == 3:
-        raise ValueError(SHARDED_HEAD_MESSAGE.format(how="DeepSpeed ZeRO-3"))
 
 
 @contextmanager
@@ -136,10 +135,14 @@ def lm_head_projection(lm: torch.nn.Module) -> Iterator[Callable[[torch.Tensor],
 
     Inside the model's forward FSDP2 has gathered the root's parameters (the head among
     them, when it is not a ``fully_shard`` unit of its own), so the head is whole there;
-    a head still sharded as an FSDP2 ``DTensor`` is gathered (``full_tensor``, a
-    collective: the hook runs on every rank for the same chunk) for the projection and
-    dropped after it. FSDP1 flattened views and ZeRO-3 placeholders are refused
-    (:func:`full_lm_head`).
+    a head still sharded as an FSDP2 ``DTensor`` is gathered (``full_tensor``) for the
+    projection and dropped after it. A DeepSpeed ZeRO-3 head is read as it is where ZeRO-3
+    holds it whole when the hook runs, and otherwise gathered for the projection and
+    partitioned again after it (:func:`zero3_gathered`). Both gathers are collectives; they
+    match across ranks because the hook fires once per backbone forward and every rank runs
+    the same number of forwards (FSDP2 and ZeRO-3 gather each layer's parameters in each
+    of them, so ranks that differed would already wait on each other there).
+    FSDP1 flattened views are refused (:func:`full_lm_head`).
     """
     from torch.distributed.tensor import DTensor
 
@@ -150,12 +153,43 @@ def lm_head_projection(lm: torch.nn.Module) -> Iterator[Callable[[torch.Tensor],
         full_bias = bias.full_tensor() if isinstance(bias, DTensor) else bias
         yield lambda hidden: torch.nn.functional.linear(hidden, full, full_bias)
         return
-    yield full_lm_head(lm)
+    with zero3_gathered(weight, bias):
+        yield full_lm_head(lm)
+
+
+def zero3_gathered(*params: torch.Tensor | None) -> AbstractContextManager:
+    """The DeepSpeed ZeRO-3 parameters among ``params`` whole for the context; a null
+    context when none is a ZeRO-3 parameter, so deepspeed is imported only where it already
+    runs the model.
+
+    A partitioned parameter (outside any forward that uses it) is gathered with
+    ``deepspeed.zero.GatheredParameters``, an all-gather every rank must enter, and
+    partitioned again after the context. One ZeRO-3 holds whole (inside the model's forward,
+    where the hook runs) is read as it is: partitioning it on exit would take it from under
+    the module ZeRO-3 gathered it for. A parameter's status is the same on every rank (ZeRO-3
+    fetches and releases in the same module order on all of them), so the ranks gather
+    together. One still in flight (prefetched) is refused rather than read half-gathered.
+    """
+    zero3 = list({id(p): p for p in params if p is not None and hasattr(p, "ds_id")}.values())
+    if not zero3:
+        return nullcontext()
+    import deepspeed
+    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+
+    if any(p.ds_status == ZeroParamStatus.INFLIGHT for p in zero3):
+        raise RuntimeError(
+            "lp_reg: the ZeRO-3 LM head is still being prefetched when the backbone's forward "
+            "ends; set stage3_prefetch_bucket_size to 0 in the DeepSpeed config"
+        )
+    missing = [p for p in zero3 if p.ds_status == ZeroParamStatus.NOT_AVAILABLE]
+    if not missing:
+        return nullcontext()
+    return deepspeed.zero.GatheredParameters(missing, modifier_rank=None)
 
 
 def full_lm_head(lm: torch.nn.Module) -> torch.nn.Module:
     """``lm``'s output embeddings, checked to hold the whole weight (not an FSDP2 DTensor
-    shard, an FSDP1 flattened view or a ZeRO-3 placeholder)."""
+    shard, an FSDP1 flattened view or a ZeRO-3 placeholder that is not gathered)."""
     from torch.distributed.tensor import DTensor
 
     head = lm.get_output_embeddings()
@@ -163,7 +197,8 @@ def full_lm_head(lm: torch.nn.Module) -> torch.nn.Module:
     if isinstance(weight, DTensor):
         raise ValueError(SHARDED_HEAD_MESSAGE.format(how="FSDP2 DTensor"))
     vocab = getattr(lm.config.get_text_config(), "vocab_size", None)
-    if weight.dim() != 2 or weight.numel() == 0 or hasattr(weight, "ds_id"):
+    placeholder = hasattr(weight, "ds_id") and weight.numel() != getattr(weight, "ds_numel", -1)
+    if weight.dim() != 2 or weight.numel() == 0 or placeholder:
         raise ValueError(SHARDED_HEAD_MESSAGE.format(how=f"head weight {tuple(weight.shape)}"))
     if vocab is not None and weight.shape[0] < vocab:
         raise ValueError(SHARDED_HEAD_MESSAGE.format(how=f"head weight {tuple(weight.shape)}"))

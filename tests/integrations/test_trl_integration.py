@@ -514,9 +514,9 @@ def test_reference_draws_cycle_split_by_rank_and_resume(store):
 
 
 def test_lp_reg_refuses_a_sharded_lm_head():
-    """Under FSDP / ZeRO-3 the head's weight read outside the forward is a shard: a clear
+    """Under FSDP1 the head's weight read outside the forward is a flattened shard: a clear
     error, not a wrong proxy (the FSDP2 DTensor case runs in tests/training/
-    fsdp_train_worker.py)."""
+    fsdp_train_worker.py); FSDP2 and ZeRO-1/2/3 are taken (ZeRO-3: test_trl_zero3.py)."""
     from types import SimpleNamespace
 
     from accelerate.utils import DistributedType
@@ -525,22 +525,16 @@ def test_lp_reg_refuses_a_sharded_lm_head():
 
     lm = tiny_model()
     assert full_lm_head(lm) is lm.get_output_embeddings()
-    for kind, plugin, fsdp in [
-        (DistributedType.FSDP, None, SimpleNamespace(fsdp_version=1)),
-        (DistributedType.DEEPSPEED, SimpleNamespace(zero_stage=3), None),
-    ]:
-        state = SimpleNamespace(deepspeed_plugin=plugin, fsdp_plugin=fsdp)
-        with pytest.raises(ValueError, match="sharded"):
-            refuse_sharded_training(SimpleNamespace(distributed_type=kind, state=state))
+    fsdp1 = SimpleNamespace(deepspeed_plugin=None, fsdp_plugin=SimpleNamespace(fsdp_version=1))
+    with pytest.raises(ValueError, match="sharded"):
+        refuse_sharded_training(SimpleNamespace(distributed_type=DistributedType.FSDP, state=fsdp1))
     fsdp2 = SimpleNamespace(deepspeed_plugin=None, fsdp_plugin=SimpleNamespace(fsdp_version=2))
     refuse_sharded_training(SimpleNamespace(distributed_type=DistributedType.FSDP, state=fsdp2))
-    zero2 = SimpleNamespace(zero_stage=2)
-    refuse_sharded_training(
-        SimpleNamespace(
-            distributed_type=DistributedType.DEEPSPEED,
-            state=SimpleNamespace(deepspeed_plugin=zero2),
+    for stage in (2, 3):
+        zero = SimpleNamespace(deepspeed_plugin=SimpleNamespace(zero_stage=stage))
+        refuse_sharded_training(
+            SimpleNamespace(distributed_type=DistributedType.DEEPSPEED, state=zero)
         )
-    )
     # an FSDP1-style flattened / resharded view: fewer rows than the vocabulary
     head = lm.get_output_embeddings()
     head.weight = torch.nn.Parameter(head.weight.detach()[:3].clone())
