@@ -42,11 +42,11 @@ test-verl: $(VERL_STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
-# Lp-Reg through TRL under DeepSpeed ZeRO-3 (tests/integrations/test_trl_zero3.py: 2 CPU
-# processes, gloo), which `make test` skips: DeepSpeed is no dependency of divrl's. It goes
-# into a folder of its own on PYTHONPATH, not into the venv: built without its CUDA/C++ ops
-# (DS_BUILD_OPS=0), with only those of its dependencies the venv lacks (torch, numpy,
-# pydantic, psutil, packaging and tqdm come with the venv's install).
+# Lp-Reg and DPH-RL through TRL under DeepSpeed ZeRO-1/2/3 (tests/integrations/
+# test_trl_zero3.py: 2 CPU processes, gloo), which `make test` skips: DeepSpeed is no
+# dependency of divrl's. It goes into a folder of its own on PYTHONPATH, not into the venv:
+# built without its CUDA/C++ ops (DS_BUILD_OPS=0), with only those of its dependencies the
+# venv lacks (torch, numpy, pydantic, psutil, packaging and tqdm come with the venv's install).
 DEEPSPEED_SPEC ?= deepspeed==0.19.8
 DS_PKGS := .deepspeed-pkgs
 

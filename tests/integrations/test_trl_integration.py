@@ -516,7 +516,7 @@ def test_reference_draws_cycle_split_by_rank_and_resume(store):
 def test_lp_reg_refuses_a_sharded_lm_head():
     """Under FSDP1 the head's weight read outside the forward is a flattened shard: a clear
     error, not a wrong proxy (the FSDP2 DTensor case runs in tests/training/
-    fsdp_train_worker.py); FSDP2 and ZeRO-1/2/3 are taken (ZeRO-3: test_trl_zero3.py)."""
+    fsdp_train_worker.py); FSDP2 and ZeRO-1/2/3 are taken (test_trl_zero3.py)."""
     from types import SimpleNamespace
 
     from accelerate.utils import DistributedType

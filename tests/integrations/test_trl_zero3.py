@@ -1,7 +1,7 @@
-"""Lp-Reg through TRL under DeepSpeed ZeRO-3, 2 processes on CPU (gloo): the head the hook
-projects through is gathered from its partitions. DeepSpeed is not among the test
-dependencies, so these run where it is importable: `make test-deepspeed` installs it apart
-from the venv and runs this file."""
+"""Lp-Reg and DPH-RL through TRL under DeepSpeed ZeRO, 2 processes on CPU (gloo): under
+ZeRO-3 the head the Lp-Reg hook projects through is gathered from its partitions; under
+ZeRO-1, 2 and 3 training with both logs what DDP logs. DeepSpeed is not among the test dependencies, so these run where it is
+importable: `make test-deepspeed` installs it apart from the venv and runs this file."""
 
 from __future__ import annotations
 
@@ -28,9 +28,12 @@ pytestmark = [
 WORKER = Path(__file__).with_name("zero3_worker.py")
 
 
-def launch(mode: str, out: Path, run_in_session) -> list[dict]:
-    """``zero3_worker.py mode out`` on 2 processes; each rank's result."""
+def launch(mode: str, out: Path, run_in_session, store: Path | None = None) -> list[dict]:
+    """``zero3_worker.py mode out`` on 2 processes (``store``: the DPH reference store of
+    the training modes); each rank's result."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu"}
+    if store is not None:
+        env["DIVRL_TEST_STORE"] = str(store)
     env["CUDA_VISIBLE_DEVICES"] = ""  # DeepSpeed's CPU accelerator and accelerate agree
     env["PYTHONPATH"] = os.pathsep.join([str(WORKER.parent), env.get("PYTHONPATH", "")])
     with socket.socket() as s:
@@ -63,21 +66,44 @@ def test_lp_reg_proxy_under_zero3_equals_the_unsharded_one(tmp_path, run_in_sess
             assert torch.isfinite(before).any()
 
 
-def test_lp_reg_trains_under_zero3_as_under_ddp(tmp_path, run_in_session):
-    """Two train() steps with Lp-Reg under ZeRO-3 log what the same run under DDP logs (the
-    same seeds and weights, so the same rollouts): losses and Lp-Reg selections; the proxy's
-    plain log-probs through the head equal TRL's own, forward by forward."""
-    zero3 = launch("zero3", tmp_path / "zero3", run_in_session)
-    ddp = launch("ddp", tmp_path / "ddp", run_in_session)
-    assert all(r["distributed_type"] == "DEEPSPEED" for r in zero3)
-    assert all(r["distributed_type"] == "MULTI_CPU" for r in ddp)
-    assert all(r["world"] == 2 and r["partitioned"] for r in zero3)
-    for result in zero3:
+_DDP_RUN: list[list[dict]] = []
+
+
+@pytest.fixture
+def ddp_run(tmp_path_factory, run_in_session, store) -> list[dict]:
+    """The DDP run every ZeRO stage is compared with, launched once per session."""
+    if not _DDP_RUN:
+        _DDP_RUN.append(launch("ddp", tmp_path_factory.mktemp("ddp"), run_in_session, store))
+    return _DDP_RUN[0]
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3], ids=["zero1", "zero2", "zero3"])
+def test_training_under_zero_logs_what_ddp_logs(tmp_path, run_in_session, store, ddp_run, stage):
+    """Two train() steps with Lp-Reg and DPH-JS under ZeRO ``stage`` log what the same run
+    under DDP logs (the same seeds and weights, so the same rollouts and reference draws):
+    losses, Lp-Reg selections, the divergence (0 at step 1: the store holds the initial
+    model's log-probs); the proxy's plain log-probs through the head equal TRL's own,
+    forward by forward. ZeRO-1/2 partition the optimizer state (each rank holds half of
+    it), ZeRO-3 every parameter too."""
+    zero = launch(f"zero{stage}", tmp_path / f"zero{stage}", run_in_session, store)
+    assert all(r["distributed_type"] == "DEEPSPEED" for r in zero)
+    assert all(r["distributed_type"] == "MULTI_CPU" for r in ddp_run)
+    assert all(r["world"] == 2 and r["zero_stage"] == stage for r in zero)
+    if stage == 3:
+        assert all(r["partitioned"] for r in zero)
+    else:
+        assert all(r["optimizer"] == "DeepSpeedZeroOptimizer" for r in zero)
+        assert all(not r["partitioned"] for r in zero)
+        assert all(r["optimizer_share"] == pytest.approx(0.5, abs=1e-3) for r in zero)
+    for result in zero:
         assert result["gaps"] and max(result["gaps"]) < 1e-5
-    steps = [(z, d) for z, d in zip(zero3[0]["steps"], ddp[0]["steps"], strict=True)]
+    steps = [(z, d) for z, d in zip(zero[0]["steps"], ddp_run[0]["steps"], strict=True)]
     assert len(steps) == 2
     for z, d in steps:
         assert z["divrl/lp_reg/num_selected"] == d["divrl/lp_reg/num_selected"]
         assert z["loss"] == pytest.approx(d["loss"], abs=1e-5)
+        assert z["divrl/dph/divergence"] == pytest.approx(d["divrl/dph/divergence"], abs=1e-5)
     assert sum(z["divrl/lp_reg/num_selected"] for z, _ in steps) > 0
-    assert zero3[0]["param_sum"] == pytest.approx(ddp[0]["param_sum"], rel=1e-5)
+    assert steps[0][0]["divrl/dph/u_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert steps[-1][0]["divrl/dph/divergence"] > 1e-3
+    assert zero[0]["param_sum"] == pytest.approx(ddp_run[0]["param_sum"], rel=1e-5)

@@ -6,10 +6,12 @@ before and after ``deepspeed.initialize`` with ZeRO-3 (every parameter partition
 head a placeholder between forwards), over three forward/backward/step rounds (the first
 records ZeRO-3's module trace, the later ones follow it); also the same hidden states
 projected after the forward, where the head is a placeholder, and the head's ZeRO-3 status
-in the hook and after it. ``zero3`` / ``ddp``: two ``train()`` steps of the TRL adapter
-with Lp-Reg under ZeRO-3 (``TrainingArguments.deepspeed``) or DDP, gloo, CPU: the logged
-steps, the parameters' sum and, per policy forward, the largest gap between the proxy's
-plain log-probs and TRL's. Each rank writes ``OUT/rank<r>.json``.
+in the hook and after it. ``zero1`` / ``zero2`` / ``zero3`` / ``ddp``: two ``train()``
+steps of the TRL adapter with Lp-Reg and DPH-JS (the reference store at
+``$DIVRL_TEST_STORE``) under that DeepSpeed ZeRO stage (``TrainingArguments.deepspeed``)
+or DDP, gloo, CPU: the logged steps, the parameters' sum and, per policy forward, the
+largest gap between the proxy's plain log-probs and TRL's. Each rank writes
+``OUT/rank<r>.json``.
 """
 
 from __future__ import annotations
@@ -102,7 +104,26 @@ def proxy_case(out: Path, tied: bool) -> dict:
     return result
 
 
-def train_case(out: Path, zero3: bool) -> dict:
+def zero_config(stage: int) -> dict:
+    """fp32 DeepSpeed ZeRO ``stage`` (1 and 2 partition the optimizer state, 2 the gradients
+    too, 3 also every parameter: :data:`ZERO3`)."""
+    if stage == 3:
+        return ZERO3
+    return {**ZERO3, "zero_optimization": {"stage": stage}}
+
+
+def optimizer_share(engine, params: list[torch.Tensor]) -> float | None:
+    """The share of the parameters whose fp32 optimizer copy this rank holds under ZeRO-1/2
+    (about 1 / world: the optimizer state is partitioned); None under ZeRO-3."""
+    groups = getattr(engine.optimizer, "single_partition_of_fp32_groups", None)
+    if groups is None:
+        return None
+    return sum(g.numel() for g in groups) / sum(p.numel() for p in params)
+
+
+def train_case(out: Path, stage: int | None) -> dict:
+    """Two ``train()`` steps with Lp-Reg and DPH-JS under DeepSpeed ZeRO ``stage``, or DDP
+    (``None``)."""
     from divrl.integrations import trl as integration
 
     gaps: list[float] = []
@@ -117,9 +138,11 @@ def train_case(out: Path, zero3: bool) -> dict:
     integration.DivRLGRPOTrainer._capture_proxy = recording
     # "auto": the Trainer fills these in from the training arguments
     sizes = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
-    config = {**ZERO3, **dict.fromkeys(sizes, "auto")}
-    backend = {"deepspeed": config, "use_cpu": False} if zero3 else {"ddp_backend": "gloo"}
-    if zero3:
+    zero = stage is not None
+    backend: dict = {"ddp_backend": "gloo"}
+    if zero:
+        config = {**zero_config(stage), **dict.fromkeys(sizes, "auto")}
+        backend = {"deepspeed": config, "use_cpu": False}
         # accelerate takes a machine without an accelerator for one process unless a backend
         # is named, and the Trainer names none under DeepSpeed: the state is set up here,
         # with gloo, and the Trainer told to use it (on GPUs accelerate picks nccl itself).
@@ -128,7 +151,9 @@ def train_case(out: Path, zero3: bool) -> dict:
         os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
         PartialState(backend="gloo")
         backend["accelerator_config"] = {"use_configured_state": True}
-    args = make_args(out, lp_reg=True, loss_options={"rho": 0.5}, **backend)
+    dph = {"divergence": "js", "divergence_coef": 0.2}
+    dph["reference_store"] = os.environ["DIVRL_TEST_STORE"]
+    args = make_args(out, lp_reg=True, loss_options={"rho": 0.5}, **dph, **backend)
     trainer = integration.DivRLGRPOTrainer(
         model=tiny_model(0),
         reward_funcs=varied_reward,
@@ -137,10 +162,10 @@ def train_case(out: Path, zero3: bool) -> dict:
         processing_class=tiny_tokenizer(),
     )
     trainer.train()
-    model = trainer.model_wrapped.module if zero3 else trainer.model
+    model = trainer.model_wrapped.module if zero else trainer.model
     head = model.get_output_embeddings().weight
     params = list(model.parameters())
-    if zero3:
+    if stage == 3:
         import deepspeed
 
         with deepspeed.zero.GatheredParameters(params):
@@ -150,6 +175,10 @@ def train_case(out: Path, zero3: bool) -> dict:
     return {
         "distributed_type": trainer.accelerator.distributed_type.value,
         "world": trainer.accelerator.num_processes,
+        "zero_stage": trainer.model_wrapped.zero_optimization_stage() if zero else None,
+        # DeepSpeedZeroOptimizer (stages 1 and 2) or DeepSpeedZeroOptimizer_Stage3
+        "optimizer": type(getattr(trainer.model_wrapped, "optimizer", None)).__name__,
+        "optimizer_share": optimizer_share(trainer.model_wrapped, params) if zero else None,
         "partitioned": hasattr(head, "ds_id") and head.numel() == 0,
         "gaps": gaps,
         "param_sum": param_sum,
@@ -161,7 +190,7 @@ def main(mode: str, out: Path) -> None:
     if mode.startswith("proxy"):
         result = proxy_case(out, tied=mode == "proxy-tied")
     else:
-        result = train_case(out, zero3=mode == "zero3")
+        result = train_case(out, stage=int(mode[4:]) if mode.startswith("zero") else None)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"rank{os.environ['RANK']}.json").write_text(json.dumps(result))
 
