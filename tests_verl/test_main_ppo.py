@@ -97,10 +97,17 @@ IDENTITY_METRICS = ("actor/pg_loss", "actor/grad_norm", "actor/entropy", "critic
 def test_divrl_sync_with_dph_and_lp_reg_off_is_verls_sync_run(world):
     """divrl's trainer mode with eta = 0 and Lp-Reg off against verl's own sync trainer:
     same seed, 2 steps, fp32; the same per-step metrics to 1e-6 (relative) and the same
-    checkpoint files (gen_batch_size and the replay buffer: test_sync_mode.py)."""
+    checkpoint files (gen_batch_size and the replay buffer: test_sync_mode.py).
+
+    Both runs take SGD: verl's batch holds the rows in the order their rollouts finished,
+    which differs between runs, so the float sums of step 1's gradient differ in their last
+    bits; AdamW's first step divides each gradient by its own magnitude, which turns such a
+    difference on a near-zero component into a whole step (step 2's gradient norm moved by
+    7e-5 in one run), while SGD's step keeps it at rounding size."""
     root, model, data = world
     fp32 = [
         "actor_rollout_ref.actor.fsdp_config.dtype=float32",
+        "actor_rollout_ref.actor.optim.optimizer=SGD",
         "trainer.save_freq=2",
     ]
     runs = {}
@@ -245,6 +252,8 @@ def test_remove_padding_trains_dph_and_lp_reg_as_the_padded_forward(world):
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1",
         "actor_rollout_ref.actor.fsdp_config.dtype=float32",
+        # SGD: the rows' order differs between runs (see the identity test above)
+        "actor_rollout_ref.actor.optim.optimizer=SGD",
         "actor_rollout_ref.rollout.n=4",
         "+divrl.divergence=js",
         "+divrl.divergence_coef=0.2",
