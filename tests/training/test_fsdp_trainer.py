@@ -6,6 +6,7 @@ compare what it wrote with single-process runs of the same configs.
 """
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -174,18 +175,21 @@ def test_fsdp_kill_and_resume_is_exact(fsdp_runs):
     ]
 
 
-def test_fsdp_checkpoint_resumes_on_one_process(fsdp_runs):
-    """Saved by 2 processes at step 4, resumed by one: it ends where the 2-process run does."""
+def test_fsdp_checkpoint_resumes_on_one_process(fsdp_runs, tmp_path):
+    """Saved by 2 processes at step 4, resumed by one: it ends where the 2-process run does.
+    It resumes a copy of the saved run, whose step-4 checkpoint other tests read."""
     root, overrides = fsdp_runs
+    run = tmp_path / "run"
+    shutil.copytree(root / "killed_copy" / "run", run)
     args = [a for a in overrides["killed"] if not a.startswith("logging.output_dir=")]
-    args.append(f"logging.output_dir={root / 'killed_copy' / 'run'}")
+    args.append(f"logging.output_dir={run}")
     resumed = Trainer(load_config(None, args), reward_fn=sevens_reward, resume=True)
     assert resumed.step == 4 and resumed.world == 1
     resumed.train()
     expected = torch.load(root / "full" / "params.pt")
     for name, value in _params(resumed).items():
         torch.testing.assert_close(value, expected[name], rtol=0, atol=1e-5)
-    got = _metrics(root / "killed_copy" / "run")
+    got = _metrics(run)
     want = _metrics(root / "full" / "run")
     assert [r["step"] for r in got] == [1, 2, 3, 4, 5, 6]
     for a, b in zip(got[4:], want[4:], strict=True):
