@@ -49,6 +49,9 @@ def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     result = {"sharded": sharded, "before": before, "after": after}
     (out / f"rank{rank}.json").write_text(json.dumps(result))
+    # both ranks past their last collective before either closes its connections: a rank
+    # whose peer closed while gloo still served it was aborted by std::terminate
+    torch.distributed.barrier()
     torch.distributed.destroy_process_group()
 
 
