@@ -112,7 +112,7 @@ def test_divrl_sync_with_dph_and_lp_reg_off_is_verls_sync_run(world):
     mixed-precision policy) even with fp32 parameters, and verl's batch holds the rows in the
     order their rollouts finished, which differs between runs, so which rows share a
     micro-batch (and its padding) differs too; in bf16 that moved step 1's gradient norm by
-    7e-5 (relative) in two CI runs, in fp32 such a regrouping moves it by about 1e-8. SGD
+    7e-5 (relative) in two CI runs, in fp32 only by rounding. SGD
     rather than AdamW, whose first step divides each component by its own size, so step 2
     does not enlarge the rounding-size differences that remain."""
     root, model, data = world
