@@ -9,6 +9,9 @@ answer, one teacher-forced pass gives the model's probability of the spark token
 - ``spark_freq``: share of samples that take the spark move;
 - ``spark_prob``: mean probability of the spark token at the decision point;
 - ``spark_acc`` / ``direct_acc``: accuracy of the samples that check / do not;
+- ``spark_adv``: mean GRPO advantage of the samples that check (each prompt's samples one
+  group, :func:`divrl.algorithms.advantages.group_advantages`): the sign of the on-policy
+  push on the spark token, negative when checking earns less than the prompt's average;
 - ``entropy``: mean per-token entropy (nats) of the model over its sampled responses;
 - Pass@k as :func:`divrl.toy.measure.split_stats` computes it.
 
@@ -27,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from divrl.algorithms.advantages import group_advantages
 from divrl.rewards.sparks_reward import SPARK_MARK, has_spark
 from divrl.toy.countdown_measure import response_entropy
 from divrl.toy.measure import MeasureConfig, sample_and_score, split_stats
@@ -82,7 +86,9 @@ def spark_probabilities(model, tokenizer, prompts: Sequence[str], prefixes: Sequ
 def spark_stats(model, tokenizer, results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The spark measures of ``divrl eval`` results (see the module docstring)."""
     rows: list[tuple[bool, bool, bool, str, str | None]] = []  # hard, spark, ok, prompt, prefix
-    for r in results:
+    groups: list[int] = []
+    for g, r in enumerate(results):
+        groups += [g] * len(r["texts"])
         hard = bool((r.get("extra_info") or {}).get("hard"))
         for text, ok in zip(r["texts"], r["correct"], strict=True):
             rows.append((hard, has_spark(text), bool(ok), r["prompt"], decision_prefix(text)))
@@ -95,6 +101,7 @@ def spark_stats(model, tokenizer, results: Sequence[dict[str, Any]]) -> dict[str
     hard = np.array([row[0] for row in rows])
     spark = np.array([row[1] for row in rows])
     correct = np.array([row[2] for row in rows])
+    adv = group_advantages(torch.tensor(correct, dtype=torch.float32), groups).numpy()
     out: dict[str, Any] = {}
     for name, sel in (("all", np.ones_like(hard)), ("easy", ~hard), ("hard", hard)):
         if not sel.any():
@@ -106,6 +113,7 @@ def spark_stats(model, tokenizer, results: Sequence[dict[str, Any]]) -> dict[str
             "spark_prob": float(np.nanmean(p)) if np.isfinite(p).any() else float("nan"),
             "spark_acc": _mean(correct[sel & spark]),
             "direct_acc": _mean(correct[sel & ~spark]),
+            "spark_adv": _mean(adv[sel & spark]),
             "accuracy": float(correct[sel].mean()),
         }
     return out
@@ -152,15 +160,17 @@ def format_sparks_measurements(m: dict[str, Any]) -> str:
     """A plain-text table of the measurements."""
     lines = [
         f"{'split':<6} {'n':>3} {'pass@1':>7} {'pass@8':>7} {'entropy':>8} "
-        f"{'spark freq easy/hard':>21} {'spark prob easy/hard':>21}"
+        f"{'spark freq easy/hard':>21} {'spark prob easy/hard':>21} {'spark adv':>9}"
     ]
     for split, s in m["splits"].items():
         sp = s["sparks"]
         freq = "/".join(f"{sp[g]['spark_freq']:.3f}" if g in sp else "-" for g in ("easy", "hard"))
         prob = "/".join(f"{sp[g]['spark_prob']:.3f}" if g in sp else "-" for g in ("easy", "hard"))
+        adv = sp.get("all", {}).get("spark_adv")
         lines.append(
             f"{split:<6} {s['samples_per_prompt']:>3} {s['pass@1']:>7.3f} "
-            f"{s.get('pass@8', float('nan')):>7.3f} {s['entropy']:>8.3f} {freq:>21} {prob:>21}"
+            f"{s.get('pass@8', float('nan')):>7.3f} {s['entropy']:>8.3f} {freq:>21} {prob:>21} "
+            + (f"{adv:>9.3f}" if adv is not None else f"{'-':>9}")
         )
     return "\n".join(lines)
 

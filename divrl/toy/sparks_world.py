@@ -30,7 +30,7 @@ from divrl.toy.sft import SFTConfig
 from divrl.toy.tokenizer import ANSWER_MARKER
 
 #: Bump when generated data or training would change for the same settings.
-BUILD_VERSION = "3"
+BUILD_VERSION = "4"
 #: The shipped seed-0 ``full`` base model (``divrl toy build --world sparks --ship``).
 PRETRAINED_DIR = Path(__file__).parent / "pretrained_sparks"
 SPLITS = ("train", "test", "hard")
@@ -47,7 +47,7 @@ class SparksWorldConfig:
         )
     )
     sft: SFTConfig = field(
-        default_factory=lambda: SFTConfig(steps=800, batch_size=64, lr=3e-3, threads=1)
+        default_factory=lambda: SFTConfig(steps=1600, batch_size=64, lr=3e-3, threads=1)
     )
     n_train: int = field(default=1024, metadata={"help": "RL training prompts"})
     n_test: int = field(default=256, metadata={"help": "in-domain test prompts"})

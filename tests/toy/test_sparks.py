@@ -53,8 +53,11 @@ CHECK = " wait 3 8 1 5 9 : 3 8 8 8 9"  # the check's
         ("3 8 1 5 9 : 3 8 8 8 9 = 9", 0.0, "unfaithful"),  # ... no more of them
         (f"{HABIT} = 8 wait 3 8 1 9 : 3 8 8 9 = 9", 0.0, "unfaithful"),  # the check: all
         ("3 8 1 5 : 3 8 8 = 8", 0.0, "unfaithful"),  # one scratchpad entry per number
-        ("3 8 1 5 : 0 0 0 0 = 8", 0.0, "wrong"),  # the scratchpad's values are free
-        (f"3 8 1 5 : 1 1 1 1 = 8{CHECK} = 9", 1.0, "correct"),
+        # each scratchpad is the running maximum of its read-back
+        ("3 8 1 5 : 3 3 8 8 = 8", 0.0, "bad_scratchpad"),  # a slip: the rise to 8 missed
+        (f"3 8 1 5 : 1 1 1 1 = 8{CHECK} = 9", 0.0, "bad_scratchpad"),  # the first's too
+        (f"{HABIT} = 8 wait 3 8 1 5 9 : 3 8 8 8 8 = 9", 0.0, "bad_scratchpad"),  # the check's
+        (f"{HABIT} = 8 wait 3 8 1 5 9 : 3 8 8 8 8 = 8", 0.0, "bad_scratchpad"),
     ],
 )
 def test_verifier_hand_checked_cases(response, score, reason):
@@ -96,31 +99,60 @@ def test_style_says_whether_the_response_checks():
     assert solution_style("sparks", f"{HABIT} = 8", "8") == "direct"
 
 
+def _rises(numbers) -> int:
+    best = sparks.running_max(numbers)
+    return sum(b > a for a, b in zip(best, best[1:], strict=False))
+
+
 def test_generator_draws_the_designed_rates():
     cfg = sparks.SparksConfig()
     rng = random.Random(0)
-    n, checks, hard, right = 20000, 0, 0, {True: [], False: []}
+    n, checks, hard = 20000, 0, 0
+    right: dict[bool, list[tuple[bool, bool, float]]] = {True: [], False: []}
     for _ in range(n):
         p = sparks.sample_problem(rng, cfg)
         text, spark = sparks.sample_trace(rng, p, cfg)
         checks += spark
         hard += sparks.is_hard(p, cfg)
         ok = compute_score("sparks", text, format_ground_truth(p.numbers, cfg.glance)) == 1.0
-        right[spark].append((sparks.is_hard(p, cfg), ok))
+        # the designed chance of being right: no scratchpad slip at any rise of the running
+        # maximum (the first read-back's and the check's), no slip of the final answer
+        pads = (1 - cfg.scratch_slip) ** _rises(p.numbers[: cfg.glance])
+        if spark:
+            designed = pads * (1 - cfg.scratch_slip) ** _rises(p.numbers) * (1 - cfg.check_slip)
+        else:
+            designed = 0.0 if sparks.is_hard(p, cfg) else pads * (1 - cfg.fast_slip)
+        right[spark].append((sparks.is_hard(p, cfg), ok, designed))
         assert final_answer(text) is not None, text  # every supervised trace parses
-        if spark:  # the check writes every number back and their running maximum
-            assert text.split(" wait ")[1].startswith(sparks.read_back(p.numbers))
+        if spark:  # the check writes every number back and a scratchpad
+            assert text.split(" wait ")[1].startswith(sparks._digits(p.numbers) + " : ")
     assert abs(checks / n - cfg.spark_rate) < 0.01
     assert abs(hard / n - cfg.hard_share) < 0.015
 
-    def acc(spark: bool, is_hard: bool) -> float:
-        return float(np.mean([ok for h, ok in right[spark] if h == is_hard]))
+    def acc(spark: bool, is_hard: bool) -> tuple[float, float]:
+        rows = [(ok, d) for h, ok, d in right[spark] if h == is_hard]
+        return float(np.mean([r[0] for r in rows])), float(np.mean([r[1] for r in rows]))
 
-    # easy: the habit beats the check; hard: only the check is ever right
-    assert abs(acc(False, False) - (1 - cfg.fast_slip)) < 0.01
-    assert abs(acc(True, False) - (1 - cfg.check_slip)) < 0.04
-    assert acc(False, True) == 0.0
-    assert abs(acc(True, True) - (1 - cfg.check_slip)) < 0.07
+    # easy: the habit (0.68) beats the check (0.38); hard: only the check is ever right
+    habit, want = acc(False, False)
+    assert abs(habit - want) < 0.015 and 0.6 < habit < 0.75
+    check, want = acc(True, False)
+    assert abs(check - want) < 0.04 and check < habit - 0.2
+    assert acc(False, True)[0] == 0.0
+    check, want = acc(True, True)
+    assert abs(check - want) < 0.1 and check > 0.05
+
+
+def test_scratchpad_slips_at_rises_only():
+    cfg = sparks.SparksConfig(scratch_slip=0.5)
+    rng = random.Random(1)
+    numbers = (3, 8, 1, 5, 9)
+    seen = {sparks.slipped_scratchpad(rng, numbers, cfg) for _ in range(200)}
+    # the rises (3 -> 8, 8 -> 9) may keep the previous maximum; nothing else moves
+    assert seen == {(3, 8, 8, 8, 9), (3, 3, 8, 8, 9), (3, 8, 8, 8, 8), (3, 3, 8, 8, 8)}
+    assert sparks.slipped_scratchpad(rng, numbers, sparks.SparksConfig(scratch_slip=0.0)) == (
+        3, 8, 8, 8, 9,
+    )
 
 
 def test_config_refuses_bad_settings():
@@ -247,6 +279,10 @@ def test_spark_stats_reads_the_samples():
     assert s["hard"]["samples"] == 4 and s["hard"]["spark_freq"] == 0.25
     assert s["hard"]["spark_acc"] == 1.0 and s["hard"]["direct_acc"] == 0.0
     assert s["easy"]["spark_freq"] == 0.0 and s["easy"]["spark_acc"] is None
+    # the hard group's rewards 0 1 0 0: mean 1/4, std 1/2 (Bessel), the check's advantage 1.5
+    assert s["hard"]["spark_adv"] == pytest.approx(1.5, rel=1e-4)
+    assert s["all"]["spark_adv"] == pytest.approx(1.5, rel=1e-4)
+    assert s["easy"]["spark_adv"] is None
     assert 0.0 < s["hard"]["spark_prob"] < 0.2 and s["all"]["samples"] == 6
 
 
