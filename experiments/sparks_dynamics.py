@@ -119,6 +119,11 @@ def _mean_sd(xs: list[float]) -> str:
     return f"{np.mean(xs):.3f} ± {np.std(xs, ddof=1):.3f}"
 
 
+def _small(x: float) -> str:
+    """Three decimals, four below 0.01 (an extinguished spark is not 0.000)."""
+    return f"{x:.4f}" if abs(x) < 0.01 else f"{x:.3f}"
+
+
 def _window(curve: list[float | None], lo: int, hi: int) -> float | None:
     xs = [x for x in curve[lo:hi] if x is not None]
     return float(np.mean(xs)) if xs else None
@@ -172,8 +177,8 @@ def _spark_table(by: dict[str, list[dict[str, Any]]], steps: list[int]) -> list[
                 pts = [r["checkpoints"].get(str(s), {}).get("sparks", {}).get(group) for r in rs]
                 pts = [p for p in pts if p]
                 cells.append(
-                    f"{np.mean([p['spark_prob'] for p in pts]):.3f} / "
-                    f"{np.mean([p['spark_freq'] for p in pts]):.3f}"
+                    f"{_small(np.mean([p['spark_prob'] for p in pts]))} / "
+                    f"{_small(np.mean([p['spark_freq'] for p in pts]))}"
                     if pts
                     else "-"
                 )
@@ -219,13 +224,59 @@ def _lp_reg_table(by: dict[str, list[dict[str, Any]]]) -> list[str]:
     return lines
 
 
+def _per_seed_table(by: dict[str, list[dict[str, Any]]]) -> list[str]:
+    lines = ["", "### Per seed", ""]
+    lines += [
+        "Spark probability at the decision point (test split, hard prompts) at steps 0, 25, 50 "
+        "and the end, on easy prompts at the end; final Pass@k; the training entropy (per "
+        "token) at step 1, over the last 10 steps and its minimum; training seconds "
+        "(`time/step` summed).",
+        "",
+    ]
+    lines += [
+        "| method | seed | spark p, hard: step 0 / 25 / 50 / end | spark p, easy: end | "
+        "hard pass@1 | hard pass@16 | test pass@1 | entropy: step 1 / last 10 / min | training s |"
+    ]
+    lines += ["|---|---|---|---|---|---|---|---|---|"]
+    for m, rs in by.items():
+        for r in rs:
+            pts = r["checkpoints"]
+            end = str(max(int(k) for k in pts))
+
+            def p(step: str, group: str = "hard", pts=pts) -> str:
+                x = pts.get(step, {}).get("sparks", {}).get(group, {}).get("spark_prob")
+                return "-" if x is None else _small(x)
+
+            ent = [x for x in r["curve"]["entropy"] if x is not None]
+            secs = sum(x for x in r["curve"].get("seconds", []) if x is not None)
+            fin = r["final"]
+            lines.append(
+                f"| {METHODS[m]} | {r['seed']} | {p('0')} / {p('25')} / {p('50')} / {p(end)} | "
+                f"{p(end, 'easy')} | {fin['hard']['pass@1']:.3f} | {fin['hard']['pass@16']:.3f} | "
+                f"{fin['test']['pass@1']:.3f} | {ent[0]:.4f} / {np.mean(ent[-10:]):.4f} / "
+                f"{min(ent):.4f} | {secs:.0f} |"
+            )
+    return lines
+
+
+#: checkpoint steps the tables show when a run has more than seven
+SHOWN_STEPS = (0, 25, 50, 100, 150, 200, 300)
+
+
+def _shown(steps: list[int]) -> list[int]:
+    if len(steps) <= 7:
+        return steps
+    return sorted({s for s in steps if s in SHOWN_STEPS} | {steps[-1]})
+
+
 def report(records: list[dict[str, Any]]) -> str:
     """Markdown tables: entropy, the spark move over checkpoints, Pass@k at the end, what
-    Lp-Reg regularised (mean ± sd over seeds, sd with n - 1)."""
+    Lp-Reg regularised, per seed (mean ± sd over seeds, sd with n - 1)."""
     by = _by_method(records)
-    steps = sorted({int(s) for r in records for s in r["checkpoints"]})
+    steps = _shown(sorted({int(s) for r in records for s in r["checkpoints"]}))
     lines = _entropy_tables(by, [s for s in steps if s > 0])
     lines += _spark_table(by, steps) + _final_table(by) + _lp_reg_table(by)
+    lines += _per_seed_table(by)
     return "\n".join(lines) + "\n"
 
 

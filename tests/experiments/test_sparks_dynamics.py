@@ -46,6 +46,11 @@ def test_report_averages_seeds_and_lists_every_table():
     assert (
         "| Lp-Reg, rho 0.1 (toy variant) | 1 | 30 | 4.00 (4) | 1.000 (1) | 30 |" in text
     )  # what Lp-Reg regularised
+    # per seed: the spark at steps 0 / 25 / 50 (none) / end (25), entropy step 1 / last 10 / min
+    assert (
+        "| GRPO on-policy = Lp-Reg without its regulariser | 0 | 0.060 / 0.010 / - / 0.010 | "
+        "0.0050 | 0.500 | 0.900 | 0.500 | 0.2000 / 0.0775 / 0.0550 | 0 |" in text
+    )
 
 
 def test_report_command_reads_the_records(tmp_path, capsys):
@@ -55,3 +60,12 @@ def test_report_command_reads_the_records(tmp_path, capsys):
     out = tmp_path / "report.md"
     assert main(["report", "--out", str(tmp_path), "--report", str(out)]) == 0
     assert "### At the end" in out.read_text()
+
+
+def test_long_runs_show_a_subset_of_their_checkpoints():
+    from experiments.sparks_dynamics import _shown
+
+    assert _shown([0, 25, 50]) == [0, 25, 50]
+    assert _shown(list(range(0, 301, 25))) == [0, 25, 50, 100, 150, 200, 300]
+    assert _shown(list(range(0, 176, 25))) == [0, 25, 50, 100, 150, 175]
+    assert _shown(list(range(0, 201, 25)) + [210]) == [0, 25, 50, 100, 150, 200, 210]
