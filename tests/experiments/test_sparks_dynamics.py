@@ -6,7 +6,7 @@ from experiments.sparks_dynamics import main, report
 def _record(method: str, seed: int, spark_hard: float) -> dict:
     def sparks(p: float) -> dict:
         return {
-            "hard": {"spark_prob": p, "spark_freq": p, "spark_acc": 0.5},
+            "hard": {"spark_prob": p, "spark_freq": p, "spark_acc": 0.5, "samples": 400},
             "easy": {"spark_prob": p / 2, "spark_freq": p / 2, "spark_acc": 0.2},
         }
 
@@ -46,6 +46,8 @@ def test_report_averages_seeds_and_lists_every_table():
     assert (
         "| Lp-Reg, rho 0.1 (toy variant) | 1 | 30 | 4.00 (4) | 1.000 (1) | 30 |" in text
     )  # what Lp-Reg regularised
+    # checks right / taken, pooled over seeds: 0.01 x 400 = 4 and 0.03 x 400 = 12 taken, half right
+    assert "| 0.020 ± 0.014 | 8 / 16 |" in text
     # per seed: the spark at steps 0 / 25 / 50 (none) / end (25), entropy step 1 / last 10 / min
     assert (
         "| GRPO on-policy = Lp-Reg without its regulariser | 0 | 0.060 / 0.010 / - / 0.010 | "
