@@ -14,6 +14,8 @@ Usage (from the repository root)::
 
     python -m experiments.sparks_dynamics run --methods grpo_math lp_reg --seeds 0 1 2 \\
         --out /tmp/sparks                     # train + measure (resumable)
+    python -m experiments.sparks_dynamics run --methods kl_cov --seeds 0 \\
+        --set algorithm.refill_exhausted=continue --out /tmp/sparks   # a preset override
     python -m experiments.sparks_dynamics report --out /tmp/sparks \\
         --report docs/results/sparks_world.md  # tables (per method: mean over seeds)
 """
@@ -76,6 +78,7 @@ def run_one(method: str, seed: int, args: argparse.Namespace, world) -> Path:
     ]
     if args.steps:
         cmd.append(f"train.total_steps={args.steps}")
+    cmd += args.set
     if RunDir(run_dir).latest() is not None:
         cmd.append("--resume")
     with open(Path(args.out) / f"{method}_seed{seed}.train.log", "a") as log:
@@ -91,6 +94,7 @@ def run_one(method: str, seed: int, args: argparse.Namespace, world) -> Path:
         "method": method,
         "seed": seed,
         "steps": curve[-1]["step"],
+        "overrides": list(args.set),
         "curve": {
             k: [r.get(m) for r in curve]
             for k, m in (
@@ -287,6 +291,13 @@ def report(records: list[dict[str, Any]]) -> str:
     lines = _entropy_tables(by, [s for s in steps if s > 0])
     lines += _spark_table(by, steps) + _final_table(by) + _lp_reg_table(by)
     lines += _per_seed_table(by)
+    changed = [r for rs in by.values() for r in rs if r.get("overrides")]
+    if changed:
+        lines += ["", "Runs trained with overrides of their preset:", ""]
+        lines += [
+            f"- {METHODS[r['method']]} seed {r['seed']}: `{' '.join(r['overrides'])}`"
+            for r in changed
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -302,6 +313,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=8, help="samples per prompt per checkpoint")
     p.add_argument("--final-n", type=int, default=16, help="samples per prompt at the end")
     p.add_argument("--report", default=None, help="write the report's tables here")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override for the trainings (repeatable; recorded in each run's JSON)",
+    )
     args = p.parse_args(argv)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     if args.command == "run":

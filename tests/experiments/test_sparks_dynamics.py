@@ -33,7 +33,9 @@ def _record(method: str, seed: int, spark_hard: float) -> dict:
 def test_report_averages_seeds_and_lists_every_table():
     records = [_record("lp_reg_toy", 1, 0.04), _record("grpo_math", 0, 0.01)]
     records.append(_record("grpo_math", 1, 0.03))
+    records[0]["overrides"] = ["algorithm.refill_exhausted=continue"]
     text = report(records)
+    assert "- Lp-Reg, rho 0.1 (toy variant) seed 1: `algorithm.refill_exhausted=continue`" in text
     # methods in the module's order, GRPO first; two seeds averaged: (0.01 + 0.03) / 2
     assert text.index("GRPO on-policy") < text.index("rho 0.1")
     assert (
