@@ -83,6 +83,31 @@ def test_kl_cov_penalises_top_covariance_tokens_without_clipping():
     assert metrics["kl_cov/num_penalized"] == 1
 
 
+def test_kl_cov_on_policy_has_the_plain_surrogates_gradient():
+    # one optimiser step per batch: lp == old, so |lp - old| is 0 and so is its gradient;
+    # KL-Cov then trains exactly as the unclipped surrogate -A r (the sparks world's on-policy
+    # KL-Cov runs repeated GRPO's numbers to the last digit)
+    torch.manual_seed(0)
+    base = torch.randn(3, 5)
+    adv = torch.tensor([1.5, -0.5, -1.0])
+    grads = []
+    for ratio in (0.5, 0.0):  # 7 tokens penalised / none
+        lp = base.clone().requires_grad_(True)
+        loss, metrics = kl_cov_loss(
+            lp, lp.detach(), adv, torch.ones(3, 5), kl_cov_ratio=ratio, ppo_kl_coef=1.0
+        )
+        loss.backward()
+        grads.append(lp.grad)
+        assert metrics["kl_cov/num_penalized"] == (7 if ratio else 0)
+    assert torch.equal(grads[0], grads[1])
+    # off-policy (a second optimiser step on the batch) the penalty acts
+    lp = (base + 0.1).requires_grad_(True)
+    kl_cov_loss(lp, base, adv, torch.ones(3, 5), kl_cov_ratio=0.5)[0].backward()
+    plain = (base + 0.1).requires_grad_(True)
+    kl_cov_loss(plain, base, adv, torch.ones(3, 5), kl_cov_ratio=0.0)[0].backward()
+    assert not torch.equal(lp.grad, plain.grad)
+
+
 def test_clip_cov_cuts_only_eligible_tokens_and_is_reproducible():
     lp = torch.tensor([[0.0, -4.0, 0.0, -4.0]], requires_grad=True)
     adv = torch.tensor([[3.0, 3.0, -3.0, -3.0]])
