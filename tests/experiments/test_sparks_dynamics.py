@@ -72,4 +72,4 @@ def test_long_runs_show_a_subset_of_their_checkpoints():
     assert _shown([0, 25, 50]) == [0, 25, 50]
     assert _shown(list(range(0, 301, 25))) == [0, 25, 50, 100, 150, 200, 300]
     assert _shown(list(range(0, 176, 25))) == [0, 25, 50, 100, 150, 175]
-    assert _shown(list(range(0, 201, 25)) + [210]) == [0, 25, 50, 100, 150, 200, 210]
+    assert _shown([*range(0, 201, 25), 210]) == [0, 25, 50, 100, 150, 200, 210]

@@ -1,5 +1,6 @@
 """The sparks world: verifier, trace generator, world build, the spark measurement, presets."""
 
+import itertools
 import json
 import random
 from pathlib import Path
@@ -101,7 +102,7 @@ def test_style_says_whether_the_response_checks():
 
 def _rises(numbers) -> int:
     best = sparks.running_max(numbers)
-    return sum(b > a for a, b in zip(best, best[1:], strict=False))
+    return sum(b > a for a, b in itertools.pairwise(best))
 
 
 def test_generator_draws_the_designed_rates():
@@ -151,7 +152,11 @@ def test_scratchpad_slips_at_rises_only():
     # the rises (3 -> 8, 8 -> 9) may keep the previous maximum; nothing else moves
     assert seen == {(3, 8, 8, 8, 9), (3, 3, 8, 8, 9), (3, 8, 8, 8, 8), (3, 3, 8, 8, 8)}
     assert sparks.slipped_scratchpad(rng, numbers, sparks.SparksConfig(scratch_slip=0.0)) == (
-        3, 8, 8, 8, 9,
+        3,
+        8,
+        8,
+        8,
+        9,
     )
 
 
@@ -318,8 +323,7 @@ def _decision_point_spark(model, tok, seed: int = 3) -> float:
     ps = [sparks.sample_problem(rng, cfg) for _ in range(64)]
     prompts = [sparks.prompt_text(p) + "\nA: " for p in ps]
     prefixes = [
-        f"{sparks.read_back(p.numbers[: cfg.glance])} = {max(p.numbers[: cfg.glance])}"
-        for p in ps
+        f"{sparks.read_back(p.numbers[: cfg.glance])} = {max(p.numbers[: cfg.glance])}" for p in ps
     ]
     return float(np.mean(spark_probabilities(model, tok, prompts, prefixes)))
 
