@@ -18,10 +18,10 @@ first and the check's, is one of the numbers of its own read-back: reason
 ``unjustified`` otherwise; without this rule RL learnt to name the skipped number after
 reading four). So a problem whose largest number lies beyond the glance can only be
 solved by the check. Each scratchpad must be the running maximum of its read-back (reason
-``bad_scratchpad`` otherwise): copying it is a skill the habit and the check share. Its answer is the check's
-final number when it checks, else the first one. The reward is correctness only: neither
-a read-back nor a check earns anything by itself. The ground truth is
-``numbers=3,8,1,5,9;glance=4`` (:func:`format_ground_truth`).
+``bad_scratchpad`` otherwise): copying it is a skill the habit and the check share. Its
+answer is the check's final number when it checks, else the first one. The reward is
+correctness only: neither a read-back nor a check earns anything by itself. The ground
+truth is ``numbers=3,8,1,5,9;glance=4`` (:func:`format_ground_truth`).
 """
 
 from __future__ import annotations
@@ -101,7 +101,9 @@ def has_spark(text: str) -> bool:
     return SPARK_MARK in text
 
 
-def _running_max(numbers: list[int]) -> list[int]:
+def running_max(numbers: list[int] | tuple[int, ...]) -> list[int]:
+    """The scratchpad a read-back must carry: the largest number so far, after each number
+    (``3 8 1 5`` -> ``3 8 8 8``)."""
     out, best = [], numbers[0]
     for n in numbers:
         best = max(best, n)
@@ -132,7 +134,7 @@ class SparksVerifier(Verifier):
             return ScoreResult(0.0, answer, "unfaithful")
         if any(int(p[2]) not in p[0] for p, _ in wanted):
             return ScoreResult(0.0, answer, "unjustified")
-        if any(p[1] != _running_max(p[0]) for p, _ in wanted):
+        if any(p[1] != running_max(p[0]) for p, _ in wanted):
             return ScoreResult(0.0, answer, "bad_scratchpad")
         ok = int(answer) == max(numbers)
         return ScoreResult(1.0 if ok else 0.0, answer, "correct" if ok else "wrong")

@@ -38,6 +38,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from divrl.rewards import sparks_reward
 from divrl.rewards.sparks_reward import CHECK_EQUALS, CLOSERS, SCRATCH, SPARK_MARK
 
 #: every prompt starts with this (a tokenizer piece)
@@ -143,12 +144,8 @@ def sample_problem(rng: random.Random, cfg: SparksConfig, hard: bool | None = No
 
 def running_max(numbers: tuple[int, ...]) -> tuple[int, ...]:
     """The scratchpad: the largest number so far, after each number (``3 8 1 5`` ->
-    ``3 8 8 8``)."""
-    out, best = [], numbers[0]
-    for n in numbers:
-        best = max(best, n)
-        out.append(best)
-    return tuple(out)
+    ``3 8 8 8``; the verifier's rule)."""
+    return tuple(sparks_reward.running_max(numbers))
 
 
 def read_back(numbers: tuple[int, ...]) -> str:
