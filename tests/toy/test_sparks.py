@@ -23,6 +23,7 @@ from divrl.toy.sparks_world import (
     shipped_key,
     world_key,
 )
+from divrl.toy.tokenizer import ANSWER_MARKER
 from divrl.toy.world import read_rows
 
 GOLD = format_ground_truth([3, 8, 1, 5, 9], 4)
@@ -214,21 +215,27 @@ def _shipped():
     return model, AutoTokenizer.from_pretrained(PRETRAINED_DIR)
 
 
+def _habit_prefixes(rng: random.Random, n: int, hard: bool | None = None):
+    """(prompts, responses up to the decision point) of ``n`` problems drawn from ``rng``,
+    each with the habit's right first answer."""
+    cfg = sparks.SparksConfig()
+    ps = [sparks.sample_problem(rng, cfg, hard=hard) for _ in range(n)]
+    prompts = [sparks.prompt_text(p) + ANSWER_MARKER for p in ps]
+    prefixes = [
+        f"{sparks.read_back(p.numbers[: cfg.glance])} = {max(p.numbers[: cfg.glance])}" for p in ps
+    ]
+    return prompts, prefixes
+
+
 def test_shipped_model_checks_at_the_designed_rate(tmp_path):
     # measured: the spark token's probability at the decision point, from one forward pass
     # over 64 problems' habitual first answers (no sampling), is near spark_rate on easy
     # and hard problems alike (the base model does not know when a check pays)
     model, tok = _shipped()
-    cfg = sparks.SparksConfig()
     rng = random.Random(1)
     probs = {}
     for hard in (False, True):
-        ps = [sparks.sample_problem(rng, cfg, hard=hard) for _ in range(64)]
-        prompts = [sparks.prompt_text(p) + "\nA: " for p in ps]
-        prefixes = [
-            f"{sparks.read_back(p.numbers[: cfg.glance])} = {max(p.numbers[: cfg.glance])}"
-            for p in ps
-        ]
+        prompts, prefixes = _habit_prefixes(rng, 64, hard)
         probs[hard] = float(np.mean(spark_probabilities(model, tok, prompts, prefixes)))
     assert 0.03 < probs[False] < 0.10 and 0.03 < probs[True] < 0.10, probs
     assert abs(probs[False] - probs[True]) < 0.02, probs
@@ -242,14 +249,10 @@ def test_shipped_model_has_a_heavy_filtered_tail_at_the_decision_point():
     from divrl.rewards.sparks_reward import CLOSERS, SPARK_MARK
 
     model, tok = _shipped()
-    cfg = sparks.SparksConfig()
-    rng = random.Random(2)
-    ids = []
-    for _ in range(32):
-        p = sparks.sample_problem(rng, cfg)
-        g = p.numbers[: cfg.glance]
-        prefix = f"{sparks.read_back(g)} = {max(g)}"
-        ids.append(tok(sparks.prompt_text(p) + "\nA: ")["input_ids"] + tok(prefix)["input_ids"])
+    prompts, prefixes = _habit_prefixes(random.Random(2), 32)
+    ids = [
+        tok(q)["input_ids"] + tok(x)["input_ids"] for q, x in zip(prompts, prefixes, strict=True)
+    ]
     with torch.no_grad():
         logits = model(input_ids=torch.tensor(ids)).logits[:, -1].float()
     probs = torch.softmax(logits, -1)
@@ -318,20 +321,14 @@ def test_presets_load_and_train_on_policy(method):
 
 def _decision_point_spark(model, tok, seed: int = 3) -> float:
     """Mean p(spark) at the decision point after 64 problems' habitual first answers."""
-    cfg = sparks.SparksConfig()
-    rng = random.Random(seed)
-    ps = [sparks.sample_problem(rng, cfg) for _ in range(64)]
-    prompts = [sparks.prompt_text(p) + "\nA: " for p in ps]
-    prefixes = [
-        f"{sparks.read_back(p.numbers[: cfg.glance])} = {max(p.numbers[: cfg.glance])}" for p in ps
-    ]
+    prompts, prefixes = _habit_prefixes(random.Random(seed), 64)
     return float(np.mean(spark_probabilities(model, tok, prompts, prefixes)))
 
 
 def test_grpo_extinguishes_the_spark_on_the_shipped_world(tmp_path):
     # the world's designed property, measured before the method runs (docs/sparks_world.md):
     # the spark's mean GRPO advantage is negative at the base, so on-policy GRPO pushes it
-    # down; three seeds of the preset took p(spark) from 0.058 to 0.017-0.021 in 25 steps and
+    # down; three seeds of the preset took p(spark) from 0.058 to 0.013-0.021 in 25 steps and
     # halved the training entropy. Here 20 steps must take it below 0.7 x the base's and the
     # entropy of the last 5 steps below 0.8 x the first 5 steps' (a wide margin: the world
     # would have to lose its design, or GRPO its sign, to fail).
