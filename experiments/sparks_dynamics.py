@@ -7,15 +7,16 @@ the ``test`` split (``--n`` samples each, T = 1) and measured by
 :func:`divrl.toy.sparks_measure.spark_stats` (the spark move's frequency and probability
 at its decision point, on easy and hard prompts: independent of Lp-Reg's selection); the
 final model is also measured on ``test`` and ``hard`` with ``--final-n`` samples for
-Pass@k. One JSON per run in ``--out``; a finished run is skipped, an interrupted training
-resumes (``divrl train --resume``).
+Pass@k. One JSON per run in ``--out``; a finished run is skipped (refused when it was
+trained with other ``--set`` overrides), an interrupted training resumes (``divrl train
+--resume``).
 
 Usage (from the repository root)::
 
     python -m experiments.sparks_dynamics run --methods grpo_math lp_reg --seeds 0 1 2 \\
         --out /tmp/sparks                     # train + measure (resumable)
-    python -m experiments.sparks_dynamics run --methods kl_cov --seeds 0 \\
-        --set algorithm.refill_exhausted=continue --out /tmp/sparks   # a preset override
+    python -m experiments.sparks_dynamics run --methods lp_reg_toy --seeds 0 \\
+        --set algorithm.loss_options.beta=4.0 --out /tmp/sparks_beta4  # a preset override
     python -m experiments.sparks_dynamics report --out /tmp/sparks \\
         --report docs/results/sparks_world.md  # tables (per method: mean over seeds)
 """
@@ -61,6 +62,12 @@ def _compact(stats: dict[str, Any]) -> dict[str, Any]:
 def run_one(method: str, seed: int, args: argparse.Namespace, world) -> Path:
     out = Path(args.out) / f"{method}_seed{seed}.json"
     if out.exists():
+        done = json.loads(out.read_text()).get("overrides", [])
+        if done != list(args.set):
+            raise SystemExit(
+                f"{out} was trained with overrides {done}, not {list(args.set)}: "
+                "use another --out for another setting"
+            )
         return out
     run_dir = Path(args.out) / "runs" / f"{method}_seed{seed}"
     cmd = [
@@ -318,7 +325,8 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a config override for the trainings (repeatable; recorded in each run's JSON)",
+        help="a config override for the trainings (repeatable; recorded in each run's JSON; "
+        "a finished run in --out with other overrides is refused)",
     )
     args = p.parse_args(argv)
     Path(args.out).mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,7 @@
 """experiments.sparks_dynamics: the report's tables from per-run records (synthetic)."""
 
+import argparse
+
 from experiments.sparks_dynamics import main, report
 
 
@@ -73,3 +75,19 @@ def test_long_runs_show_a_subset_of_their_checkpoints():
     assert _shown(list(range(0, 301, 25))) == [0, 25, 50, 100, 150, 200, 300]
     assert _shown(list(range(0, 176, 25))) == [0, 25, 50, 100, 150, 175]
     assert _shown([*range(0, 201, 25), 210]) == [0, 25, 50, 100, 150, 200, 210]
+
+
+def test_a_finished_run_with_other_overrides_is_refused(tmp_path):
+    import json
+
+    import pytest
+
+    from experiments.sparks_dynamics import run_one
+
+    record = _record("grpo_math", 0, 0.01)
+    record["overrides"] = ["algorithm.loss_options.beta=4.0"]
+    (tmp_path / "grpo_math_seed0.json").write_text(json.dumps(record))
+    args = argparse.Namespace(out=str(tmp_path), set=["algorithm.loss_options.beta=4.0"])
+    assert run_one("grpo_math", 0, args, world=None) == tmp_path / "grpo_math_seed0.json"
+    with pytest.raises(SystemExit, match="use another --out"):
+        run_one("grpo_math", 0, argparse.Namespace(out=str(tmp_path), set=[]), world=None)
