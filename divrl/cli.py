@@ -69,6 +69,25 @@ USER_OS_ERRORS = (FileNotFoundError, NotADirectoryError, IsADirectoryError, Perm
 
 # Log records that are noise at divrl's level of use: (logger name, message start).
 QUIET_RECORDS = (("accelerate.utils.other", "Removed shared tensor"),)
+# Records kept, but at DEBUG: accelerate's INFO lines for every checkpoint saved or loaded
+# (four per checkpoint) repeat what divrl's own checkpoint line says.
+DEBUG_RECORDS = (
+    ("accelerate.accelerator", "Saving current state to"),
+    ("accelerate.accelerator", "Loading states from"),
+    ("accelerate.accelerator", "Loading in "),
+    ("accelerate.checkpointing", "Model weights saved in"),
+    ("accelerate.checkpointing", "Optimizer state saved in"),
+    ("accelerate.checkpointing", "Scheduler state saved in"),
+    ("accelerate.checkpointing", "Sampler state for dataloader"),
+    ("accelerate.checkpointing", "Gradient scaler state saved in"),
+    ("accelerate.checkpointing", "Random states saved in"),
+    ("accelerate.checkpointing", "All model weights loaded successfully"),
+    ("accelerate.checkpointing", "All optimizer states loaded successfully"),
+    ("accelerate.checkpointing", "All scheduler states loaded successfully"),
+    ("accelerate.checkpointing", "All dataloader sampler states loaded successfully"),
+    ("accelerate.checkpointing", "All random states loaded successfully"),
+    ("accelerate.checkpointing", "Loading in "),
+)
 # Libraries whose INFO lines are one per HTTP request (hub downloads).
 QUIET_LOGGERS = ("httpx", "httpcore")
 
@@ -144,9 +163,22 @@ class _DropRecords(logging.Filter):
         super().__init__()
         self.prefix = prefix
 
-    def filter(self, record: logging.LogRecord) -> bool:
+    def matches(self, record: logging.LogRecord) -> bool:
         # accelerate's process-aware logger puts "[RANK n] " in front of the message
-        return not re.sub(r"^\[RANK \d+\] ", "", str(record.msg)).startswith(self.prefix)
+        return re.sub(r"^\[RANK \d+\] ", "", str(record.msg)).startswith(self.prefix)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not self.matches(record)
+
+
+class _DemoteRecords(_DropRecords):
+    """Logs a matching INFO record at DEBUG: shown only when the root logger is at DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self.matches(record) or record.levelno > logging.INFO:
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger().isEnabledFor(logging.DEBUG)
 
 
 def setup_logging(level: int = logging.INFO) -> None:
@@ -155,7 +187,8 @@ def setup_logging(level: int = logging.INFO) -> None:
     huggingface_hub adds its own stream handler to its library logger and still lets records
     propagate to the root, so with a root handler each of its lines would print twice; its
     handler is removed. Accelerate's per-checkpoint "Removed shared tensor" note (tied
-    embeddings, expected) is filtered out.
+    embeddings, expected) is filtered out, and its per-checkpoint "saved in" / "loaded"
+    lines are logged at DEBUG (:data:`DEBUG_RECORDS`).
     """
     logging.basicConfig(level=level, format="%(asctime)s %(name)s: %(message)s")
     # the hub adds its handler when this module is first imported: import it now
@@ -167,10 +200,11 @@ def setup_logging(level: int = logging.INFO) -> None:
     hub_logger.propagate = True
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
-    for name, prefix in QUIET_RECORDS:
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, _DropRecords) and f.prefix == prefix for f in logger.filters):
-            logger.addFilter(_DropRecords(prefix))
+    for records, kind in ((QUIET_RECORDS, _DropRecords), (DEBUG_RECORDS, _DemoteRecords)):
+        for name, prefix in records:
+            logger = logging.getLogger(name)
+            if not any(type(f) is kind and f.prefix == prefix for f in logger.filters):
+                logger.addFilter(kind(prefix))
 
 
 def is_user_error(exc: BaseException) -> bool:

@@ -109,6 +109,32 @@ def test_log_lines_print_once_and_accelerate_noise_is_dropped():
     assert "other-accelerate-line" in out.stderr
 
 
+def test_accelerate_checkpoint_lines_are_logged_at_debug_only():
+    code = (
+        "import logging, sys\n"
+        "from divrl.cli import setup_logging\n"
+        "setup_logging(logging.DEBUG if sys.argv[1] == 'debug' else logging.INFO)\n"
+        "from accelerate import PartialState\n"
+        "from accelerate.logging import get_logger\n"
+        "PartialState(cpu=True)\n"
+        "get_logger('accelerate.accelerator').info('Saving current state to /r/state')\n"
+        "get_logger('accelerate.checkpointing').info('Model weights saved in /r/m.safetensors')\n"
+        "get_logger('accelerate.checkpointing').info('Random states saved in /r/rs.pkl')\n"
+        "get_logger('accelerate.accelerator').info('Loading in 0 custom states')\n"
+        "get_logger('accelerate.checkpointing').info('another-accelerate-info')\n"
+        "get_logger('accelerate.checkpointing').warning('Model weights saved in a warning')\n"
+    )
+    lines = ("Saving current state to", "Model weights saved in /r", "Random states", "Loading in")
+    info = subprocess.run([sys.executable, "-c", code, "info"], capture_output=True, text=True)
+    assert info.returncode == 0, info.stderr
+    assert not [line for line in lines if line in info.stderr], info.stderr
+    assert "another-accelerate-info" in info.stderr  # only the listed lines are demoted
+    assert "WARNING" not in info.stderr and "Model weights saved in a warning" in info.stderr
+    debug = subprocess.run([sys.executable, "-c", code, "debug"], capture_output=True, text=True)
+    assert debug.returncode == 0, debug.stderr
+    assert all(line in debug.stderr for line in lines), debug.stderr
+
+
 def test_help_shows_defaults():
     eval_help = divrl("eval", "--help").stdout.split("options:", 1)[1]
     for option, default in (
