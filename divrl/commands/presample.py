@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shlex
 
 from divrl.commands.train import load_config_arg, with_toy_defaults
 
@@ -62,6 +63,16 @@ def run(args: argparse.Namespace) -> int:
     if state.is_main_process:  # every process of a torchrun launch returns the manifest
         print(json.dumps(manifest["stats"], indent=2))
         print(f"reference store: {config.reference_store}")
+        print(f"next: {next_command(args)}")
     # release the process group before the interpreter exits (no DDP wrapper here)
     release_process_group()
     return 0
+
+
+def next_command(args: argparse.Namespace) -> str:
+    """The ``divrl train`` command that trains on this store: the same config and overrides
+    (the store is matched to the training prompts and settings, so they must agree)."""
+    words = ["divrl", "train"] + ([args.config] if args.config else []) + list(args.overrides)
+    if args.failed_to_exploration:
+        words.append("reference.failed_to_exploration=true")
+    return shlex.join(words)

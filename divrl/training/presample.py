@@ -350,7 +350,8 @@ def presample(
         model = shard_model(config, model, device)
     prompts, dropped = run_prompts(config, train_path, db_dir, tokenizer, model)
     expect = store_expectation(config, model_path, prompts)
-    hint = "" if config.data.limit else " (data.limit=N: the first N only; train with it too)"
+    limit = config.data.limit
+    hint = f" (data.limit={limit}: the first {limit} rows only; train with it too)" if limit else ""
     logger.info("presample: %d prompts x %d responses%s", len(prompts), ref.k, hint)
     engine = make_engine(config, model, tokenizer, model_path)
     params = _presample_params(config)

@@ -1,4 +1,6 @@
 import json
+import logging
+import shlex
 from pathlib import Path
 
 import pytest
@@ -27,7 +29,7 @@ def test_presample_bad_config_exits_2(capsys):
 
 
 @pytest.mark.slow
-def test_presample_then_train_through_the_cli(tiny_world, tmp_path, capsys):
+def test_presample_then_train_through_the_cli(tiny_world, tmp_path, capsys, caplog):
     """The real verifier (math, \\boxed{} answers): the random model scores 0 everywhere, so
     every prompt is an exploration prompt and the store is empty; DPH training says so."""
     store = tmp_path / "store"
@@ -39,11 +41,19 @@ def test_presample_then_train_through_the_cli(tiny_world, tmp_path, capsys):
         "algorithm.divergence=js",
         "algorithm.divergence_coef=0.2",
     ]
+    caplog.set_level(logging.INFO, logger="divrl.training.presample")
     assert main(["presample", *common]) == 0
+    said = [r.getMessage() for r in caplog.records if r.name == "divrl.training.presample"]
+    assert "presample: 16 prompts x 2 responses" in said  # no data.limit note without a limit
     manifest = json.loads((store / "manifest.json").read_text())
     assert manifest["stats"]["prompts"] == 16
     assert manifest["stats"]["near_perfect"] + manifest["stats"]["exploration"] == 16
-    assert main(["train", *common]) == EXIT_USER_ERROR
+    # presample ends with the command that trains on the store: run that command
+    next_line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert next_line.startswith("next: divrl train ")
+    suggested = shlex.split(next_line.removeprefix("next: "))[2:]
+    assert suggested == common
+    assert main(["train", *suggested]) == EXIT_USER_ERROR
     err = capsys.readouterr().err
     assert "holds no samples" in err and "reference.keep_presampled" in err
     assert "Traceback" not in err
