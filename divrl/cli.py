@@ -62,6 +62,7 @@ USER_ERRORS = (
     ("divrl.evaluation.report_files", "ReportInputError"),
     ("divrl.data.prompts", "NoUsablePromptsError"),
     ("divrl.data.prompts", "PromptLengthError"),
+    ("divrl.data.templates", "TemplateError"),
     ("divrl.rollout.registry", "EngineError"),
 )
 # Built-in errors that, raised inside divrl, name a missing or unreadable input.

@@ -32,6 +32,11 @@ R1_TEMPLATE = (
 )
 
 
+class TemplateError(ValueError):
+    """A prompt cannot be rendered with the chosen template (unknown name, or a chat
+    template the tokenizer does not have): an input error, reported in one line."""
+
+
 def register_template(name: str, *, replace: bool = False) -> Callable[[TemplateFn], TemplateFn]:
     """Decorator registering ``fn(example, tokenizer) -> str`` as template ``name``.
 
@@ -78,11 +83,12 @@ def _plain(example: Example, tokenizer: Any = None) -> str:
 @register_template("chat")
 def _chat(example: Example, tokenizer: Any = None) -> str:
     if tokenizer is None or not hasattr(tokenizer, "apply_chat_template"):
-        raise ValueError("template 'chat' needs a tokenizer with apply_chat_template")
+        raise TemplateError("template 'chat' needs a tokenizer with apply_chat_template")
     if not getattr(tokenizer, "chat_template", None):
-        raise ValueError(
-            "template 'chat': this tokenizer has no chat template; use 'plain' or 'r1', "
-            "or set tokenizer.chat_template"
+        raise TemplateError(
+            "data.template=chat: this model's tokenizer has no chat template; set "
+            "data.template=plain or data.template=r1, or use a tokenizer that has one "
+            "(tokenizer_config.json's chat_template)"
         )
     return tokenizer.apply_chat_template(
         prompt_messages(example), tokenize=False, add_generation_prompt=True
@@ -97,5 +103,7 @@ def _r1(example: Example, tokenizer: Any = None) -> str:
 def render_prompt(example: Example, template: str = "plain", tokenizer: Any = None) -> str:
     """Render ``example`` with the named template (``plain``, ``chat``, ``r1``, ...)."""
     if template not in _TEMPLATES:
-        raise ValueError(f"unknown prompt template {template!r}; registered: {template_names()}")
+        raise TemplateError(
+            f"unknown prompt template {template!r}; registered: {template_names()}"
+        )
     return _TEMPLATES[template](example, tokenizer)

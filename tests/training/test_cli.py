@@ -121,3 +121,11 @@ def test_store_mismatch_and_dropped_prompts_are_one_paragraph(tiny_world, tmp_pa
     assert "16 of 16 prompts in" in capsys.readouterr().err
     assert main(["train", *too_short, "data.truncation=drop"]) == 2
     assert "all 16 rows were dropped by data.max_prompt_length=2" in capsys.readouterr().err
+
+
+def test_chat_template_missing_is_one_line_exit_2(tiny_world, tmp_path, capsys):
+    args = tiny_overrides(tiny_world, tmp_path, **{"data.template": "chat"})
+    assert main(["train", *args]) == EXIT_USER_ERROR
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("divrl train: data.template=chat: this model's tokenizer has no chat")
+    assert "data.template=plain" in last
