@@ -29,6 +29,7 @@ __all__ = [
     "run_prompts",
     "shard_model",
     "warn_if_prompts_repeat",
+    "warn_if_references_repeat",
 ]
 
 logger = logging.getLogger(__name__)
@@ -124,6 +125,23 @@ def warn_if_prompts_repeat(config: Config, n_prompts: int, what: str = "training
             config.train.prompts_per_step,
             n_prompts,
             what,
+        )
+
+
+def warn_if_references_repeat(config: Config, n_samples: int) -> None:
+    """Warn when one step draws more rehearsal rows than the store holds: each step then
+    trains on some reference samples several times (the rows cycle through the store)."""
+    per_step = config.reference.per_step
+    if per_step > n_samples:
+        logger.warning(
+            "reference.per_step=%d is larger than the %d samples in the reference store %s: "
+            "every step repeats each sample about %.1f times; lower reference.per_step, or "
+            "presample more prompts (or reference.keep_presampled=true, which stores the "
+            "near-perfect prompts' correct presampled responses too)",
+            per_step,
+            n_samples,
+            config.reference_store,
+            per_step / n_samples,
         )
 
 

@@ -99,3 +99,21 @@ def test_a_run_whose_every_step_was_skipped_exits_non_zero(
     err = capsys.readouterr().err
     assert code == 1
     assert "every one of the 2 steps skipped its optimiser update" in err
+
+
+def test_a_store_smaller_than_a_step_is_a_warning(tiny_world, reference_store, tmp_path, caplog):
+    from train_helpers import parity_reward
+
+    from divrl.training.trainer import Trainer
+
+    n = len(ReferenceStore(reference_store))
+    settings = {**DPH, "reference.store": reference_store}
+    caplog.set_level(logging.WARNING, logger="divrl.training.loading")
+    for per_step, warned in ((n, False), (n + 1, True)):
+        caplog.clear()
+        config = load_config(
+            None, tiny_overrides(tiny_world, tmp_path, **{**settings, "reference.per_step": per_step})
+        )
+        Trainer(config, reward_fn=parity_reward)
+        said = " ".join(r.getMessage() for r in caplog.records)
+        assert (f"reference.per_step={per_step} is larger than the {n} samples" in said) is warned
