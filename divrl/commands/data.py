@@ -1,9 +1,11 @@
-"""``divrl data convert``: official benchmark layouts to verl-schema files.
+"""``divrl data convert``: official benchmark layouts to verl-schema files; ``divrl data
+check``: what a data file holds and what training would make of it.
 
 ``divrl data convert <name> --src <dir> --split <split> --out <file.parquet|jsonl>
 [--template T] [--limit N] [--seed S]``; the converters are the benchmark profiles'
 (:func:`divrl.data.converters.converter_names`; the profile table of docs/rewards.md) and
-docs/data.md.
+docs/data.md. ``divrl data check FILE [--config CONFIG] [KEY=VALUE ...]``: docs/data.md,
+"Checking a file".
 """
 
 from __future__ import annotations
@@ -45,9 +47,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--limit", type=int, default=None, help="keep a random sample of N rows (source order)"
     )
     convert.add_argument("--seed", type=seed_int, default=0, help="seed of the --limit sample")
+    from divrl.commands.data_check import add_check_arguments
+
+    add_check_arguments(sub)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.data_command == "check":
+        from divrl.commands.data_check import run_check
+
+        return run_check(args)
     out = Path(args.out)
     if out.suffix not in (".jsonl", ".parquet"):
         print(f"divrl data: --out must end in .jsonl or .parquet, got {out}", file=sys.stderr)

@@ -67,7 +67,8 @@ class LoadedExamples(list):
     """The list of examples returned by :func:`load_examples`, with load statistics.
 
     ``n_rows``: rows read; ``n_skipped``: invalid rows skipped (``skip_invalid=True``);
-    ``errors``: their messages (first 100). Rows sharing an id are refused.
+    ``errors``: their messages (first 100). Rows sharing an id are refused, or listed in
+    ``duplicate_ids`` (id -> its 1-based rows) with ``refuse_duplicates=False``.
     """
 
     def __init__(self, examples: Iterable[Example] = ()):
@@ -75,6 +76,7 @@ class LoadedExamples(list):
         self.n_rows = 0
         self.n_skipped = 0
         self.errors: list[str] = []
+        self.duplicate_ids: dict[str, list[int]] = {}
 
 
 def load_examples(
@@ -83,6 +85,7 @@ def load_examples(
     db_dir: str | Path | None = None,
     skip_invalid: bool = False,
     limit: int | None = None,
+    refuse_duplicates: bool = True,
 ) -> list[Example]:
     """Read and validate examples from a JSONL file, a Parquet file or a ``datasets`` dir.
 
@@ -90,7 +93,9 @@ def load_examples(
     string or number, data source registered, SQL database found). A bad row raises
     :class:`DataValidationError` naming the file, the 1-based row number and the field;
     with ``skip_invalid=True`` it is logged and counted instead (see
-    :class:`LoadedExamples`). ``limit`` keeps the first ``limit`` valid examples.
+    :class:`LoadedExamples`). ``limit`` keeps the first ``limit`` valid examples. Rows
+    sharing an id raise too, unless ``refuse_duplicates=False`` (``divrl data check``,
+    which lists them).
     """
     path = Path(path)
     if not path.exists():
@@ -112,7 +117,8 @@ def load_examples(
             if len(out.errors) < 100:
                 out.errors.append(str(e))
     duplicates = sorted(i for i, rows in rows_of.items() if len(rows) > 1)
-    if duplicates:
+    out.duplicate_ids = {i: rows_of[i] for i in duplicates}
+    if duplicates and refuse_duplicates:
         _refuse_duplicates(path, duplicates, rows_of)
     if out.n_skipped:
         logger.warning(

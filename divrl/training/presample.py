@@ -49,6 +49,7 @@ from divrl.training.loading import (
     require_paths,
     run_prompts,
     shard_model,
+    warn_if_references_repeat,
 )
 
 __all__ = ["open_reference_store", "presample", "store_expectation"]
@@ -256,6 +257,7 @@ def open_reference_store(
             len(store),
             store.path,
         )
+        warn_if_references_repeat(config, len(store))
     return store, explored
 
 

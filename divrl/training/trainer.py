@@ -47,7 +47,6 @@ from divrl.training.loading import (
     rollout_params,
     run_prompts,
     warn_if_prompts_repeat,
-    warn_if_references_repeat,
 )
 from divrl.training.metrics import (
     TIME_KEYS,
@@ -128,8 +127,6 @@ class Trainer:
         if self.rank == 0:
             what = "exploration prompts" if cfg.uses_reference_samples else "training prompts"
             warn_if_prompts_repeat(cfg, len(self.prompts), what)
-            if self.reference_store is not None:
-                warn_if_references_repeat(cfg, len(self.reference_store))
         self.sampler = EpochSampler(len(self.prompts), cfg.train.seed, cfg.data.shuffle)
 
         self.engine = make_engine(cfg, self.policy, self.tokenizer, self.model_path)
