@@ -154,8 +154,42 @@ def default_max_new_tokens(model) -> int:
     return max(1, min(DEFAULT_MAX_NEW_TOKENS, context - PROMPT_ROOM))
 
 
+# The diversity columns of ``divrl eval``'s table: (header, summary key, explanation).
+DIVERSITY_COLUMNS = (
+    (
+        "styles",
+        "mean_distinct_styles",
+        "distinct solution styles per prompt (the profile's "
+        "style classifier; '-' where the data source has none)",
+    ),
+    (
+        "traces",
+        "mean_trace_clusters",
+        "clusters of similar reasoning traces per prompt "
+        "(word-bigram Jaccard, numbers masked): the styles of a source without a classifier",
+    ),
+    (
+        "answers",
+        "mean_answer_clusters",
+        "distinct final answers per prompt (the clusters maj@k votes with)",
+    ),
+    (
+        "dist-2",
+        "distinct_2",
+        "distinct word bigrams / all bigrams of a prompt's samples (higher = less repetition)",
+    ),
+    (
+        "self-BLEU",
+        "self_bleu",
+        "BLEU-4 of each sample against the prompt's other samples "
+        "(1 = identical samples; lower = more diverse)",
+    ),
+)
+
+
 def print_summary_table(summaries: dict[str, dict], title: str = "evaluation") -> None:
-    """A compact table: greedy accuracy, Pass@k (P@1 = mean sampled accuracy), maj@n per set.
+    """A compact table: greedy accuracy, Pass@k (P@1 = mean sampled accuracy), maj@n and the
+    diversity of the samples per set (:data:`DIVERSITY_COLUMNS`, explained under it).
 
     On a terminal it fits the terminal; otherwise (a log file, a pipe) it is printed at its
     natural width, never cut.
@@ -170,18 +204,27 @@ def print_summary_table(summaries: dict[str, dict], title: str = "evaluation") -
     table = Table(title=title)
     first = next(iter(summaries.values()))
     ks = first["ks"]
-    for col in ["set", "prompts", "greedy", *[f"P@{k}" for k in ks], f"maj@{ks[-1]}"]:
+    diversity = [header for header, _, _ in DIVERSITY_COLUMNS]
+    for col in ["set", "prompts", "greedy", *[f"P@{k}" for k in ks], f"maj@{ks[-1]}", *diversity]:
         table.add_column(col, justify="right" if col != "set" else "left")
     for name, s in summaries.items():
         greedy = s.get("greedy_accuracy")
+        measures = s.get("diversity", {})
         table.add_row(
             name,
             str(s["n_prompts"]),
             "-" if greedy is None else f"{greedy:.3f}",
             *[f"{s['pass@k'].get(str(k), float('nan')):.3f}" for k in ks],
             f"{s['maj@k'][str(s['ks'][-1])]:.3f}",
+            *[_measure(measures.get(key)) for _, key, _ in DIVERSITY_COLUMNS],
         )
     console.print(table)
+    for header, _, meaning in DIVERSITY_COLUMNS:
+        console.print(f"  {header}: {meaning}", highlight=False)
+
+
+def _measure(value) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def engine_option_mapping(specs: list[str]) -> dict:

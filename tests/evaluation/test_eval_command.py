@@ -35,6 +35,39 @@ def test_table_is_not_cut_when_stdout_is_not_a_terminal(capsys):
     assert header.count("P@1 ") == 1
 
 
+def test_table_shows_the_diversity_of_the_samples_and_explains_it(capsys):
+    with_styles = summary(0.5) | {
+        "diversity": {
+            "mean_distinct_styles": 2.3456,
+            "mean_trace_clusters": 1.8,
+            "mean_answer_clusters": 3.125,
+            "distinct_2": 0.4567,
+            "self_bleu": 0.8123,
+        }
+    }
+    no_classifier = summary(0.25) | {
+        "diversity": {
+            "mean_trace_clusters": 4.0,
+            "mean_answer_clusters": 1.0,
+            "distinct_2": 0.2,
+            "self_bleu": 0.99,
+        }
+    }
+    print_summary_table({"math": with_styles, "own": no_classifier})
+    lines = capsys.readouterr().out.splitlines()
+    header = next(line for line in lines if "P@1 " in line).split()
+    for column in ("styles", "traces", "answers", "dist-2", "self-BLEU"):
+        assert column in header
+        assert any(line.startswith(f"  {column}: ") for line in lines)  # explained once
+    rows = {cells[0]: cells for cells in map(_cells, lines) if cells}
+    assert rows["math"][-5:] == ["2.35", "1.80", "3.12", "0.46", "0.81"]
+    assert rows["own"][-5:] == ["-", "4.00", "1.00", "0.20", "0.99"]
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.split("│") if c.strip()]
+
+
 @pytest.mark.parametrize(
     "name", ["<img src=x onerror=alert(1)>", "../x", "a/b", "..", ".hidden", "", "a b", "x\\y"]
 )
