@@ -220,10 +220,17 @@ def is_user_error(exc: BaseException) -> bool:
 
 
 def error_paragraph(command: str, exc: BaseException) -> str:
-    """One paragraph (one line, so that paths in it can be copied): ``divrl COMMAND:
-    message`` and how to see the traceback."""
-    message = " ".join(str(exc).split()) or type(exc).__name__
-    return f"divrl {command}: {message} (run `divrl --debug {command} ...` for the traceback)"
+    """One paragraph: ``divrl COMMAND: message`` and how to see the traceback. A message
+    is one line (so that paths in it can be copied), except that a list in it (lines
+    starting with ``- ``) keeps one item per line, indented under the first line."""
+    hint = f"(run `divrl --debug {command} ...` for the traceback)"
+    lines = [" ".join(line.split()) for line in str(exc).splitlines()]
+    lines = [line for line in lines if line]
+    if not any(line.startswith("- ") for line in lines[1:]):
+        message = " ".join(lines) or type(exc).__name__
+        return f"divrl {command}: {message} {hint}"
+    rest = [f"  {line}" if line.startswith("- ") else line for line in lines[1:]]
+    return "\n".join([f"divrl {command}: {lines[0]}", *rest]) + f" {hint}"
 
 
 def usable_cpus() -> int:

@@ -344,3 +344,24 @@ def test_each_test_runs_on_the_thread_count_the_suite_asks_for():
     import torch
 
     assert torch.get_num_threads() == int(os.environ.get("DIVRL_TEST_THREADS", "1"))
+
+
+def test_an_error_keeps_its_list_one_item_per_line_and_is_otherwise_one_line():
+    from divrl.cli import error_paragraph
+
+    listed = ValueError(
+        "the reference store s does not match this run:\n  - data.limit: 6 vs none\n"
+        "  - rollout.n:   8 vs 4\nPresample again,   or pass --allow-store-mismatch."
+    )
+    assert error_paragraph("train", listed).splitlines() == [
+        "divrl train: the reference store s does not match this run:",
+        "  - data.limit: 6 vs none",
+        "  - rollout.n: 8 vs 4",
+        "Presample again, or pass --allow-store-mismatch. "
+        "(run `divrl --debug train ...` for the traceback)",
+    ]
+    wrapped = ValueError("a message\n  wrapped over\n\nthree lines")
+    assert error_paragraph("eval", wrapped) == (
+        "divrl eval: a message wrapped over three lines "
+        "(run `divrl --debug eval ...` for the traceback)"
+    )
