@@ -76,9 +76,19 @@ def _is_store_manifest(path: Path) -> bool:
     return manifest.get(FORMAT_KEY) == FORMAT or any(k in manifest for k in _LEGACY_KEYS)
 
 
-def check_store_target(path: str | Path, overwrite: bool = False, flag: str = "--overwrite"):
+def check_store_target(
+    path: str | Path,
+    overwrite: bool = False,
+    flag: str = "--overwrite",
+    source: dict[str, str] | None = None,
+):
     """Raise :class:`StoreTargetError` unless ``path`` is free, an empty folder, or a
-    reference store (or ``overwrite`` is set): presample replaces what is there."""
+    reference store (or ``overwrite`` is set): presample replaces what is there.
+
+    ``source``: ``{"train_data": path, "model": path or id}`` of the presample about to
+    run; a store there presampled from other data or another model is another run's (two
+    configs sharing one ``reference.store``) and is refused too, unless ``overwrite``.
+    """
     path = Path(path)
     if overwrite or not (path.exists() or path.is_symlink()):
         return
@@ -97,6 +107,7 @@ def check_store_target(path: str | Path, overwrite: bool = False, flag: str = "-
         return
     others = [n for n in entries if n not in STORE_FILES]
     if not others and _is_store_manifest(path / MANIFEST):
+        _refuse_another_source(path, source, flag)
         return
     what = (
         f"holds files that are not part of a reference store ({', '.join(others[:5])}"
@@ -108,6 +119,32 @@ def check_store_target(path: str | Path, overwrite: bool = False, flag: str = "-
         f"reference.store {path} {what}; presample would delete them. Set reference.store "
         f"to another folder, or pass {flag} to delete that folder and write the store there"
     )
+
+
+def _refuse_another_source(path: Path, source: dict[str, str] | None, flag: str) -> None:
+    if source is None:
+        return
+    manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+    differ = [
+        f"{key} {manifest.get(key)} (this presample: {value})"
+        for key, value in source.items()
+        if key in manifest and not _same_source(manifest[key], value)
+    ]
+    if differ:
+        raise StoreTargetError(
+            f"reference.store {path} holds a store presampled from other inputs "
+            f"({'; '.join(differ)}): another config's store, which this presample would "
+            f"replace. Set reference.store to a folder of this run's own, or pass {flag} to "
+            "replace it"
+        )
+
+
+def _same_source(recorded: Any, value: str) -> bool:
+    """Two paths are one source when they name the same file; hub ids compare as text."""
+    if str(recorded) == str(value):
+        return True
+    a, b = Path(str(recorded)).expanduser(), Path(str(value)).expanduser()
+    return a.exists() and b.exists() and a.resolve() == b.resolve()
 
 
 @contextlib.contextmanager

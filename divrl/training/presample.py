@@ -336,14 +336,15 @@ def presample(
     already there is replaced; any other folder or file is refused (before the model
     loads) unless ``overwrite``.
     """
-    check_store_target(config.reference_store, overwrite)
+    model_path, train_path, db_dir = require_paths(config)
+    source = {"train_data": train_path, "model": model_path}
+    check_store_target(config.reference_store, overwrite, source=source)
     ref = config.reference
     if failed_to_exploration is not None:
         ref.failed_to_exploration = failed_to_exploration
     reward_fn = reward_fn or default_reward_fn
     torch.manual_seed(config.train.seed)
     start_time = time.perf_counter()
-    model_path, train_path, db_dir = require_paths(config)
     procs = _processes()
     model, tokenizer = load_policy(config, model_path)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

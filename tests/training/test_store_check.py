@@ -145,3 +145,32 @@ def test_a_store_without_fingerprints_is_trained_on_with_a_warning(
     with caplog.at_level(logging.WARNING):
         Trainer(_config(tiny_world, tmp_path / "run", old))
     assert "without fingerprints" in caplog.text
+
+
+def test_presample_never_replaces_another_configs_store_without_overwrite(
+    tiny_world, reference_store, tmp_path
+):
+    """Two configs sharing a reference.store: the second presample (other data, or another
+    model) is refused before any model loads, and the first store is kept byte for byte."""
+    from train_helpers import write_prompts
+
+    from divrl.data.store_files import StoreTargetError
+
+    store = tmp_path / "shared_store"
+    shutil.copytree(reference_store, store)
+    before = {p.name: p.read_bytes() for p in store.iterdir()}
+    other_data = write_prompts(tmp_path / "mine.jsonl", n=6)
+    other_model = build_tiny_lm(tmp_path / "other_model")
+    for extra in ({"data.train_path": other_data}, {"model.path": other_model}):
+        mine = _config(tiny_world, tmp_path / "run", store, **extra)
+        with pytest.raises(StoreTargetError, match="presampled from other inputs") as err:
+            presample(mine, reward_fn=parity_reward, progress=False)
+        assert "--overwrite" in str(err.value)
+        assert {p.name: p.read_bytes() for p in store.iterdir()} == before
+    # the same data and model again (a presample with other settings) replaces the store
+    again = _config(tiny_world, tmp_path / "run", store, **{"reference.k": 2})
+    presample(again, reward_fn=parity_reward, progress=False)
+    assert json.loads((store / MANIFEST).read_text())["sampling"]["k"] == 2
+    mine = _config(tiny_world, tmp_path / "run", store, **{"data.train_path": other_data})
+    presample(mine, reward_fn=parity_reward, progress=False, overwrite=True)
+    assert json.loads((store / MANIFEST).read_text())["train_data"] == str(other_data)
