@@ -59,7 +59,19 @@ def trl_dataset(
         max_prompt_length=max_prompt_length,
         truncation=truncation,
     )
-    prompts, _ = load_prompts(str(train_path), tokenizer, settings, db_dir=db_dir, context=context)
+    prompts, too_long = load_prompts(
+        str(train_path), tokenizer, settings, db_dir=db_dir, context=context
+    )
+    dropped = too_long if truncation == "drop" else 0
+    logger.info(
+        "trl_dataset: %d prompts from %s (%d longer than max_prompt_length=%d: %s%s)",
+        len(prompts),
+        train_path,
+        too_long,
+        max_prompt_length,
+        f"{dropped} dropped" if truncation == "drop" else "left-truncated",
+        f"; limit={limit}" if limit else "",
+    )
     return Dataset.from_dict(
         {
             "prompt": [tokenizer.decode(p.prompt_ids) for p in prompts],
@@ -106,9 +118,19 @@ def exploration_dataset(
             len(ids),
             store.path,
         )
-    return dataset.filter(
+    kept = dataset.filter(
         lambda batch: [str(pid) in keep for pid in batch[id_column]], batched=True
     )
+    logger.info(
+        "DPH-RL keeps %d of the dataset's %d rows (the store's exploration prompts): %d are "
+        "near-perfect prompts of %s (rehearsed from the store, not rolled out), %d not in it",
+        len(kept),
+        len(ids),
+        len(ids) - len(kept) - unknown,
+        store.path,
+        unknown,
+    )
+    return kept
 
 
 def rollout_arguments(args: tuple, kwargs: dict[str, Any], id_column: str = "prompt_id") -> tuple:

@@ -4,6 +4,7 @@ renamed config fields and the store's model check inside TRL."""
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 from trl_helpers import make_args, prompt_dataset, tiny_model, varied_reward
@@ -68,11 +69,17 @@ def test_exploration_dataset_refuses_foreign_ids_and_warns_on_some(tmp_path, cap
     with pytest.raises(ValueError, match="no 'prompt_id' column"):
         exploration_dataset(Dataset.from_dict({"prompt": ["a"]}), store)
     mixed = Dataset.from_dict({"prompt_id": ["q0", "q1", "zz"]})
-    assert exploration_dataset(mixed, store)["prompt_id"] == ["q1"]
+    with caplog.at_level(logging.INFO, logger="divrl.integrations.trl_data"):
+        assert exploration_dataset(mixed, store)["prompt_id"] == ["q1"]
     assert "1 of the dataset's 3 prompts are not in the reference store" in caplog.text
+    # the rows kept, and why the others went, in one line
+    assert "DPH-RL keeps 1 of the dataset's 3 rows" in caplog.text
+    assert "1 are near-perfect prompts of" in caplog.text and "1 not in it" in caplog.text
 
 
-def test_trl_dataset_has_divrl_ids_and_prompts_and_the_verifier_scores_them(tmp_path, tokenizer):
+def test_trl_dataset_has_divrl_ids_and_prompts_and_the_verifier_scores_them(
+    tmp_path, tokenizer, caplog
+):
     rows = [
         {
             "data_source": "math",
@@ -86,8 +93,11 @@ def test_trl_dataset_has_divrl_ids_and_prompts_and_the_verifier_scores_them(tmp_
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(ValueError, match=r"1 of 4 prompts .* longer than data\.max_prompt_length"):
         trl_dataset(path, tokenizer, max_prompt_length=10)  # truncation="error", as divrl's
-    data = trl_dataset(path, tokenizer, max_prompt_length=10, truncation="drop")
+    with caplog.at_level(logging.INFO, logger="divrl.integrations.trl_data"):
+        data = trl_dataset(path, tokenizer, max_prompt_length=10, truncation="drop")
     assert data["prompt_id"] == ["m0", "m1", "m2"]  # m3 has 13 tokens > 10
+    assert "trl_dataset: 3 prompts from" in caplog.text
+    assert "(1 longer than max_prompt_length=10: 1 dropped)" in caplog.text
     assert data["prompt"][1] == "1+1=111"
     assert trl_dataset(path, tokenizer, limit=2)["prompt_id"] == ["m0", "m1"]
     # a prompt that fills the model's context is refused when it loads, as divrl train does
