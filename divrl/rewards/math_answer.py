@@ -248,6 +248,17 @@ _ROWS = re.compile(r"\\begin\{(?:cases|array|aligned|align\*?|gathered|matrix)\}
 # "7 (or 8)", "7 \lor 8", "7 \vee 8": alternatives, read as the set {7, 8} like "7 or 8"
 _PAREN_OR = re.compile(r"\(\s*or\s+([^()]{1,200})\)")
 _LOGICAL_OR = re.compile(r"\\lor\b|\\vee\b|\u2228")
+# text commands whose body math-verify drops as a unit ("7\text{ cm}" is 7), so a body
+# naming an alternative ("7\text{ (or 3)}") must be read before math-verify sees it
+_TEXT_COMMAND = re.compile(
+    r"\\(?:text|textrm|textnormal|textit|textbf|textsf|texttt|mbox|hbox|mathrm|mathit"
+    r"|mathbf|mathsf|operatorname)\s*(?=\{)"
+)
+_ALTERNATIVE = r"(?:or(?:\s+else)?|alternatively|alternately|otherwise)"
+_ALTERNATIVE_WORD = re.compile(rf"(?i)\b{_ALTERNATIVE}\b")
+_PAREN_ALTERNATIVE = re.compile(rf"(?i)\(\s*,?\s*{_ALTERNATIVE}\b[\s,:]*([^()]{{1,200}}?)\s*\)")
+_WORD_ALTERNATIVE = re.compile(rf"(?i)\s*,?\s*\b{_ALTERNATIVE}\b[\s,:]*")
+_MAX_TEXT_COMMANDS = 20
 
 
 def hedge(answer: str, ground_truth: str) -> str | None:
@@ -269,9 +280,39 @@ def hedge(answer: str, ground_truth: str) -> str | None:
 
 
 def alternatives_as_set(answer: str) -> str:
-    """``7 (or 8)``, ``7 \\lor 8`` -> ``7 \\text{ or } 8``: alternatives are a set, never one."""
+    """``7 (or 8)``, ``7 \\lor 8`` -> ``7 \\text{ or } 8``: alternatives are a set, never one.
+
+    Alternatives written in text commands are read too: ``7\\text{ (or 3)}``,
+    ``7 \\text{ or 3}``, ``7 \\text{ (alternatively, 3)}`` -> ``7 \\text{ or } 3``.
+    """
+    answer = _text_alternatives(answer)
     answer = _PAREN_OR.sub(lambda m: f" \\text{{ or }} {m.group(1)}", answer)
     return _LOGICAL_OR.sub(lambda m: " \\text{ or } ", answer)
+
+
+def _text_alternatives(answer: str) -> str:
+    """Every text command's body spelled out when one of them names an alternative
+    (``or``, ``alternatively``, ``otherwise``), each alternative word then written as
+    ``\\text{ or }``; ``answer`` unchanged otherwise (``7\\text{ cm}``, ``\\text{(A)}``)."""
+    bodies = []
+    for m in list(_TEXT_COMMAND.finditer(answer))[:_MAX_TEXT_COMMANDS]:
+        body = balanced_from(answer, m.end())
+        if body is None:
+            return answer
+        bodies.append((m.start(), m.end() + len(body) + 2, body))
+    if not any(_ALTERNATIVE_WORD.search(body) for _, _, body in bodies):
+        return answer
+    flat, last = [], 0
+    for start, end, body in bodies:
+        if start < last:  # a command nested in an earlier body: spelled out with it
+            continue
+        flat += [answer[last:start], " ", _text_alternatives(body), " "]
+        last = end
+    flat.append(answer[last:])
+    text = "".join(flat)
+    text = _PAREN_ALTERNATIVE.sub(lambda m: f" or {m.group(1)}", text)  # "(or 3)": " or 3"
+    text = _WORD_ALTERNATIVE.sub(lambda m: " \\text{ or } ", text)
+    return re.sub(r"\s+", " ", text).strip()
 
 
 _NUMBER_WITH_UNIT = re.compile(
