@@ -49,7 +49,7 @@ _SELF_CHECK = re.compile(
     r"reasonable|as\s+expected)\s*[.!]?"
 )
 _GSM8K_END = re.compile(r"####[ \t]{0,10}([^\n]{1,200})\s*\Z")
-_BARE_NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+")
+_BARE_NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:[, ]\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+")
 _WRAPPERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
 # digit groups split by a thin space, a LaTeX space, a tie or a plain space: 1\,000 -> 1000
 _SPACED_THOUSANDS = re.compile(r"(?<![\d.])\d{1,3}(?:(?:\\,|\\ |~|\\;| )\d{3})+(?![\d])")
@@ -101,9 +101,13 @@ def last_boxed(text: str) -> str | None:
 
 def _last_box(text: str, closed: bool = False) -> tuple[str | None, bool, int]:
     """(content, found, position) of the last box command (the last closed one when
-    ``closed``); the one box scanner of the math verifiers and the converters."""
+    ``closed``); the one box scanner of the math verifiers and the converters.
+
+    ``\\fbox`` is read only when the text has no ``\\boxed``, as the MATH grader's
+    ``last_boxed_only_string`` does."""
     positions = []
-    for cmd in _BOX_COMMANDS:
+    commands = _BOX_COMMANDS if "\\boxed" not in text else _BOX_COMMANDS[:1]
+    for cmd in commands:
         end = len(text)
         for _ in range(_MAX_BOX_TRIES):
             pos = text.rfind(cmd, 0, end)
@@ -227,13 +231,17 @@ def normalise_answer(answer: str) -> str:
     return _SPACED_THOUSANDS.sub(lambda m: _THOUSANDS_SEP.sub("", m.group(0)), answer)
 
 
+# a trailing percent: "50\\%", "50%", "50 percent", "28 pct", "50 \\text{ percent}"
+_TRAILING_PERCENT = re.compile(
+    r"\s*(?:\\%|%|\\(?:text|mbox|mathrm)\s*\{\s*(?:percent|pct)\s*\}|\b(?:percent|pct))\s*$"
+)
+
+
 def without_percent(answer: str) -> str | None:
-    """``answer`` with a trailing percent sign removed (the MATH grader drops it), or None."""
-    stripped = answer.rstrip()
-    for sign in ("\\%", "%"):
-        if stripped.endswith(sign):
-            return stripped[: -len(sign)].rstrip()
-    return None
+    """``answer`` without its trailing percent (``\\%``, ``%``, ``percent``, ``pct``), or
+    None when it has none. The MATH grader drops the sign: ``50\\%`` is compared as 50."""
+    m = _TRAILING_PERCENT.search(answer)
+    return answer[: m.start()].rstrip() if m else None
 
 
 # Words and relations that make an answer a guess rather than a claim. An answer holding one
@@ -242,7 +250,7 @@ _HEDGE_WORDS = re.compile(
     r"(?i)\b(?:maybe|perhaps|possibly|probably|likely|approximately|approx|roughly|about"
     r"|around|nearly|almost|guess|unsure|not\s+sure)\b"
 )
-_HEDGE_RELATIONS = re.compile(r"\\approx\b|\\simeq\b|\\sim\b|\u2248")
+_HEDGE_RELATIONS = re.compile(r"\\(?:approx|simeq|sim)(?![A-Za-z])|\u2248")
 # several rows (cases, array, aligned): a list of candidates unless the gold is one too
 _ROWS = re.compile(r"\\begin\{(?:cases|array|aligned|align\*?|gathered|matrix)\}")
 # "7 (or 8)", "7 \lor 8", "7 \vee 8": alternatives, read as the set {7, 8} like "7 or 8"
@@ -328,12 +336,23 @@ _NOT_UNITS = re.compile(
 )
 
 
+# a currency or unit symbol next to a number: "€12", "1,000.99€", "12m²", "12 cm³"
+_NUMBER_WITH_SYMBOL = re.compile(
+    r"\s*([€£¥₹]?)\s*([-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?)\s*([€£¥₹]|[A-Za-z]{1,3}[²³])?"
+    r"\s*\.?\s*"
+)
+
+
 def number_before_unit(answer: str) -> str | None:
-    """The number of ``7 dollars`` / ``$12 per hour`` (word problems carry units), or None.
+    """The number of ``7 dollars`` / ``$12 per hour`` / ``€12`` / ``12m²`` (word problems
+    carry units), or None.
 
     None when a word after the number is mathematics (``2 pi``, ``5 times 4``) or a
     connective (``3 or 4``): those are compared as expressions.
     """
+    symbol = _NUMBER_WITH_SYMBOL.fullmatch(answer)
+    if symbol is not None and (symbol.group(1) or symbol.group(3)):
+        return symbol.group(2).replace(",", "")
     m = _NUMBER_WITH_UNIT.fullmatch(answer)
     if m is None or _NOT_UNITS.search(answer[m.end(1) :]):
         return None
