@@ -43,6 +43,9 @@ _FILLER = re.compile(
 # "The answer is 7. Let me check: ...": the answer ends with its sentence
 _SENTENCE_END = re.compile(r"(?<=[^\s.])\.\s+(?=[A-Z])")
 _BOLD_END = re.compile(r"[*_]{1,3}(?=\.?\s*$)")  # "**7**." -> "7."
+# "**42** cookies", "42** cookies" (the phrase took the opening "**"): 42 cookies
+_BOLD_PAIR = re.compile(r"\*\*([^*\n]{1,200})\*\*|__([^_\n]{1,200})__")
+_BOLD_AFTER_FIRST = re.compile(r"^([^\s*_]{1,100})(?:\*\*|__)(?=\s)")
 # a phrase that judges an earlier answer ("... so the answer is correct."): not an answer
 _SELF_CHECK = re.compile(
     r"(?i)(?:indeed\s+)?(?:correct|right|verified|confirmed|consistent|valid|checked|"
@@ -147,7 +150,9 @@ def _phrase_answer(text: str) -> str | None:
 
 def _without_filler(found: str) -> str:
     """The phrase's answer without bold markers and the connective words before it."""
+    found = _BOLD_PAIR.sub(lambda m: m.group(1) or m.group(2), found)
     found = found.strip().strip("*_").strip()
+    found = _BOLD_AFTER_FIRST.sub(lambda m: m.group(1), found)
     found = _BOLD_END.sub("", found)
     while True:
         m = _FILLER.match(found)
@@ -250,7 +255,9 @@ _HEDGE_WORDS = re.compile(
     r"(?i)\b(?:maybe|perhaps|possibly|probably|likely|approximately|approx|roughly|about"
     r"|around|nearly|almost|guess|unsure|not\s+sure)\b"
 )
-_HEDGE_RELATIONS = re.compile(r"\\(?:approx|simeq|sim)(?![A-Za-z])|\u2248")
+_HEDGE_RELATIONS = re.compile(
+    r"\\(?:approx|approxeq|thickapprox|simeq|sim|thicksim)(?![A-Za-z])|\u2248"
+)
 # several rows (cases, array, aligned): a list of candidates unless the gold is one too
 _ROWS = re.compile(r"\\begin\{(?:cases|array|aligned|align\*?|gathered|matrix)\}")
 # "7 (or 8)", "7 \lor 8", "7 \vee 8": alternatives, read as the set {7, 8} like "7 or 8"
@@ -338,9 +345,12 @@ _NOT_UNITS = re.compile(
 
 # a currency or unit symbol next to a number: "€12", "1,000.99€", "12m²", "12 cm³"
 _NUMBER_WITH_SYMBOL = re.compile(
-    r"\s*([€£¥₹]?)\s*([-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?)\s*([€£¥₹]|[A-Za-z]{1,3}[²³])?"
+    r"\s*([€£¥₹]?)\s*([-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?)\s*([€£¥₹]|(?:[kcmd]?m|in|ft|yd|mi)[²³])?"
     r"\s*\.?\s*"
 )
+
+
+_DOLLARS = re.compile(r"\\?\$")
 
 
 def number_before_unit(answer: str) -> str | None:
@@ -350,6 +360,7 @@ def number_before_unit(answer: str) -> str | None:
     None when a word after the number is mathematics (``2 pi``, ``5 times 4``) or a
     connective (``3 or 4``): those are compared as expressions.
     """
+    answer = _DOLLARS.sub(" ", answer)  # "$42$ dollars", "\\$42.50": the number is the same
     symbol = _NUMBER_WITH_SYMBOL.fullmatch(answer)
     if symbol is not None and (symbol.group(1) or symbol.group(3)):
         return symbol.group(2).replace(",", "")

@@ -89,6 +89,15 @@ LABELLED = [
     ("numbers", "AZYUK2A", "2", 0, 0, "MV-num: a digit inside a word is no number"),
     ("numbers", r"\boxed{204_5}", "204_5", 1, 1, "MV-latex: base subscripts"),
     ("numbers", r"\boxed{1112112_3}", "204_5", 0, 0, "MV-latex: other base, other digits"),
+    ("numbers", "The answer is 12 cm³.", "12", 1, 1, "MV-num: a unit symbol"),
+    ("numbers", "The answer is 12x²", "12", 0, 1, "MATH-strip: 12x^2 is not 12; VERL-mv: 12"),
+    ("numbers", "Answer: **42** cookies", "42", 1, 1, "DIVRL-final: bold markers go; MV-num"),
+    ("numbers", "The answer is $42$ dollars.", "42", 1, 1, "MV-latex: 1/3 \\text{meters}"),
+    ("numbers", "The answer is $43$ dollars.", "42", 0, 0, "MV-latex"),
+    ("numbers", "The answer is 42!", "42", 0, 1, "MATH-strip: 42! is a factorial; VERL-mv: 42"),
+    ("numbers", "The answer is 1 000.", "1000", 1, 1, "MV-num"),
+    ("numbers", "The answer is 1e6", "1000000", 0, 0, "MV-num: no exponent notation read"),
+    ("numbers", r"The final answer is 10^6", "1000000", 1, 1, "MV-latex"),
     # -- box variants --------------------------------------------------------------------
     ("box_variants", r"\fbox{3}", "3", 1, 0, "MATH-box: \\fbox without \\boxed; VERL-mv: not read"),
     ("box_variants", r"\fbox{4}", "3", 0, 0, B),
@@ -137,6 +146,10 @@ LABELLED = [
     ("box_variants", r"\boxed{\text{Evelyn}}", r"\text{Evelyn}", 1, 1, "MV-latex"),
     ("box_variants", r"\boxed{E}", r"\text{E}", 1, 1, "MV-latex: $\\text{E}$ equals $E$"),
     ("box_variants", r"\boxed{}", "0", 0, 0, "MATH-box: an empty answer; VERL-mv: nothing parsed"),
+    ("box_variants", r"\fbox{$42$}", "42", 1, 1, "MATH-box; VERL-mv: the LaTeX span"),
+    ("box_variants", r"\boxed{\textbf{(B)}}", "B", 1, 1, "MV-latex: (C) equals C"),
+    ("box_variants", r"\boxed{\text{(B) } 42}", "B", 0, 0, "MATH-strip: (B)42 is not B"),
+    ("box_variants", r"\(\boxed{42}\)", "42", 1, 1, "MATH-box; VERL-mv"),
     # -- multiple boxes ------------------------------------------------------------------
     (
         "multiple_boxes",
@@ -214,6 +227,16 @@ LABELLED = [
     ("sets_relations", r"\boxed{y=-\frac{1}{2}x+\frac{3}{4}}", "2x+4y-3=0", 1, 1, "MV-rel"),
     ("sets_relations", r"\boxed{f(2) < f(1) < f(4)}", "f(2) < f(1) < f(4)", 1, 1, "MV-latex"),
     ("sets_relations", r"\boxed{1 \pm \sqrt{19}}", r"1 \pm \sqrt{19}", 1, 1, "MV-latex"),
+    ("sets_relations", r"\boxed{x \ge 5}", r"y \ge 5", 0, 0, "MATH-strip; MV-rel"),
+    (
+        "sets_relations",
+        r"\boxed{x<2 \text{ or } y>3}",
+        r"(-\infty,2)\cup(3,\infty)",
+        0,
+        0,
+        "DIVRL-ineq: two variables are no solution set",
+    ),
+    ("sets_relations", r"\boxed{1 < y < 3}", "(1,3)", 1, 0, "DIVRL-ineq; VERL-mv"),
     # -- intervals -----------------------------------------------------------------------
     ("intervals", r"$\boxed{[0,1)}$", "[0,1)", 1, 1, "MV-sets"),
     ("intervals", r"$\boxed{[0,1)}$", "[0,9)", 0, 0, "MV-sets"),
@@ -280,6 +303,9 @@ LABELLED = [
     ("percentages", "28", "0.28", 0, 0, "MV-pct: 0.28 is not 28"),
     ("percentages", r"\boxed{28}", r"\frac{28}{100}", 0, 0, "MV-pct"),
     ("percentages", r"\boxed{51\%}", r"50\%", 0, 0, "MATH-strip"),
+    ("percentages", "The answer is 5 percent.", "0.05", 0, 1, "MATH-strip; VERL-mv"),
+    ("percentages", "The answer is 5 percent.", "5", 1, 1, "MV-pct"),
+    ("percentages", r"\boxed{0.05}", r"5\%", 0, 1, "MATH-strip; VERL-mv"),
     # -- hedges (divrl's rule; math-verify scores what it reads) ---------------------------
     (
         "hedges",
@@ -299,6 +325,8 @@ LABELLED = [
     ("hedges", r"\boxed{\approx 2.5}", "2.5", 0, 1, "DIVRL-hedge; VERL-mv"),
     ("hedges", "The answer is probably 42.", "42", 0, 1, "DIVRL-hedge; VERL-mv"),
     ("hedges", "It is either 7 or 8.", "8", 0, 1, "DIVRL-final; VERL-mv: the last number"),
+    ("hedges", r"\boxed{\approxeq 3}", "3", 0, 1, "DIVRL-hedge; VERL-mv"),
+    ("hedges", r"\boxed{3 \sim 4}", "3", 0, 0, "DIVRL-hedge; VERL-mv"),
     ("hedges", r"\boxed{7\text{ cm}}", "7", 1, 1, "MV-latex: text units"),
     ("hedges", r"\boxed{7 \text{ cm}^2}", "7", 1, 1, "MV-latex"),
 ]
