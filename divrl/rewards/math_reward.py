@@ -10,9 +10,11 @@ Profiles (chosen by ``data_source``, see :data:`MATH_SOURCES`, :data:`GSM8K_SOUR
     answer. There is no last-number fallback: a hedge ("either 7 or 8") is no answer. The
     answer is cleaned (:func:`~divrl.rewards.math_answer.normalise_answer`), parsed by
     math-verify as ``\\boxed{answer}`` and compared with ``math_verify.verify`` against
-    ``\\boxed{ground_truth}``; when that fails, two equivalences of our own are tried: a
-    percent sign dropped on both sides (as the MATH grader drops it), and an inequality in
-    one variable read as its solution set (``x \\ge 5`` is ``[5, \\infty)``, both ways).
+    ``\\boxed{ground_truth}``, with two rules of our own: when either side ends in a
+    percent, the percent is dropped on both sides and only the numbers are compared (as the
+    MATH grader drops it: ``50\\%`` is 50, never 0.5), and, when math-verify says no, an
+    inequality in one variable is read as its solution set (``x \\ge 5`` is
+    ``[5, \\infty)``, both ways; two inequalities must name the same variable).
 ``gsm8k``
     GSM8K's own rule first: when the completion ends in ``#### <number>``, that number is
     compared exactly (thousands separators and a leading ``$`` removed) with the number after
@@ -356,7 +358,8 @@ def _parse_answer(answer: str) -> list:
 
 
 def compare_answer(answer: str, ground_truth: str) -> ScoreResult:
-    """An extracted final answer against the gold: math-verify, then our two equivalences."""
+    """An extracted final answer against the gold: math-verify, with a percent compared as
+    the number written and an inequality as its solution set (module docstring)."""
     from math_verify import verify
 
     gold = _parse_gold(ground_truth)
