@@ -238,15 +238,17 @@ def normalise_answer(answer: str) -> str:
 
 # a trailing percent: "50\\%", "50%", "50 percent", "28 pct", "50 \\text{ percent}"
 _TRAILING_PERCENT = re.compile(
-    r"\s*(?:\\%|%|\\(?:text|mbox|mathrm)\s*\{\s*(?:percent|pct)\s*\}|\b(?:percent|pct))\s*$"
+    r"(?:\\%|%|\\(?:text|mbox|mathrm)\s{0,10}\{\s{0,10}(?:percent|pct)\s{0,10}\}"
+    r"|\b(?:percent|pct))\Z"
 )
 
 
 def without_percent(answer: str) -> str | None:
     """``answer`` without its trailing percent (``\\%``, ``%``, ``percent``, ``pct``), or
     None when it has none. The MATH grader drops the sign: ``50\\%`` is compared as 50."""
-    m = _TRAILING_PERCENT.search(answer)
-    return answer[: m.start()].rstrip() if m else None
+    stripped = answer.rstrip()
+    m = _TRAILING_PERCENT.search(stripped)
+    return stripped[: m.start()].rstrip() if m else None
 
 
 # Words and relations that make an answer a guess rather than a claim. An answer holding one
@@ -324,10 +326,10 @@ def _text_alternatives(answer: str) -> str:
         flat += [answer[last:start], " ", _text_alternatives(body), " "]
         last = end
     flat.append(answer[last:])
-    text = "".join(flat)
+    text = re.sub(r"\s+", " ", "".join(flat))  # one space: the patterns below stay linear
     text = _PAREN_ALTERNATIVE.sub(lambda m: f" or {m.group(1)}", text)  # "(or 3)": " or 3"
     text = _WORD_ALTERNATIVE.sub(lambda m: " \\text{ or } ", text)
-    return re.sub(r"\s+", " ", text).strip()
+    return re.sub(r" +", " ", text).strip()
 
 
 _NUMBER_WITH_UNIT = re.compile(
@@ -345,8 +347,8 @@ _NOT_UNITS = re.compile(
 
 # a currency or unit symbol next to a number: "€12", "1,000.99€", "12m²", "12 cm³"
 _NUMBER_WITH_SYMBOL = re.compile(
-    r"\s*([€£¥₹]?)\s*([-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?)\s*([€£¥₹]|(?:[kcmd]?m|in|ft|yd|mi)[²³])?"
-    r"\s*\.?\s*"
+    r"\s*([€£¥₹]?)\s*([-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?)"
+    r"\s*([€£¥₹]|(?:[kcmd]?m|in|ft|yd|mi)[²³])?\s*\.?\s*"
 )
 
 
