@@ -262,7 +262,6 @@ def test_a_number_with_its_unit_is_the_number_unless_the_words_are_mathematics()
         assert number_before_unit(answer) is None, answer
 
 
-@pytest.mark.parametrize("source", ["math", "gsm8k"])
 @pytest.mark.parametrize(
     "solution, gold, score",
     [
@@ -283,8 +282,9 @@ def test_a_number_with_its_unit_is_the_number_unless_the_words_are_mathematics()
         ("\\boxed{x < 2 \\text{ or } x > 3}", "(-\\infty,2)\\cup(3,\\infty)", 1.0),
     ],
 )
-def test_alternatives_inside_text_are_a_set(source, solution, gold, score):
-    r = MathVerifier(profile=source).verify(solution, gold, {}, float("inf"))
+def test_alternatives_inside_text_are_a_set(solution, gold, score):
+    # gsm8k reads these the same way: test_rewards_math_labelled.py checks its hedges
+    r = MathVerifier().verify(solution, gold, {}, float("inf"))
     assert r.score == score, r
 
 
