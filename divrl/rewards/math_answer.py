@@ -43,13 +43,16 @@ _FILLER = re.compile(
 # "The answer is 7. Let me check: ...": the answer ends with its sentence
 _SENTENCE_END = re.compile(r"(?<=[^\s.])\.\s+(?=[A-Z])")
 _BOLD_END = re.compile(r"[*_]{1,3}(?=\.?\s*$)")  # "**7**." -> "7."
+# "**42** cookies", "42** cookies" (the phrase took the opening "**"): 42 cookies
+_BOLD_PAIR = re.compile(r"\*\*([^*\n]{1,200})\*\*|__([^_\n]{1,200})__")
+_BOLD_AFTER_FIRST = re.compile(r"^([^\s*_]{1,100})(?:\*\*|__)(?=\s)")
 # a phrase that judges an earlier answer ("... so the answer is correct."): not an answer
 _SELF_CHECK = re.compile(
     r"(?i)(?:indeed\s+)?(?:correct|right|verified|confirmed|consistent|valid|checked|"
     r"reasonable|as\s+expected)\s*[.!]?"
 )
 _GSM8K_END = re.compile(r"####[ \t]{0,10}([^\n]{1,200})\s*\Z")
-_BARE_NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+")
+_BARE_NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:[, ]\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+")
 _WRAPPERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
 # digit groups split by a thin space, a LaTeX space, a tie or a plain space: 1\,000 -> 1000
 _SPACED_THOUSANDS = re.compile(r"(?<![\d.])\d{1,3}(?:(?:\\,|\\ |~|\\;| )\d{3})+(?![\d])")
@@ -101,9 +104,13 @@ def last_boxed(text: str) -> str | None:
 
 def _last_box(text: str, closed: bool = False) -> tuple[str | None, bool, int]:
     """(content, found, position) of the last box command (the last closed one when
-    ``closed``); the one box scanner of the math verifiers and the converters."""
+    ``closed``); the one box scanner of the math verifiers and the converters.
+
+    ``\\fbox`` is read only when the text has no ``\\boxed``, as the MATH grader's
+    ``last_boxed_only_string`` does."""
     positions = []
-    for cmd in _BOX_COMMANDS:
+    commands = _BOX_COMMANDS if "\\boxed" not in text else _BOX_COMMANDS[:1]
+    for cmd in commands:
         end = len(text)
         for _ in range(_MAX_BOX_TRIES):
             pos = text.rfind(cmd, 0, end)
@@ -143,7 +150,9 @@ def _phrase_answer(text: str) -> str | None:
 
 def _without_filler(found: str) -> str:
     """The phrase's answer without bold markers and the connective words before it."""
+    found = _BOLD_PAIR.sub(lambda m: m.group(1) or m.group(2), found)
     found = found.strip().strip("*_").strip()
+    found = _BOLD_AFTER_FIRST.sub(lambda m: m.group(1), found)
     found = _BOLD_END.sub("", found)
     while True:
         m = _FILLER.match(found)
@@ -227,13 +236,19 @@ def normalise_answer(answer: str) -> str:
     return _SPACED_THOUSANDS.sub(lambda m: _THOUSANDS_SEP.sub("", m.group(0)), answer)
 
 
+# a trailing percent: "50\\%", "50%", "50 percent", "28 pct", "50 \\text{ percent}"
+_TRAILING_PERCENT = re.compile(
+    r"(?:\\%|%|\\(?:text|mbox|mathrm)\s{0,10}\{\s{0,10}(?:percent|pct)\s{0,10}\}"
+    r"|\b(?:percent|pct))\Z"
+)
+
+
 def without_percent(answer: str) -> str | None:
-    """``answer`` with a trailing percent sign removed (the MATH grader drops it), or None."""
+    """``answer`` without its trailing percent (``\\%``, ``%``, ``percent``, ``pct``), or
+    None when it has none. The MATH grader drops the sign: ``50\\%`` is compared as 50."""
     stripped = answer.rstrip()
-    for sign in ("\\%", "%"):
-        if stripped.endswith(sign):
-            return stripped[: -len(sign)].rstrip()
-    return None
+    m = _TRAILING_PERCENT.search(stripped)
+    return stripped[: m.start()].rstrip() if m else None
 
 
 # Words and relations that make an answer a guess rather than a claim. An answer holding one
@@ -242,12 +257,25 @@ _HEDGE_WORDS = re.compile(
     r"(?i)\b(?:maybe|perhaps|possibly|probably|likely|approximately|approx|roughly|about"
     r"|around|nearly|almost|guess|unsure|not\s+sure)\b"
 )
-_HEDGE_RELATIONS = re.compile(r"\\approx\b|\\simeq\b|\\sim\b|\u2248")
+_HEDGE_RELATIONS = re.compile(
+    r"\\(?:approx|approxeq|thickapprox|simeq|sim|thicksim)(?![A-Za-z])|\u2248"
+)
 # several rows (cases, array, aligned): a list of candidates unless the gold is one too
 _ROWS = re.compile(r"\\begin\{(?:cases|array|aligned|align\*?|gathered|matrix)\}")
 # "7 (or 8)", "7 \lor 8", "7 \vee 8": alternatives, read as the set {7, 8} like "7 or 8"
 _PAREN_OR = re.compile(r"\(\s*or\s+([^()]{1,200})\)")
 _LOGICAL_OR = re.compile(r"\\lor\b|\\vee\b|\u2228")
+# text commands whose body math-verify drops as a unit ("7\text{ cm}" is 7), so a body
+# naming an alternative ("7\text{ (or 3)}") must be read before math-verify sees it
+_TEXT_COMMAND = re.compile(
+    r"\\(?:text|textrm|textnormal|textit|textbf|textsf|texttt|mbox|hbox|mathrm|mathit"
+    r"|mathbf|mathsf|operatorname)\s*(?=\{)"
+)
+_ALTERNATIVE = r"(?:or(?:\s+else)?|alternatively|alternately|otherwise)"
+_ALTERNATIVE_WORD = re.compile(rf"(?i)\b{_ALTERNATIVE}\b")
+_PAREN_ALTERNATIVE = re.compile(rf"(?i)\(\s*,?\s*{_ALTERNATIVE}\b[\s,:]*([^()]{{1,200}}?)\s*\)")
+_WORD_ALTERNATIVE = re.compile(rf"(?i)\s*,?\s*\b{_ALTERNATIVE}\b[\s,:]*")
+_MAX_TEXT_COMMANDS = 20
 
 
 def hedge(answer: str, ground_truth: str) -> str | None:
@@ -269,9 +297,39 @@ def hedge(answer: str, ground_truth: str) -> str | None:
 
 
 def alternatives_as_set(answer: str) -> str:
-    """``7 (or 8)``, ``7 \\lor 8`` -> ``7 \\text{ or } 8``: alternatives are a set, never one."""
+    """``7 (or 8)``, ``7 \\lor 8`` -> ``7 \\text{ or } 8``: alternatives are a set, never one.
+
+    Alternatives written in text commands are read too: ``7\\text{ (or 3)}``,
+    ``7 \\text{ or 3}``, ``7 \\text{ (alternatively, 3)}`` -> ``7 \\text{ or } 3``.
+    """
+    answer = _text_alternatives(answer)
     answer = _PAREN_OR.sub(lambda m: f" \\text{{ or }} {m.group(1)}", answer)
     return _LOGICAL_OR.sub(lambda m: " \\text{ or } ", answer)
+
+
+def _text_alternatives(answer: str) -> str:
+    """Every text command's body spelled out when one of them names an alternative
+    (``or``, ``alternatively``, ``otherwise``), each alternative word then written as
+    ``\\text{ or }``; ``answer`` unchanged otherwise (``7\\text{ cm}``, ``\\text{(A)}``)."""
+    bodies = []
+    for m in list(_TEXT_COMMAND.finditer(answer))[:_MAX_TEXT_COMMANDS]:
+        body = balanced_from(answer, m.end())
+        if body is None:
+            return answer
+        bodies.append((m.start(), m.end() + len(body) + 2, body))
+    if not any(_ALTERNATIVE_WORD.search(body) for _, _, body in bodies):
+        return answer
+    flat, last = [], 0
+    for start, end, body in bodies:
+        if start < last:  # a command nested in an earlier body: spelled out with it
+            continue
+        flat += [answer[last:start], " ", _text_alternatives(body), " "]
+        last = end
+    flat.append(answer[last:])
+    text = re.sub(r"\s+", " ", "".join(flat))  # one space: the patterns below stay linear
+    text = _PAREN_ALTERNATIVE.sub(lambda m: f" or {m.group(1)}", text)  # "(or 3)": " or 3"
+    text = _WORD_ALTERNATIVE.sub(lambda m: " \\text{ or } ", text)
+    return re.sub(r" +", " ", text).strip()
 
 
 _NUMBER_WITH_UNIT = re.compile(
@@ -287,12 +345,27 @@ _NOT_UNITS = re.compile(
 )
 
 
+# a currency or unit symbol next to a number: "€12", "1,000.99€", "12m²", "12 cm³"
+_NUMBER_WITH_SYMBOL = re.compile(
+    r"\s*([€£¥₹]?)\s*([-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?)"
+    r"\s*([€£¥₹]|(?:[kcmd]?m|in|ft|yd|mi)[²³])?\s*\.?\s*"
+)
+
+
+_DOLLARS = re.compile(r"\\?\$")
+
+
 def number_before_unit(answer: str) -> str | None:
-    """The number of ``7 dollars`` / ``$12 per hour`` (word problems carry units), or None.
+    """The number of ``7 dollars`` / ``$12 per hour`` / ``€12`` / ``12m²`` (word problems
+    carry units), or None.
 
     None when a word after the number is mathematics (``2 pi``, ``5 times 4``) or a
     connective (``3 or 4``): those are compared as expressions.
     """
+    answer = _DOLLARS.sub(" ", answer)  # "$42$ dollars", "\\$42.50": the number is the same
+    symbol = _NUMBER_WITH_SYMBOL.fullmatch(answer)
+    if symbol is not None and (symbol.group(1) or symbol.group(3)):
+        return symbol.group(2).replace(",", "")
     m = _NUMBER_WITH_UNIT.fullmatch(answer)
     if m is None or _NOT_UNITS.search(answer[m.end(1) :]):
         return None

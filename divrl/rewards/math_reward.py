@@ -10,9 +10,11 @@ Profiles (chosen by ``data_source``, see :data:`MATH_SOURCES`, :data:`GSM8K_SOUR
     answer. There is no last-number fallback: a hedge ("either 7 or 8") is no answer. The
     answer is cleaned (:func:`~divrl.rewards.math_answer.normalise_answer`), parsed by
     math-verify as ``\\boxed{answer}`` and compared with ``math_verify.verify`` against
-    ``\\boxed{ground_truth}``; when that fails, two equivalences of our own are tried: a
-    percent sign dropped on both sides (as the MATH grader drops it), and an inequality in
-    one variable read as its solution set (``x \\ge 5`` is ``[5, \\infty)``, both ways).
+    ``\\boxed{ground_truth}``, with two rules of our own: when either side ends in a
+    percent, the percent is dropped on both sides and only the numbers are compared (as the
+    MATH grader drops it: ``50\\%`` is 50, never 0.5), and, when math-verify says no, an
+    inequality in one variable is read as its solution set (``x \\ge 5`` is
+    ``[5, \\infty)``, both ways; two inequalities must name the same variable).
 ``gsm8k``
     GSM8K's own rule first: when the completion ends in ``#### <number>``, that number is
     compared exactly (thousands separators and a leading ``$`` removed) with the number after
@@ -186,6 +188,13 @@ def _gsm8k_number(text: str) -> str | None:
     return m.group(1).replace(",", "")
 
 
+def _plain_number(text: str) -> str | None:
+    """``text`` as a plain number without separators (``$1,250`` -> ``1250``), or None;
+    ``1,2`` (not thousands) is no number."""
+    text = text.strip().removeprefix("$")
+    return text.replace(",", "") if _GSM8K_NUMBER.fullmatch(text) else None
+
+
 def _same_number(a: str, b: str) -> bool:
     from fractions import Fraction
 
@@ -269,8 +278,8 @@ def final_answer_rule(solution_str: str, ground_truth: str) -> ScoreResult:
     if hedged is not None:
         return ScoreResult(0.0, answer[:1000], "wrong", hedged)
     number = number_before_unit(answer)
-    gold = ground_truth.strip().replace(",", "").removeprefix("$")
-    if number is not None and _GSM8K_NUMBER.fullmatch(gold):
+    gold = _plain_number(ground_truth)
+    if number is not None and gold is not None:
         ok = _same_number(number, gold)  # "7 dollars": a number and its unit
         return ScoreResult(float(ok), number, "correct" if ok else "wrong")
     return compare_answer(alternatives_as_set(answer), ground_truth)
@@ -281,12 +290,12 @@ def gsm8k_rule(solution_str: str, ground_truth: str) -> ScoreResult:
     """The ``gsm8k`` profile: a ``#### <number>`` ending first, else the ``math`` rule."""
     pred = _gsm8k_number(solution_str)
     gold = _gsm8k_number(ground_truth) if "####" in ground_truth else None
-    gold = gold or ground_truth.strip().replace(",", "").removeprefix("$")
-    if pred is not None and _GSM8K_NUMBER.fullmatch(gold):
+    gold = gold or _plain_number(ground_truth)
+    if pred is not None and gold is not None:
         ok = _same_number(pred, gold)
         return ScoreResult(float(ok), pred, "correct" if ok else "wrong")
-    if "####" in ground_truth or _GSM8K_NUMBER.fullmatch(gold):
-        ground_truth = gold  # a GSM8K gold: its number, not the worked solution
+    if gold is not None:  # a GSM8K gold: its number, not the worked solution
+        ground_truth = gold
     return final_answer_rule(solution_str, ground_truth)
 
 
@@ -349,7 +358,8 @@ def _parse_answer(answer: str) -> list:
 
 
 def compare_answer(answer: str, ground_truth: str) -> ScoreResult:
-    """An extracted final answer against the gold: math-verify, then our two equivalences."""
+    """An extracted final answer against the gold: math-verify, with a percent compared as
+    the number written and an inequality as its solution set (module docstring)."""
     from math_verify import verify
 
     gold = _parse_gold(ground_truth)
@@ -361,25 +371,29 @@ def compare_answer(answer: str, ground_truth: str) -> ScoreResult:
     pred = _parse_answer(cleaned)
     if not pred:
         return ScoreResult(0.0, cleaned[:1000], "unparsable", "math-verify reads nothing in it")
-    ok = verify(gold, pred, timeout_seconds=None) or _equivalent_forms(
-        cleaned, ground_truth, gold, pred
-    )
+    bare_pred, bare_gold = without_percent(cleaned), without_percent(ground_truth)
+    if bare_pred is not None or bare_gold is not None:
+        # a percent is compared as the number written (the MATH grader drops the sign):
+        # 50\% is 50, never 0.5
+        gold = _parse_gold(bare_gold) if bare_gold is not None else gold
+        pred = _parse_answer(bare_pred) if bare_pred is not None else pred
+        ok = bool(gold and pred) and verify(gold, pred, timeout_seconds=None)
+    else:
+        ok = verify(gold, pred, timeout_seconds=None) or _same_solution_set(gold, pred)
     return ScoreResult(float(ok), cleaned[:1000], "correct" if ok else "wrong")
 
 
-def _equivalent_forms(answer: str, ground_truth: str, gold: list, pred: list) -> bool:
-    """The equivalences math-verify lacks: a dropped percent sign, inequality = interval."""
+def _same_solution_set(gold: list, pred: list) -> bool:
+    """Inequality = interval, the equivalence math-verify lacks: an inequality in one
+    variable is its solution set (two inequalities must name the same variable)."""
     from math_verify import verify
 
-    bare_pred, bare_gold = without_percent(answer), without_percent(ground_truth)
-    if bare_pred is not None or bare_gold is not None:
-        gold2 = _parse_gold(bare_gold) if bare_gold is not None else gold
-        pred2 = _parse_answer(bare_pred) if bare_pred is not None else pred
-        if gold2 and pred2 and verify(gold2, pred2, timeout_seconds=None):
-            return True
     gold_set, pred_set = _solution_set(gold[0]), _solution_set(pred[0])
     if gold_set is None and pred_set is None:
         return False
+    both = gold_set is not None and pred_set is not None
+    if both and _free_symbols(gold[0]) != _free_symbols(pred[0]):
+        return False  # y > 2 is not x > 2
     return bool(
         verify(
             [gold_set if gold_set is not None else gold[0]],
@@ -387,6 +401,13 @@ def _equivalent_forms(answer: str, ground_truth: str, gold: list, pred: list) ->
             timeout_seconds=None,
         )
     )
+
+
+def _free_symbols(expr: Any) -> set:
+    from sympy import FiniteSet
+
+    args = expr.args if isinstance(expr, FiniteSet) else (expr,)
+    return set().union(*(getattr(a, "free_symbols", set()) for a in args))
 
 
 def _solution_set(expr: Any):

@@ -7,8 +7,10 @@ Usage, from any folder (so that the worker processes import the same divrl)::
 SQL: the cases and official-rule labels of ``test_rewards_sql_agreement.py`` for ``bird``,
 ``spider`` and ``sql``. Math: ``math`` and ``gsm8k`` on the training-profile cases of
 ``test_rewards_math_agreement.py``, and ``math_verify`` (or ``math`` where that profile
-does not exist, as in older versions) against math-verify itself. Only the public API is
-used, so the same command measures an older checkout; ``--verbose`` lists disagreements.
+does not exist, as in older versions) against math-verify itself; ``math``, ``gsm8k`` and
+``math_verify`` against the hand-labelled set of ``math_labelled_cases.py``, per class
+(``--labelled``: that set only). Only the public API is used, so the same command measures
+an older checkout; ``--verbose`` lists disagreements.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import math_labelled_cases as labelled_cases
 import test_rewards_math_agreement as math_tests
 import test_rewards_sql_agreement as sql_tests
 
@@ -35,6 +38,24 @@ def _report(name: str, requests, labels, describe, verbose: bool) -> None:
     print(f"{name}: {len(labels)} cases, agreement {1 - len(wrong) / len(labels):.4f}")
     for line in wrong if verbose else []:
         print(f"  disagree {line}")
+
+
+def labelled(verbose: bool) -> None:
+    """Each math profile against the labelled set (math/gsm8k: column 3, math_verify: 4)."""
+    cases = labelled_cases.LABELLED
+    for source, column in (("math", 3), ("gsm8k", 3), ("math_verify", 4)):
+        requests = [ScoreRequest(source, c[1], c[2]) for c in cases]
+        results = score_batch(requests, max_workers=2, timeout=60).results
+        agree = [(r.score == 1.0) == bool(c[column]) for c, r in zip(cases, results, strict=True)]
+        per_class = []
+        for cls in labelled_cases.CLASSES:
+            rows = [a for c, a in zip(cases, agree, strict=True) if c[0] == cls]
+            per_class.append(f"{cls} {sum(rows)}/{len(rows)}")
+        print(f"{source} labelled: {len(cases)} cases, agreement {sum(agree) / len(cases):.4f}")
+        print("  " + ", ".join(per_class))
+        for c, a in zip(cases, agree, strict=True):
+            if verbose and not a:
+                print(f"  disagree [{c[0]}] {c[1]!r} gold {c[2]!r} label {c[column]}")
 
 
 def main(verbose: bool) -> None:
@@ -59,4 +80,6 @@ def main(verbose: bool) -> None:
 
 
 if __name__ == "__main__":
-    main("--verbose" in sys.argv[1:])
+    if "--labelled" not in sys.argv[1:]:
+        main("--verbose" in sys.argv[1:])
+    labelled("--verbose" in sys.argv[1:])

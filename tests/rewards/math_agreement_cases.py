@@ -214,12 +214,14 @@ TRUNCATED_CASES = [
 
 # Training-profile labels of CASES where the reference (math-verify on the final answer)
 # and the documented equivalences differ: spaced thousands, a final full stop, a percent
-# sign the MATH grader drops, and inequalities read as their solution sets.
+# sign the MATH grader drops (so 5\% is 5, not 0.05), and inequalities read as their
+# solution sets.
 FINAL_ANSWER_LABELS = {
     ("\\boxed{1\\,000}", "1000"): 1.0,
     ("\\boxed{1 000}", "1000"): 1.0,
     ("\\boxed{5.}", "5"): 1.0,
     ("\\boxed{5\\%}", "5"): 1.0,
+    ("\\boxed{5\\%}", "0.05"): 0.0,  # the MATH grader compares 5, not 0.05
     ("\\boxed{x \\geq 5}", "[5, \\infty)"): 1.0,
     ("\\boxed{x > 5}", "(5,\\infty)"): 1.0,
     ("\\boxed{1 < x < 3}", "(1,3)"): 1.0,
@@ -306,7 +308,8 @@ FINAL_ANSWER_CASES = [
     ("\\boxed{5\\%}", "0.5", 0.0, "numbers"),
     ("\\boxed{2~500}", "2500", 1.0, "numbers"),
     ("\\boxed{\\$2,500.00}", "2500", 1.0, "numbers"),
-    ("\\boxed{100\\%}", "1", 1.0, "numbers"),
+    ("\\boxed{100\\%}", "1", 0.0, "numbers"),  # a percent is the number written: 100
+    ("\\boxed{100\\%}", "100", 1.0, "numbers"),
     # hedges and text without a final answer: no last-number fallback
     ("It is either 7 or 8.", "7", 0.0, "hedges"),
     ("either 7 or 8", "8", 0.0, "hedges"),

@@ -260,3 +260,37 @@ def test_a_number_with_its_unit_is_the_number_unless_the_words_are_mathematics()
     assert number_before_unit("1,250 dollars.") == "1250"
     for answer in ("2 pi", "3 or 4", "5 times 4", "7", "x dollars"):
         assert number_before_unit(answer) is None, answer
+
+
+@pytest.mark.parametrize(
+    "solution, gold, score",
+    [
+        # alternatives written inside \text{} are alternatives: the set {7, 3}, not 7
+        ("\\boxed{7\\text{ (or 3)}}", "7", 0.0),
+        ("\\boxed{7 \\text{ or 3}}", "7", 0.0),
+        ("\\boxed{7 \\text{ (alternatively 3)}}", "7", 0.0),
+        ("<answer>7 \\text{ (or 3)}</answer>", "7", 0.0),
+        ("\\boxed{7 \\mathrm{ or } 3}", "3", 0.0),
+        ("\\boxed{7 \\text{ (or } 3\\text{)}}", "7", 0.0),
+        ("The answer is $7\\text{, alternatively }3$.", "3", 0.0),
+        ("\\boxed{7 \\text{ (or 3)}}", "7, 3", 1.0),  # the set itself is the gold
+        # \text{} holding a unit, a label or a word is read as before
+        ("\\boxed{7\\text{ cm}}", "7", 1.0),
+        ("\\boxed{7 \\text{ cm}^2}", "7", 1.0),
+        ("\\boxed{\\text{(A)}}", "A", 1.0),
+        ("\\boxed{\\text{Monday}}", "\\text{Monday}", 1.0),
+        ("\\boxed{x < 2 \\text{ or } x > 3}", "(-\\infty,2)\\cup(3,\\infty)", 1.0),
+    ],
+)
+def test_alternatives_inside_text_are_a_set(solution, gold, score):
+    # gsm8k reads these the same way: test_rewards_math_labelled.py checks its hedges
+    r = MathVerifier().verify(solution, gold, {}, float("inf"))
+    assert r.score == score, r
+
+
+def test_text_alternatives_are_rewritten_as_one_set():
+    from divrl.rewards.math_answer import alternatives_as_set
+
+    assert alternatives_as_set("7\\text{ (or 3)}") == "7 \\text{ or } 3"
+    assert alternatives_as_set("7 \\text{ (alternatively, 3)}") == "7 \\text{ or } 3"
+    assert alternatives_as_set("7\\text{ cm}") == "7\\text{ cm}"  # no alternative: unchanged
