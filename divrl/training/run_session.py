@@ -86,7 +86,9 @@ def config_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> dict
     for key in sorted(set(old_maps) & set(new_maps)):
         a, b = dict(old_maps[key]), dict(new_maps[key])
         inside = [k for k in changes if k.startswith(f"{key}.")]
-        if set(_flatten(a)) != set(_flatten(b)) and not any(key.startswith(f"{m}.") for m in changes):
+        if set(_flatten(a)) != set(_flatten(b)) and not any(
+            key.startswith(f"{m}.") for m in changes
+        ):
             for k in inside:
                 del changes[k]
             changes[key] = [a, b]
