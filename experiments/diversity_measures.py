@@ -16,9 +16,13 @@ demo's ``runs/demo/<method>/eval``).
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+from experiments.records import ResultError, read_result, refuse_other_settings, write_result
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
@@ -43,12 +47,26 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
+def _check_settings(out: Path, settings: dict[str, Any]) -> None:
+    """Samples in ``out`` are reused only when made with the same ``--prompts`` and
+    ``--n`` (recorded in ``out/settings.json``)."""
+    path = out / "settings.json"
+    saved = read_result(path)
+    fix = "use another --out for other settings, or move it away"
+    if saved is None and any(out.glob("*/T*/*/results.jsonl")):
+        raise ResultError(f"{out} holds samples without {path.name} (an older version): {fix}")
+    if saved is not None:
+        refuse_other_settings(path, saved, settings, fix)
+    write_result(path, settings)
+
+
 def sample(out: Path, worlds: list[str], temps: list[float], prompts: int, n: int) -> None:
     import torch
 
     from divrl.evaluation.runner import EvalConfig, evaluate, load_model
     from divrl.toy.worlds import eval_splits, get_world
 
+    _check_settings(out, {"prompts": prompts, "n": n})
     torch.set_num_threads(1)
     for name in worlds:
         world = get_world(name, progress=False)
@@ -135,7 +153,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     out = Path(args.out)
     temps = [float(t) for t in args.temperatures.split(",")]
-    sample(out, args.worlds.split(","), temps, args.prompts, args.n)
+    try:
+        sample(out, args.worlds.split(","), temps, args.prompts, args.n)
+    except ResultError as exc:
+        print(f"experiments.diversity_measures: {exc}", file=sys.stderr)
+        return 2
     print("\n".join(table(out)))
     return 0
 

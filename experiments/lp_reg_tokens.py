@@ -30,7 +30,6 @@ Usage (from the repository root; minutes on the CPU)::
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import statistics
 import sys
@@ -40,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from experiments.records import ResultError, read_result, write_result
 
 #: the trace roles, in the order the tables list them
 ROLES = (
@@ -289,12 +290,18 @@ def comparison(groups: dict[str, list[dict[str, Any]]]) -> list[str]:
     return lines
 
 
+def _read(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ResultError(f"{path}: no such file (give the --out of an earlier run)")
+    return read_result(path)
+
+
 def _report_groups(specs: list[str]) -> dict[str, list[dict[str, Any]]]:
     """``LABEL=a.json,b.json`` (or a file, labelled by its name) -> label -> results."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for spec in specs:
         label, _, files = spec.rpartition("=") if "=" in spec else (Path(spec).stem, "", spec)
-        groups[label] = [json.loads(Path(f).read_text()) for f in files.split(",")]
+        groups[label] = [_read(Path(f)) for f in files.split(",")]
     return groups
 
 
@@ -317,7 +324,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("overrides", nargs="*", help="config overrides, key=value")
     args = p.parse_args(argv)
     if args.report:
-        print(report(_report_groups(args.report)))
+        try:
+            print(report(_report_groups(args.report)))
+        except ResultError as exc:
+            print(f"experiments.lp_reg_tokens: {exc}", file=sys.stderr)
+            return 2
         return 0
     if args.batches < 1:
         p.error("--batches must be >= 1")
@@ -330,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     res = analyse(args.config, overrides, args.batches)
     res["model"] = args.model or "base"
     if args.out:
-        Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
+        write_result(args.out, res)
     print(report({res["model"]: [res]}))
     return 0
 

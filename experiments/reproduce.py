@@ -64,6 +64,7 @@ from divrl.pipeline import (
 from divrl.runs import RunDir
 from divrl.toy.worlds import DEFAULT_WORLD, WORLDS, eval_splits, world_presets
 from experiments import reproduce_report as rr
+from experiments.records import ResultError
 from experiments.reproduce_publish import (
     SUMMARIES,
     add_time,
@@ -266,7 +267,7 @@ class Experiment:
         other = [
             p.name
             for p in sorted((self.results / SUMMARIES).glob("*.json"))
-            if json.loads(p.read_text()).get("settings") != self.settings
+            if (read_json(p) or {}).get("settings") != self.settings
         ]
         if other:
             raise SystemExit(
@@ -568,15 +569,15 @@ class Experiment:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.report_only:
-        write_report(Path(args.results).resolve(), Path(args.report).resolve(), None)
-        return 0
-    import torch
-
-    torch.set_num_threads(args.threads)
     try:
+        if args.report_only:
+            write_report(Path(args.results).resolve(), Path(args.report).resolve(), None)
+            return 0
+        import torch
+
+        torch.set_num_threads(args.threads)
         return Experiment(args).run()
-    except (ValueError, FileNotFoundError) as exc:  # a bad --toy-size or --world
+    except (ValueError, FileNotFoundError, ResultError) as exc:  # a bad --toy-size, a torn file
         print(f"experiments.reproduce: {exc}", file=sys.stderr)
         return 2
 

@@ -16,7 +16,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from divrl.fileio import atomic_write_text
 from experiments import reproduce_report as rr
+from experiments.records import read_result, write_result
 from experiments.reproduce_plots import plot_entropy, plot_pass_at_k
 
 TITLE = "Toy-scale reproduction of the DPH-RL and Lp-Reg claims"
@@ -34,14 +36,13 @@ def say(text: str) -> None:
 
 
 def read_json(path: Path, default: Any = None) -> Any:
-    return json.loads(path.read_text()) if path.is_file() else default
+    """The JSON in ``path`` (``default`` when absent); a torn file is one line naming it
+    (:class:`experiments.records.ResultError`)."""
+    return read_result(path, default)
 
 
 def write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
+    write_result(path, data, indent=2)
 
 
 def add_time(path: Path, key: str, seconds: float, sub: str | None = None) -> None:
@@ -86,7 +87,7 @@ def write_report(
     if not summaries:
         md = rr.build_markdown([], title=TITLE, preamble=[f"Written by `{command_line()}`.", ""])
         report.parent.mkdir(parents=True, exist_ok=True)
-        report.write_text(md)
+        atomic_write_text(report, md)
         say(f"report (no finished runs): {report}")
         return report
     preamble = [
@@ -125,6 +126,6 @@ def write_report(
         plots=plots,
     )
     report.parent.mkdir(parents=True, exist_ok=True)
-    report.write_text(md)
+    atomic_write_text(report, md)
     say(f"report: {report}")
     return report

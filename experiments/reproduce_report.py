@@ -25,12 +25,13 @@ rough screen with a handful of seeds, not a test at a fixed level.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from experiments.records import ResultError, read_result
 
 #: method key -> label, in the report's order; ``base`` is the untrained toy model
 METHODS: dict[str, str] = {
@@ -547,9 +548,13 @@ def load_summaries(runs_dir: Path) -> list[dict[str, Any]]:
     """Every ``*.json`` per-run summary under ``runs_dir`` (schema checked)."""
     out = []
     for path in sorted(runs_dir.glob("*.json")):
-        s = json.loads(path.read_text())
-        if s.get("schema") != SCHEMA:
-            raise ValueError(f"{path}: schema {s.get('schema')!r}, expected {SCHEMA}")
+        s = read_result(path)
+        if not isinstance(s, dict) or s.get("schema") != SCHEMA:
+            schema = s.get("schema") if isinstance(s, dict) else None
+            raise ResultError(
+                f"{path}: schema {schema!r}, expected {SCHEMA}: move it away, or rebuild it "
+                "with this version's experiments.reproduce"
+            )
         out.append(s)
     return out
 

@@ -7,9 +7,13 @@ the ``test`` split (``--n`` samples each, T = 1) and measured by
 :func:`divrl.toy.sparks_measure.spark_stats` (the spark move's frequency and probability
 at its decision point, on easy and hard prompts: independent of Lp-Reg's selection); the
 final model is also measured on ``test`` and ``hard`` with ``--final-n`` samples for
-Pass@k. One JSON per run in ``--out``; a finished run is skipped (refused when it was
-trained with other ``--set`` overrides), an interrupted training resumes (``divrl train
---resume``).
+Pass@k. One JSON per run in ``--out``, written atomically, with the settings it was made
+with (``--steps``, ``--prompts``, ``--n``, ``--final-n``, ``--set``): a finished run is
+skipped when they are all the same and refused (one line naming the file) when any differs;
+an interrupted training resumes (``divrl train --resume``), one killed before its first
+checkpoint starts again (``--overwrite``: nothing to keep). Every error is one line
+(exit 2): a torn JSON names the file, a failed training quotes ``divrl train``'s line and
+names its log.
 
 Usage (from the repository root)::
 
@@ -32,9 +36,11 @@ from typing import Any
 
 import numpy as np
 
+from divrl.fileio import atomic_write_text
 from divrl.runs import RunDir
 from divrl.toy.sparks_measure import SparksMeasureConfig, measure_sparks_model
 from divrl.toy.sparks_world import ensure_sparks_world
+from experiments.records import ResultError, read_result, refuse_other_settings, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 METHODS = {
@@ -59,17 +65,23 @@ def _compact(stats: dict[str, Any]) -> dict[str, Any]:
     return {k: stats[k] for k in keep}
 
 
-def run_one(method: str, seed: int, args: argparse.Namespace, world) -> Path:
-    out = Path(args.out) / f"{method}_seed{seed}.json"
-    if out.exists():
-        done = json.loads(out.read_text()).get("overrides", [])
-        if done != list(args.set):
-            raise SystemExit(
-                f"{out} was trained with overrides {done}, not {list(args.set)}: "
-                "use another --out for another setting"
-            )
-        return out
-    run_dir = Path(args.out) / "runs" / f"{method}_seed{seed}"
+def settings(args: argparse.Namespace) -> dict[str, Any]:
+    """Everything a run's JSON depends on besides its method and seed; a finished run is
+    reused only when all of it is the same."""
+    return {
+        "steps": args.steps,
+        "prompts": args.prompts,
+        "n": args.n,
+        "final_n": args.final_n,
+        "overrides": list(args.set),
+    }
+
+
+def train(method: str, seed: int, args: argparse.Namespace, world, run_dir: Path) -> None:
+    """``divrl train`` the run into ``run_dir``: resumed from its last checkpoint, or
+    started again when a kill came before its first checkpoint (nothing to keep). A
+    failure (e.g. a resumed run whose settings differ) is a :class:`ResultError` with
+    ``divrl train``'s own line and the log's path."""
     cmd = [
         sys.executable,
         "-m",
@@ -86,10 +98,37 @@ def run_one(method: str, seed: int, args: argparse.Namespace, world) -> Path:
     if args.steps:
         cmd.append(f"train.total_steps={args.steps}")
     cmd += args.set
-    if RunDir(run_dir).latest() is not None:
+    run = RunDir(run_dir)
+    if run.latest() is not None:
         cmd.append("--resume")
-    with open(Path(args.out) / f"{method}_seed{seed}.train.log", "a") as log:
-        subprocess.run(cmd, check=True, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+    elif run.run_files():
+        cmd.append("--overwrite")
+    log_path = Path(args.out) / f"{method}_seed{seed}.train.log"
+    with open(log_path, "a") as log:
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO).returncode
+    if rc != 0:
+        lines = [x for x in log_path.read_text(errors="replace").splitlines() if x.strip()]
+        said = [x for x in lines if x.startswith("divrl train: ")]
+        reason = (said or lines or ["no output"])[-1]
+        raise ResultError(
+            f"training {method} seed {seed} failed (exit {rc}): {reason} (log: {log_path})"
+        )
+
+
+def run_one(method: str, seed: int, args: argparse.Namespace, world) -> Path:
+    out = Path(args.out) / f"{method}_seed{seed}.json"
+    wanted = settings(args)
+    if out.exists():
+        saved = read_result(out)
+        refuse_other_settings(
+            out,
+            saved.get("settings") if isinstance(saved, dict) else None,
+            wanted,
+            "use another --out for other settings, or move the file away to measure again",
+        )
+        return out
+    run_dir = Path(args.out) / "runs" / f"{method}_seed{seed}"
+    train(method, seed, args, world, run_dir)
     curve = [json.loads(x) for x in RunDir(run_dir).metrics_path.read_text().splitlines() if x]
     points = {0: measure_checkpoint(world.model_dir, world, args.prompts, args.n, seed)}
     for ckpt in RunDir(run_dir).checkpoints():
@@ -102,6 +141,7 @@ def run_one(method: str, seed: int, args: argparse.Namespace, world) -> Path:
         "seed": seed,
         "steps": curve[-1]["step"],
         "overrides": list(args.set),
+        "settings": wanted,
         "curve": {
             k: [r.get(m) for r in curve]
             for k, m in (
@@ -117,7 +157,7 @@ def run_one(method: str, seed: int, args: argparse.Namespace, world) -> Path:
         "checkpoints": {str(k): v for k, v in sorted(points.items())},
         "final": {s: {k: v for k, v in st.items() if k != "examples"} for s, st in end.items()},
     }
-    out.write_text(json.dumps(record, indent=1) + "\n")
+    write_result(out, record)
     return out
 
 
@@ -128,6 +168,12 @@ def _mean_sd(xs: list[float]) -> str:
     if len(xs) == 1:
         return f"{xs[0]:.3f}"
     return f"{np.mean(xs):.3f} ± {np.std(xs, ddof=1):.3f}"
+
+
+def _num(x: float | None) -> str:
+    """Three decimals; ``-`` for a number the run did not measure (Pass@16 needs
+    ``--final-n`` >= 16)."""
+    return "-" if x is None else f"{x:.3f}"
 
 
 def _small(x: float) -> str:
@@ -273,8 +319,9 @@ def _per_seed_table(by: dict[str, list[dict[str, Any]]]) -> list[str]:
             fin = r["final"]
             lines.append(
                 f"| {METHODS[m]} | {r['seed']} | {p('0')} / {p('25')} / {p('50')} / {p(end)} | "
-                f"{p(end, 'easy')} | {fin['hard']['pass@1']:.3f} | {fin['hard']['pass@16']:.3f} | "
-                f"{fin['test']['pass@1']:.3f} | {ent[0]:.4f} / {np.mean(ent[-10:]):.4f} / "
+                f"{p(end, 'easy')} | {_num(fin['hard'].get('pass@1'))} | "
+                f"{_num(fin['hard'].get('pass@16'))} | "
+                f"{_num(fin['test'].get('pass@1'))} | {ent[0]:.4f} / {np.mean(ent[-10:]):.4f} / "
                 f"{min(ent):.4f} | {secs:.0f} |"
             )
     return lines
@@ -308,17 +355,24 @@ def report(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _positive(text: str) -> int:
+    value = int(text) if text.strip().lstrip("-").isdigit() else 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number >= 1")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m experiments.sparks_dynamics")
     p.add_argument("command", choices=("run", "report"))
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    p.add_argument("--steps", type=int, default=None, help="override train.total_steps")
+    p.add_argument("--steps", type=_positive, default=None, help="override train.total_steps")
     p.add_argument("--out", required=True, help="work directory (runs and one JSON per run)")
     p.add_argument("--cache-dir", default=None, help="toy world cache")
-    p.add_argument("--prompts", type=int, default=128, help="test prompts per checkpoint")
-    p.add_argument("--n", type=int, default=8, help="samples per prompt per checkpoint")
-    p.add_argument("--final-n", type=int, default=16, help="samples per prompt at the end")
+    p.add_argument("--prompts", type=_positive, default=128, help="test prompts per checkpoint")
+    p.add_argument("--n", type=_positive, default=8, help="samples per prompt per checkpoint")
+    p.add_argument("--final-n", type=_positive, default=16, help="samples per prompt at the end")
     p.add_argument("--report", default=None, help="write the report's tables here")
     p.add_argument(
         "--set",
@@ -329,6 +383,14 @@ def main(argv: list[str] | None = None) -> int:
         "a finished run in --out with other overrides is refused)",
     )
     args = p.parse_args(argv)
+    try:
+        return _command(args)
+    except ResultError as exc:
+        print(f"experiments.sparks_dynamics: {exc}", file=sys.stderr)
+        return 2
+
+
+def _command(args: argparse.Namespace) -> int:
     Path(args.out).mkdir(parents=True, exist_ok=True)
     if args.command == "run":
         world = ensure_sparks_world(args.cache_dir, progress=False)
@@ -336,10 +398,10 @@ def main(argv: list[str] | None = None) -> int:
             for method in args.methods:
                 print(f"{method} seed {seed}: {run_one(method, seed, args, world)}", flush=True)
         return 0
-    records = [json.loads(f.read_text()) for f in sorted(Path(args.out).glob("*_seed*.json"))]
+    records = [read_result(f) for f in sorted(Path(args.out).glob("*_seed*.json"))]
     text = report(records)
     if args.report:
-        Path(args.report).write_text(text)
+        atomic_write_text(args.report, text)
     print(text)
     return 0
 

@@ -18,7 +18,6 @@ Usage (from the repository root; a minute per batch on a loaded CPU)::
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from typing import Any
 import torch
 
 from divrl.rewards.sparks_reward import CHECK_EQUALS, CLOSERS, SCRATCH, SPARK_MARK
+from experiments.records import write_result
 
 ROLES = ("spark", "closer", "end", "answer", "read-back", "scratchpad", "other")
 COUNTS = ("tokens", "candidates", "selected", "regularized")
@@ -146,8 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     res = analyse(args.config, args.overrides, args.batches)
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(res, f, indent=1)
+        write_result(args.out, res)
     print(summary(res))
     return 0
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +51,12 @@ CONTROL_MEASURES: dict[str, tuple[str, float]] = {
     "likelihood": ("dph/log_u_mean", -1.0),
     "divergence": ("dph/divergence", 1.0),
 }
+
+
+#: the bounds' widest multiples of the configured eta: 1e6 either way is 138 steps at
+#: ``rate`` 0.1, and keeps eta a normal positive float for any configured eta > 1e-290
+MIN_SCALE_LOWEST = 1e-6
+MAX_SCALE_HIGHEST = 1e6
 
 
 def _opt(default: Any, help: str) -> Any:
@@ -72,8 +79,12 @@ class RehearsalControlOptions:
     )
     rate: float = _opt(0.1, "the largest change of log eta in one step (0.1: 10.5 percent)")
     warmup_steps: int = _opt(10, "steps at the configured eta before the controller moves it")
-    min_scale: float = _opt(0.01, "eta's lower bound, a multiple of the configured eta")
-    max_scale: float = _opt(100.0, "eta's upper bound, a multiple of the configured eta")
+    min_scale: float = _opt(
+        0.01, "eta's lower bound, a multiple of the configured eta (in [1e-6, 1])"
+    )
+    max_scale: float = _opt(
+        100.0, "eta's upper bound, a multiple of the configured eta (in [1, 1e6])"
+    )
 
     def __post_init__(self) -> None:
         if self.measure not in CONTROL_MEASURES:
@@ -84,15 +95,15 @@ class RehearsalControlOptions:
             "target": self.target > 0,
             "rate": self.rate > 0,
             "warmup_steps": self.warmup_steps >= 0,
-            "min_scale": 0 < self.min_scale <= 1,
-            "max_scale": self.max_scale >= 1,
+            "min_scale": MIN_SCALE_LOWEST <= self.min_scale <= 1,
+            "max_scale": 1 <= self.max_scale <= MAX_SCALE_HIGHEST,
         }
         need = {
             "target": "> 0",
             "rate": "> 0",
             "warmup_steps": ">= 0",
-            "min_scale": "in (0, 1]",
-            "max_scale": ">= 1",
+            "min_scale": f"in [{MIN_SCALE_LOWEST:g}, 1]",
+            "max_scale": f"in [1, {MAX_SCALE_HIGHEST:g}]",
         }
         for name, ok in checks.items():
             value = getattr(self, name)
@@ -158,6 +169,13 @@ class RehearsalController:
             raise ValueError(
                 f"the rehearsal controller needs a divergence coefficient > 0, got {eta}"
             )
+        low, high = eta * options.min_scale, eta * options.max_scale
+        if not (low >= sys.float_info.min and math.isfinite(high)):
+            raise ValueError(
+                f"the rehearsal controller's bounds [{low}, {high}] (divergence_coef {eta} "
+                "times min_scale and max_scale) must be positive, finite numbers: raise "
+                "algorithm.divergence_coef or narrow the scales"
+            )
         self.options = options
         self.initial_eta = float(eta)
         self.eta = float(eta)
@@ -186,8 +204,14 @@ class RehearsalController:
             return self.eta
         error = min(1.0, max(-1.0, (self.measured - o.target) / o.target))
         low, high = self.bounds
+        # clipped in log space, before exp: a large rate cannot overflow
         log_eta = math.log(self.eta) + o.rate * error
-        self.eta = min(high, max(low, math.exp(log_eta)))
+        if log_eta >= math.log(high):
+            self.eta = high
+        elif log_eta <= math.log(low):
+            self.eta = low
+        else:
+            self.eta = min(high, max(low, math.exp(log_eta)))
         return self.eta
 
     def observe(self, metrics: Mapping[str, float]) -> dict[str, float]:
@@ -221,9 +245,13 @@ class RehearsalController:
         eta = float(state["eta"])
         low, high = self.bounds
         if not low <= eta <= high:
+            scale = eta / self.initial_eta
+            need = f"min_scale <= {scale:.6g}" if eta < low else f"max_scale >= {scale:.6g}"
             raise ValueError(
-                f"saved rehearsal controller eta {eta} is outside this run's bounds "
-                f"[{low}, {high}] (algorithm.divergence_coef or rehearsal_control changed)"
+                f"the saved rehearsal controller eta {eta:.6g} is outside this run's bounds "
+                f"[{low:.6g}, {high:.6g}] (divergence_coef {self.initial_eta:g} times "
+                f"min_scale and max_scale): set algorithm.rehearsal_control.{need}, or "
+                "resume with the run's own divergence_coef and scales (its config.yaml)"
             )
         self.eta = eta
         self.steps = int(state["steps"])

@@ -106,16 +106,19 @@ def write_presets(args: argparse.Namespace) -> int:
     from divrl.toy.presets import PresetExists, generate_presets
 
     try:
-        status = generate_presets(_render(args), overwrite=args.overwrite)
+        texts, skipped = _render(args)
+        status = generate_presets(texts, overwrite=args.overwrite)
     except (PresetExists, ValueError, FileNotFoundError) as exc:
         print(f"divrl toy presets: {exc}", file=sys.stderr)
         return 2
     for path, what in status.items():
-        print(f"{what:<9} {path}")
+        print(f"{what:<9} {path}" + (" (other text, the same settings)" if what == "same" else ""))
+    for method, why in skipped.items():
+        print(f"{'skipped':<9} {method}: {why}")
     return 0
 
 
-def _render(args: argparse.Namespace) -> dict:
+def _render(args: argparse.Namespace) -> tuple[dict, dict[str, str]]:
     from pathlib import Path
 
     from divrl.toy.presets import configs_root, render_presets
@@ -137,7 +140,24 @@ def _render(args: argparse.Namespace) -> dict:
     if not methods:
         raise ValueError(f"world {name!r} declares no methods (methods=()): pass --methods")
     out = Path(args.out) if args.out else configs / folder
-    return render_presets(name, scale, methods, out=out, folder=folder, configs=configs)
+    skipped = {m: scale.not_generated[m] for m in methods if m in scale.not_generated}
+    texts = render_presets(name, scale, methods, out=out, folder=folder, configs=configs)
+    return texts, skipped
+
+
+def _cache_dir_problem(cache_dir: str | None) -> str:
+    """Why ``--cache-dir`` cannot hold worlds ("" when it can, or is not given)."""
+    from pathlib import Path
+
+    if cache_dir is None:
+        return ""
+    path = Path(cache_dir).expanduser()
+    for folder in (path, *path.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                return f"{folder} is a file, not a folder: give a folder (or a new path)"
+            return ""
+    return ""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -151,6 +171,10 @@ def run(args: argparse.Namespace) -> int:
     from divrl.toy.worlds import format_measurements, get_world, measure_world, ship_world
 
     name = args.world
+    problem = _cache_dir_problem(args.cache_dir)
+    if problem:
+        print(f"divrl toy: --cache-dir {args.cache_dir}: {problem}", file=sys.stderr)
+        return 2
     try:
         world = get_world(
             name,
@@ -161,7 +185,8 @@ def run(args: argparse.Namespace) -> int:
             use_shipped=not getattr(args, "retrain", False),
         )
     except ValueError as exc:  # e.g. a size this world does not have
-        raise SystemExit(f"divrl toy: --world {name}: {exc}") from None
+        print(f"divrl toy: --world {name}: {exc}", file=sys.stderr)
+        return 2
     man = world.manifest
     print(f"toy world: {world.root}")
     print(

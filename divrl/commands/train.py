@@ -211,7 +211,7 @@ def _already_finished(trainer) -> bool:
     if trainer.accelerator.is_main_process:
         print(
             f"{trainer.run.root}: the run already finished at step {trainer.step} "
-            f"(train.total_steps={total}); nothing to do. To train further, pass "
-            "train.total_steps=N --resume-with-changes train.total_steps"
+            f"(train.total_steps={total}); nothing to do. To train further, resume with "
+            f"a larger train.total_steps=N (N > {total})"
         )
     return True

@@ -89,6 +89,11 @@ class CountdownWorld(WorldScaffold):
         lr=1e-4,
         reference_threshold=2,
         keep_presampled=True,
+        # its DAPO runs the DAPO paper's dynamic sampling and overlong shaping (20% of 112)
+        method_settings={
+            "dapo": {"algorithm.dynamic_sampling": True, "algorithm.overlong_buffer": 22}
+        },
+        not_generated={"lp_reg_toy": "no countdown twin (docs/toy_world.md)"},
     )
     pieces = countdown.PIECES
     #: adds the entropy and the distinct solutions (:mod:`divrl.toy.countdown_measure`)

@@ -24,8 +24,14 @@ A method with no full preset (a toy-only variant such as ``dph_js_paper``) copie
 default world's variant (``configs/toy/<method>.yaml``, which extends a sibling preset) with
 its output folder moved; its sibling is generated too unless it is already there.
 
-A file that exists is never replaced without ``overwrite`` (one that already holds exactly
-what would be written is left as it is).
+A world declares where it runs a method otherwise than the full preset
+(``method_settings``) and the methods whose presets it does not generate
+(``not_generated``, e.g. a variant its authors wrote by hand), so that the command
+regenerates the world's shipped presets setting for setting (tests/toy/test_world_presets.py
+compares them for every registered world).
+
+A file that exists is never replaced without ``overwrite``; one that already holds what
+would be written, or other text with the same settings, is left as it is.
 """
 
 from __future__ import annotations
@@ -41,7 +47,14 @@ from typing import Any
 
 import yaml
 
-__all__ = ["PresetExists", "PresetScale", "configs_root", "generate_presets", "render_presets"]
+__all__ = [
+    "PresetExists",
+    "PresetScale",
+    "configs_root",
+    "generate_presets",
+    "render_presets",
+    "same_settings",
+]
 
 
 class PresetExists(FileExistsError):
@@ -80,6 +93,13 @@ class PresetScale:
     keep_presampled: bool | None = None
     #: any other key the world's presets set, dotted (``{"checkpoint.save_every": 25}``)
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    #: method -> dotted keys its preset sets besides the scale, where the world runs the
+    #: method otherwise than its full preset (``{"dapo": {"algorithm.dynamic_sampling":
+    #: True}}``)
+    method_settings: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    #: method -> why the command does not write its preset for this world (a preset the
+    #: world's authors wrote by hand, or a method the world has no preset for)
+    not_generated: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in (
@@ -97,10 +117,11 @@ class PresetScale:
                 raise ValueError(f"PresetScale.{name}={value!r}: give a whole number >= 1")
         if not (isinstance(self.lr, int | float) and math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"PresetScale.lr={self.lr!r}: give a finite number > 0")
-        for key in self.extra:
+        keys = [*self.extra, *(k for m in self.method_settings.values() for k in m)]
+        for key in keys:
             if not re.fullmatch(r"[a-z_]+(\.[a-z_0-9]+)+", key):
                 raise ValueError(
-                    f"PresetScale.extra key {key!r}: write it dotted, section first "
+                    f"PresetScale key {key!r}: write it dotted, section first "
                     "(checkpoint.save_every)"
                 )
 
@@ -194,6 +215,8 @@ def _full_preset(world: str, method: str, full: Path, out: Path, folder: str, sc
     _put(tree, "logging.output_dir", f"runs/{folder}/{method}")
     for key, value in scale.extra.items():
         _put(tree, key, value)
+    for key, value in scale.method_settings.get(method, {}).items():
+        _put(tree, key, value, f"the {world} world's {method} (the full preset: otherwise)")
     what = (
         f"{_shown(full)} (the method's full preset) at the {world} world's declared scale "
         "(its scaffold's preset_scale): it overrides only the scale; every method setting is "
@@ -248,7 +271,8 @@ def render_presets(
     under ``configs``, of the toy-only variants copied for methods without a full
     preset."""
     configs = configs or configs_root()
-    todo, texts = list(dict.fromkeys(methods)), {}
+    todo = [m for m in dict.fromkeys(methods) if m not in scale.not_generated]
+    texts = {}
     while todo:
         method = todo.pop(0)
         full, variant = configs / f"{method}.yaml", configs / variants / f"{method}.yaml"
@@ -257,7 +281,11 @@ def render_presets(
         elif variant.is_file():
             text, base = _variant(world, method, variant, folder)
             texts[out / f"{method}.yaml"] = text
-            if out / f"{base}.yaml" not in texts and not (out / f"{base}.yaml").exists():
+            if (
+                out / f"{base}.yaml" not in texts
+                and not (out / f"{base}.yaml").exists()
+                and base not in scale.not_generated
+            ):
                 todo.append(base)
         else:
             raise ValueError(
@@ -266,19 +294,40 @@ def render_presets(
     return texts
 
 
+def same_settings(path: Path, text: str) -> bool:
+    """Whether the preset at ``path`` resolves to the config ``text`` would (comments,
+    layout and order aside): ``text`` is read from a hidden file beside ``path``, so that
+    its ``extends`` resolves the same way."""
+    from divrl.training.config import ConfigError, load_config
+
+    probe = path.with_name(f".{path.stem}.generated.yaml")
+    try:
+        probe.write_text(text)
+        return load_config(path).to_dict() == load_config(probe).to_dict()
+    except (ConfigError, OSError):
+        return False
+    finally:
+        probe.unlink(missing_ok=True)
+
+
 def generate_presets(texts: Mapping[Path, str], *, overwrite: bool = False) -> dict[Path, str]:
-    """Write ``texts`` (from :func:`render_presets`); path -> ``written`` or ``unchanged``.
-    Checks every file before writing any: one that exists with other content raises
-    :class:`PresetExists` unless ``overwrite``."""
+    """Write ``texts`` (from :func:`render_presets`); path -> ``written``, ``unchanged``
+    (the same text) or ``same`` (other comments or layout, the same settings: kept unless
+    ``overwrite``). Checks every file before writing any: one that exists with other
+    settings raises :class:`PresetExists` unless ``overwrite``."""
     status = {}
     for path, text in texts.items():
         if path.exists():
             if path.read_text() == text:
                 status[path] = "unchanged"
-            elif not overwrite:
+            elif overwrite:
+                continue
+            elif same_settings(path, text):
+                status[path] = "same"
+            else:
                 raise PresetExists(
-                    f"{path} exists and differs from the generated preset: pass --overwrite "
-                    "to replace it, or move it away"
+                    f"{path} exists and its settings differ from the generated preset's: pass "
+                    "--overwrite to replace it, or move it away"
                 )
     for path, text in texts.items():
         if path not in status:

@@ -97,6 +97,9 @@ class SparksWorld(WorldScaffold):
         on_policy=True,
         lp_reg_micro_batch_tokens=4096,
         extra={"checkpoint.save_every": 25, "checkpoint.keep_last": 100},
+        not_generated={
+            "lp_reg_toy": "written by hand: rho 0.1 over the whole step (docs/sparks_world.md)"
+        },
     )
     pieces = sparks.PIECES
     #: the spark measures (:mod:`divrl.toy.sparks_measure`) with Pass@k and entropy

@@ -122,7 +122,15 @@ class SQLWorld(WorldScaffold):
     pretrained_dir = PRETRAINED_DIR
     targets = TARGETS
     #: configs/toy/*.yaml's scale (`divrl toy presets --world sql` writes it)
-    preset_scale = PresetScale(max_prompt_length=48, max_new_tokens=80, lr=3e-4)
+    #: its DAPO runs the DAPO paper's dynamic sampling and overlong shaping (20% of 80)
+    preset_scale = PresetScale(
+        max_prompt_length=48,
+        max_new_tokens=80,
+        lr=3e-4,
+        method_settings={
+            "dapo": {"algorithm.dynamic_sampling": True, "algorithm.overlong_buffer": 16}
+        },
+    )
 
     def key(self, seed: int, size: str, cfg: Any) -> str:
         # without the world's name: the key the shipped model was built with

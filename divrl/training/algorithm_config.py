@@ -18,7 +18,7 @@ from divrl.algorithms import (
     divergence_summaries,
 )
 from divrl.algorithms.divergences import check_divergence_setting
-from divrl.algorithms.rehearsal_control import RehearsalControlOptions
+from divrl.algorithms.rehearsal_control import RehearsalController, RehearsalControlOptions
 from divrl.training import authors_config, loss_config
 from divrl.training.config_io import ConfigError, choice, help_field, positive
 
@@ -185,6 +185,10 @@ class AlgorithmConfig:
                 "algorithm.divergence and algorithm.divergence_coef > 0 (the starting eta), "
                 "or remove rehearsal_control"
             )
+        try:  # its bounds: divergence_coef times the scales, positive and finite
+            RehearsalController(control, self.divergence_coef)
+        except ValueError as exc:
+            raise ConfigError(f"algorithm.rehearsal_control: {exc}") from exc
         self.rehearsal_control = control.as_dict()
 
     @property

@@ -174,4 +174,4 @@ def config_from_dict(raw: dict[str, Any]) -> Config:
 def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> Config:
     """Load a YAML config (or the defaults when ``path`` is None) and apply overrides
     (``section.key=value``; reading: :mod:`divrl.training.config_io`)."""
-    return config_from_dict(read_config_mapping(path, overrides))
+    return config_from_dict(read_config_mapping(path, overrides, Config))

@@ -169,11 +169,15 @@ def build_config(config_cls: type, raw: dict[str, Any]) -> Any:
     )
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def _merge(base: dict[str, Any], over: dict[str, Any], depth: int = 0) -> dict[str, Any]:
+    """``over`` merged into ``base`` key by key; inside a section an empty mapping
+    replaces the one below it (``algorithm.rehearsal_control={}`` switches the controller
+    off instead of changing nothing)."""
     out = dict(base)
     for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
+        emptied = depth >= 1 and value == {}
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and not emptied:
+            out[key] = _merge(out[key], value, depth + 1)
         else:
             out[key] = value
     return out
@@ -222,8 +226,67 @@ def _safe_load(text: str, where: str, fix: str = "fix the syntax there") -> Any:
         raise ConfigError(f"{where}{at}: invalid YAML: {problem}; {fix}") from None
 
 
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """``'algorithm.clip_high=0.28'`` -> (['algorithm', 'clip_high'], 0.28)."""
+def _comment_cut(value: str) -> bool:
+    """Whether YAML would read part of ``value`` as a ``# ...`` comment and drop it."""
+    try:
+        tokens = [t for t in yaml.scan(value) if t.end_mark.index > t.start_mark.index]
+    except yaml.YAMLError:
+        return False
+    end = max((t.end_mark.index for t in tokens), default=0)
+    return bool(value[end:].strip())
+
+
+def _field_type(config_cls: type | None, parts: list[str]) -> Any:
+    """The annotation of the field an override sets (None: not known here)."""
+    if config_cls is None or len(parts) != 2:
+        return None
+    section = _section_classes(config_cls).get(parts[0])
+    if section is None or not dataclasses.is_dataclass(section):
+        return None
+    return typing.get_type_hints(section).get(parts[1])
+
+
+def _takes_text(tp: Any) -> bool:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return any(_takes_text(a) for a in typing.get_args(tp))
+    if origin is Literal:
+        return all(isinstance(a, str) for a in typing.get_args(tp))
+    if origin is list:
+        return _takes_text(typing.get_args(tp)[0])
+    return tp is str
+
+
+def _fits(value: Any, tp: Any) -> bool:
+    """Whether the YAML value ``value`` is one of ``tp``'s own (no number read as text)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return value is None
+    if tp is str or origin is Literal:
+        return isinstance(value, str)
+    if origin is list:
+        (item,) = typing.get_args(tp)
+        return _fits(value, item) or (
+            isinstance(value, list) and all(_fits(v, item) for v in value)
+        )
+    try:
+        _coerce("", value, tp)
+    except (ConfigError, TypeError):
+        return False
+    return True
+
+
+def parse_override(text: str, config_cls: type | None = None) -> tuple[list[str], Any]:
+    """``'algorithm.clip_high=0.28'`` -> (['algorithm', 'clip_high'], 0.28).
+
+    The value is read as YAML, with two exceptions that keep every character a user
+    wrote: a value in which YAML would drop a ``# ...`` comment is the whole text (``run
+    #2`` stays ``run #2``; a number field then refuses ``0.28 # note`` by name), and for a
+    field that takes text (known from ``config_cls``), a value that is not YAML of the
+    field's own type is the text as written (``logging.output_dir=0x10`` is ``0x10``, not
+    16; ``=true`` is ``true``)."""
     if "=" not in text:
         raise ConfigError(f"override {text!r} must look like section.key=value")
     key, _, value = text.partition("=")
@@ -231,20 +294,37 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     # section.key, or section.key.entry for a mapping (algorithm.loss_options.rho=0.5)
     if len(parts) not in (2, 3) or not all(parts):
         raise ConfigError(f"override key {key!r} must be section.key (e.g. train.total_steps)")
-    if not value.strip():
+    value = value.strip()
+    if not value:
         return parts, None
-    return parts, _safe_load(value, f"override {text!r}", "quote the value to pass it as text")
+    if _comment_cut(value):
+        return parts, value
+    tp = _field_type(config_cls, parts)
+    textual = tp is not None and _takes_text(tp)
+    try:
+        parsed = yaml.safe_load(value)
+    except yaml.YAMLError:
+        if textual:
+            return parts, value
+        parsed = _safe_load(value, f"override {text!r}", "quote the value to pass it as text")
+    if textual and not _fits(parsed, tp):
+        return parts, value
+    return parts, parsed
 
 
 def read_config_mapping(
-    path: str | Path | None = None, overrides: typing.Sequence[str] = ()
+    path: str | Path | None = None,
+    overrides: typing.Sequence[str] = (),
+    config_cls: type | None = None,
 ) -> dict[str, Any]:
     """The nested mapping of a YAML config (``extends`` followed; empty when ``path`` is
-    None) with ``overrides`` merged over it, before any type check."""
+    None) with ``overrides`` merged over it, before any type check (``config_cls``: the
+    config class whose field types say which override values are text,
+    :func:`parse_override`)."""
     preset = _read_yaml(Path(path)) if path is not None else {}
     over: dict[str, Any] = {}
     for text in overrides:
-        parts, value = parse_override(text)
+        parts, value = parse_override(text, config_cls)
         for name in reversed(parts):
             value = {name: value}
         over = _merge(over, value)

@@ -35,7 +35,7 @@ from divrl.runs import Checkpoint, RunDir, RunLock
 from divrl.training.config import Config, dump_config
 from divrl.training.metrics import truncate_metrics
 
-__all__ = ["FREE_ON_RESUME", "RunDirError", "RunSession", "config_changes"]
+__all__ = ["FREE_ON_RESUME", "RunDirError", "RunSession", "config_changes", "config_keys"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,18 +56,48 @@ class RunDirError(ValueError):
 def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     out = {}
     for key, value in tree.items():
-        if isinstance(value, Mapping):
+        if isinstance(value, Mapping) and value:
             out.update(_flatten(value, f"{prefix}{key}."))
         else:
             out[f"{prefix}{key}"] = value
     return out
 
 
+def _mappings(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Mapping[str, Any]]:
+    """Every mapping inside a section (``algorithm.rehearsal_control``), by dotted key."""
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping):
+            if prefix:
+                out[f"{prefix}{key}"] = value
+            out.update(_mappings(value, f"{prefix}{key}."))
+    return out
+
+
 def config_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, list]:
     """``{dotted key: [saved value, current value]}`` for every key whose value differs
-    (keys absent from ``saved``, e.g. added by a newer divrl, are not changes)."""
+    (keys absent from ``saved``, e.g. added by a newer divrl, are not changes). A mapping
+    inside a section (``algorithm.rehearsal_control``, ``algorithm.loss_options``) whose
+    keys differ is one change of the whole mapping: one emptied (``{}``: a controller
+    switched off) or filled is a change like any other."""
     old, new = _flatten(saved), _flatten(current)
-    return {k: [old[k], new[k]] for k in sorted(new) if k in old and old[k] != new[k]}
+    changes = {k: [old[k], new[k]] for k in sorted(new) if k in old and old[k] != new[k]}
+    old_maps, new_maps = _mappings(saved), _mappings(current)
+    for key in sorted(set(old_maps) & set(new_maps)):
+        a, b = dict(old_maps[key]), dict(new_maps[key])
+        inside = [k for k in changes if k.startswith(f"{key}.")]
+        if set(_flatten(a)) != set(_flatten(b)) and not any(
+            key.startswith(f"{m}.") for m in changes
+        ):
+            for k in inside:
+                del changes[k]
+            changes[key] = [a, b]
+    return dict(sorted(changes.items()))
+
+
+def config_keys(config: Mapping[str, Any]) -> set[str]:
+    """The dotted keys a config may be changed by (its values and its mappings)."""
+    return set(_flatten(config)) | set(_mappings(config))
 
 
 def _override_text(value: Any) -> str:
@@ -79,6 +109,11 @@ def _override_text(value: Any) -> str:
 
 def _is_free(key: str) -> bool:
     return any(key == f or (f.endswith(".") and key.startswith(f)) for f in FREE_ON_RESUME)
+
+
+def _listed(key: str, allowed: Iterable[str]) -> bool:
+    """``key`` is one of ``allowed`` or inside a mapping listed there."""
+    return any(key == a or key.startswith(f"{a}.") for a in allowed)
 
 
 def describe_run(run: RunDir) -> str:
@@ -127,7 +162,7 @@ class RunSession:
         self.claimed = False  # begin() ran once: a later train() call continues the run
         if self.allowed and not resume:
             raise RunDirError("--resume-with-changes applies to --resume only")
-        unknown = [k for k in self.allowed if k not in _flatten(config.to_dict())]
+        unknown = [k for k in self.allowed if k not in config_keys(config.to_dict())]
         if unknown:
             raise RunDirError(f"--resume-with-changes: unknown config key(s) {unknown}")
 
@@ -149,7 +184,11 @@ class RunSession:
     def _compare_config(self, saved: Mapping[str, Any]) -> None:
         changes = config_changes(saved, self.config.to_dict())
         fixed = {k: v for k, v in changes.items() if not _is_free(k)}
-        refused = {k: v for k, v in fixed.items() if k not in self.allowed}
+        refused = {
+            k: v
+            for k, v in fixed.items()
+            if not _listed(k, self.allowed) and not self._extends(k, v)
+        }
         if refused:
             listed = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in refused.items())
             saved_values = " ".join(f"{k}={_override_text(a)}" for k, (a, _) in refused.items())
@@ -162,6 +201,15 @@ class RunSession:
                 "start a new run in another folder"
             )
         self.changes = changes
+
+    def _extends(self, key: str, change: list) -> bool:
+        """A finished run (its newest checkpoint at its ``train.total_steps``) may be
+        extended by a larger ``train.total_steps`` without ``--resume-with-changes``."""
+        old, new = change
+        if key != "train.total_steps" or not isinstance(old, int) or not new > old:
+            return False
+        ckpts = self.run.checkpoints()
+        return bool(ckpts) and ckpts[-1].step >= old
 
     def begin(self, step: int) -> None:
         """Take the lock and write the run's files (main process): run.json, config.yaml

@@ -56,7 +56,7 @@ from divrl.training.metrics import (
     reduce_step_metrics,
 )
 from divrl.training.presample import open_reference_store
-from divrl.training.run_session import RunSession
+from divrl.training.run_session import RunDirError, RunSession
 from divrl.training.update import PolicyUpdate
 
 __all__ = ["TIME_KEYS", "RewardFn", "Trainer", "overlong_penalty"]
@@ -288,7 +288,10 @@ class Trainer:
             if saved is None:
                 logger.warning("the checkpoint has no rehearsal controller state: eta restarts")
             else:
-                self.rehearsal.load_state_dict(saved)
+                try:
+                    self.rehearsal.load_state_dict(saved)
+                except ValueError as exc:  # bounds changed under --resume-with-changes
+                    raise RunDirError(f"--resume: {ckpt.path}: {exc}") from None
         checkpointing.apply_optimizer_changes(
             self.optimizer, self.scheduler, self.config.optim, self.session.changes
         )

@@ -86,8 +86,8 @@ def test_observe_reads_the_measure_and_logs_what_it_used():
     [
         ({"target": 0}, "target=0.0 must be > 0"),
         ({"measure": "kl"}, "measure='kl': one of likelihood, divergence"),
-        ({"min_scale": 2.0}, r"min_scale=2.0 must be in \(0, 1\]"),
-        ({"max_scale": 0.5}, "max_scale=0.5 must be >= 1"),
+        ({"min_scale": 2.0}, r"min_scale=2.0 must be in \[1e-06, 1\]"),
+        ({"max_scale": 0.5}, r"max_scale=0.5 must be in \[1, 1e\+06\]"),
         ({"warmup_steps": 1.5}, "warmup_steps=1.5 must be an integer"),
         ({"rate": "fast"}, "rate='fast' must be a number"),
         ({"traget": 0.1}, "unknown option.*traget.*known: measure, target"),
@@ -101,3 +101,20 @@ def test_bad_options_are_refused_with_one_line(raw, message):
 def test_off_when_empty():
     assert RehearsalControlOptions.from_mapping({}) is None
     assert RehearsalControlOptions.from_mapping(None) is None
+
+
+def test_a_huge_rate_is_clipped_before_exp_and_tiny_bounds_are_refused():
+    c = _controller(target=0.05, rate=1000.0, warmup_steps=0, min_scale=1e-6, max_scale=1e6)
+    assert c.update(1.0) == pytest.approx(0.2 * 1e6) and c.at_bound == 1  # exp(1000) overflows
+    assert c.update(0.0) == pytest.approx(0.2 * 1e-6) and c.at_bound == -1
+    assert c.update(0.0) == pytest.approx(0.2 * 1e-6) and c.eta > 0  # never 0: log(eta) holds
+    with pytest.raises(ValueError, match=r"min_scale=1e-30 must be in \[1e-06, 1\]"):
+        RehearsalControlOptions.from_mapping({"min_scale": 1e-30})
+    with pytest.raises(ValueError, match=r"bounds .* must be positive, finite numbers"):
+        RehearsalController(RehearsalControlOptions(min_scale=1e-6), eta=1e-305)
+
+
+def test_a_saved_eta_outside_new_bounds_says_which_scale_to_set():
+    c = _controller(min_scale=0.5)
+    with pytest.raises(ValueError, match=r"set algorithm.rehearsal_control.min_scale <= 0.25,"):
+        c.load_state_dict({"eta": 0.05, "steps": 3, "measured": 0.1})

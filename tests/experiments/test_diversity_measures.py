@@ -48,3 +48,15 @@ def test_table_has_one_row_per_world_temperature_and_set(tmp_path):
         ["| test", "base"],
         ["| test", "again"],
     ]
+
+
+def test_samples_are_reused_only_with_the_same_prompts_and_n(tmp_path):
+    import pytest
+
+    from experiments.diversity_measures import _check_settings
+    from experiments.records import ResultError
+
+    _check_settings(tmp_path, {"prompts": 48, "n": 16})
+    _check_settings(tmp_path, {"prompts": 48, "n": 16})  # the same: reused
+    with pytest.raises(ResultError, match=r"other settings \(n: 16 there, 8 now\)"):
+        _check_settings(tmp_path, {"prompts": 48, "n": 8})

@@ -132,3 +132,8 @@ def test_bad_arguments_are_one_line_errors(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--batches", "0"])
     assert "--batches must be >= 1" in capsys.readouterr().err
+    torn = tmp_path / "torn.json"
+    torn.write_text('{"roles": {')
+    assert main(["--report", str(torn)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{torn} is not a whole JSON file" in err

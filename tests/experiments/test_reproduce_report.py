@@ -228,3 +228,16 @@ def test_report_keeps_a_new_worlds_splits(rr):
     groups = rr.by_method([a])
     assert rr.report_splits(groups) == ["test", "ood_sql"]
     assert "### ood_sql" in rr.build_markdown([a], title="T")
+
+
+def test_report_only_with_a_torn_summary_is_one_line_naming_it(tmp_path, capsys):
+    summaries = tmp_path / reproduce_publish.SUMMARIES
+    summaries.mkdir()
+    (summaries / "grpo_seed0.json").write_text(json.dumps(run("grpo", 0, 0.5, 0.9)))
+    torn = summaries / "grpo_seed1.json"
+    torn.write_text(json.dumps(run("grpo", 1, 0.5, 0.9))[:40])
+    argv = ["--report-only", "--results", str(tmp_path), "--report", str(tmp_path / "r.md")]
+    assert reproduce.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{torn} is not a whole JSON file" in err
+    assert not (tmp_path / "r.md").exists()

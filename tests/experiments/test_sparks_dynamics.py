@@ -1,8 +1,14 @@
 """experiments.sparks_dynamics: the report's tables from per-run records (synthetic)."""
 
 import argparse
+import json
+import subprocess
 
-from experiments.sparks_dynamics import main, report
+import pytest
+
+from experiments import sparks_dynamics
+from experiments.records import ResultError
+from experiments.sparks_dynamics import main, report, run_one, settings
 
 
 def _record(method: str, seed: int, spark_hard: float) -> dict:
@@ -77,17 +83,76 @@ def test_long_runs_show_a_subset_of_their_checkpoints():
     assert _shown([*range(0, 201, 25), 210]) == [0, 25, 50, 100, 150, 200, 210]
 
 
-def test_a_finished_run_with_other_overrides_is_refused(tmp_path):
-    import json
+def _args(out, **changed):
+    base = {"steps": None, "prompts": 128, "n": 8, "final_n": 16, "set": []}
+    return argparse.Namespace(out=str(out), **{**base, **changed})
 
-    import pytest
 
-    from experiments.sparks_dynamics import run_one
-
+@pytest.mark.parametrize(
+    "changed, named",
+    [
+        ({"set": ["algorithm.loss_options.beta=4.0"]}, "overrides"),
+        ({"steps": 50}, "steps"),
+        ({"prompts": 64}, "prompts"),
+        ({"n": 4}, "n"),
+        ({"final_n": 8}, "final_n"),
+    ],
+)
+def test_a_finished_run_made_with_other_settings_is_refused(tmp_path, changed, named):
     record = _record("grpo_math", 0, 0.01)
-    record["overrides"] = ["algorithm.loss_options.beta=4.0"]
-    (tmp_path / "grpo_math_seed0.json").write_text(json.dumps(record))
-    args = argparse.Namespace(out=str(tmp_path), set=["algorithm.loss_options.beta=4.0"])
-    assert run_one("grpo_math", 0, args, world=None) == tmp_path / "grpo_math_seed0.json"
-    with pytest.raises(SystemExit, match="use another --out"):
-        run_one("grpo_math", 0, argparse.Namespace(out=str(tmp_path), set=[]), world=None)
+    record["settings"] = settings(_args(tmp_path))
+    path = tmp_path / "grpo_math_seed0.json"
+    path.write_text(json.dumps(record))
+    assert run_one("grpo_math", 0, _args(tmp_path), world=None) == path  # the same: reused
+    with pytest.raises(ResultError, match=rf"{path} was made with other settings \({named}: "):
+        run_one("grpo_math", 0, _args(tmp_path, **changed), world=None)
+    del record["settings"]  # made before settings were recorded: refused, not guessed
+    path.write_text(json.dumps(record))
+    with pytest.raises(ResultError, match="records no settings"):
+        run_one("grpo_math", 0, _args(tmp_path), world=None)
+
+
+def test_a_torn_run_json_is_one_line_naming_it(tmp_path, capsys):
+    torn = tmp_path / "grpo_math_seed0.json"
+    torn.write_text(json.dumps(_record("grpo_math", 0, 0.01))[:50])
+    assert main(["report", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{torn} is not a whole JSON file" in err
+    with pytest.raises(ResultError, match="is not a whole JSON file"):
+        run_one("grpo_math", 0, _args(tmp_path), world=None)
+
+
+def test_the_report_takes_runs_measured_with_fewer_than_16_final_samples():
+    record = _record("grpo_math", 0, 0.01)
+    for split in record["final"].values():
+        del split["pass@16"]  # --final-n 8
+    text = report([record])
+    assert "| 0.500 | 0.700 | - |" in text  # test pass@1, @4, no @16
+    assert "| 0.500 | - | 0.500 |" in text  # per seed: hard pass@1, pass@16, test pass@1
+
+
+def test_training_starts_over_after_an_early_kill_and_a_failure_is_one_line(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_run(cmd, stdout, **kwargs):
+        calls.append(cmd)
+        stdout.write("Traceback (most recent call last):\n")
+        stdout.write("divrl train: --resume: the config differs from config.yaml\n")
+        return subprocess.CompletedProcess(cmd, 2 if "--resume" in cmd else 0)
+
+    monkeypatch.setattr(sparks_dynamics.subprocess, "run", fake_run)
+    world = argparse.Namespace(model_dir=tmp_path / "model", splits={"train": tmp_path / "t"})
+    run_dir = tmp_path / "runs" / "grpo_math_seed0"
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.yaml").write_text("{}\n")  # killed before its first checkpoint
+    sparks_dynamics.train("grpo_math", 0, _args(tmp_path), world, run_dir)
+    assert calls[-1][-1] == "--overwrite"
+    (run_dir / "checkpoints" / "step_000025").mkdir(parents=True)
+    log = tmp_path / "grpo_math_seed0.train.log"
+    with pytest.raises(ResultError) as err:
+        sparks_dynamics.train("grpo_math", 0, _args(tmp_path, set=["a.b=1"]), world, run_dir)
+    assert calls[-1][-2:] == ["a.b=1", "--resume"]
+    assert str(err.value) == (
+        "training grpo_math seed 0 failed (exit 2): divrl train: --resume: the config "
+        f"differs from config.yaml (log: {log})"
+    )

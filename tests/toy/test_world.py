@@ -10,6 +10,7 @@ from divrl.rewards import compute_score
 from divrl.toy import ANSWER_MARKER, SPLITS, ensure_toy_world, read_rows
 from divrl.toy.measure import MeasureConfig, check_targets, measure_base_model
 from divrl.toy.sql_world import TARGETS
+from divrl.toy.worlds import WORLDS
 
 
 @pytest.fixture(scope="module")
@@ -103,11 +104,17 @@ def test_divrl_toy_build_does_not_sample_unless_asked(tmp_path, capsys, monkeypa
     assert "not measured: `divrl toy build --measure`" in capsys.readouterr().out
 
 
-def test_divrl_toy_rejects_unknown_size(tmp_path):
-    with pytest.raises(SystemExit, match="--world sql: unknown sql world size 'huge'"):
-        main(["toy", "build", "--size", "huge", "--cache-dir", str(tmp_path)])
-    with pytest.raises(SystemExit, match="--world countdown: unknown countdown world size"):
-        main(["toy", "build", "--world", "countdown", "--size", "small", "--cache-dir", "x"])
+@pytest.mark.parametrize("world", sorted(WORLDS))
+def test_divrl_toy_input_errors_are_one_line_and_exit_2(world, tmp_path, capsys):
+    argv = ["toy", "build", "--world", world, "--quiet"]
+    assert main([*argv, "--size", "huge", "--cache-dir", str(tmp_path)]) == 2
+    assert f"--world {world}: unknown {world} world size 'huge'" in capsys.readouterr().err
+    (tmp_path / "a_file").write_text("mine")
+    for cache in (tmp_path / "a_file", tmp_path / "a_file" / "sub"):
+        assert main([*argv, "--cache-dir", str(cache)]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "is a file, not a folder" in err
+    assert (tmp_path / "a_file").read_text() == "mine"
 
 
 @pytest.mark.slow

@@ -290,3 +290,14 @@ def test_switching_the_loss_reports_only_keys_that_differ_from_the_new_losss_def
     # no switch: the preset's own keys stand; no preset: nothing to inherit
     assert load_config(GRPO_PRESET, ["algorithm.policy_loss=vanilla"]).algorithm.clip_low == 0.2
     assert load_config(None, ["algorithm.policy_loss=gspo"]).algorithm.clip_low == 3e-4
+
+
+def test_an_override_value_is_never_cut_at_a_hash_and_text_fields_keep_their_text():
+    cfg = load_config(None, ["logging.output_dir=runs/run #2", "data.template=r1"])
+    assert cfg.logging.output_dir == "runs/run #2"  # YAML alone reads `runs/run`
+    for text in ("0x10", "true", "1_000", "[a, b]", "a: b"):  # not text in YAML
+        assert load_config(None, [f"logging.output_dir={text}"]).logging.output_dir == text
+    assert load_config(None, ["logging.output_dir='q #1'"]).logging.output_dir == "q #1"
+    assert load_config(None, ["train.total_steps=0x10"]).train.total_steps == 16
+    with pytest.raises(ConfigError, match=re.escape("algorithm.clip_high='0.28 # up' must be")):
+        load_config(None, ["algorithm.clip_high=0.28 # up"])

@@ -9,6 +9,7 @@ from train_helpers import sevens_reward, tiny_overrides
 
 from divrl.training.config import load_config
 from divrl.training.config_io import ConfigError
+from divrl.training.run_session import RunDirError
 from divrl.training.trainer import TIME_KEYS, Trainer
 
 
@@ -115,3 +116,17 @@ def test_eta_moves_is_used_logged_and_resumes_exactly(tiny_world, reference_stor
     assert resumed.rehearsal.eta == etas[4]
     resumed.train()
     assert _rows(run / "metrics.jsonl") == rows
+
+    # switching the controller off (a section that flattens to {}) is a fixed setting
+    with pytest.raises(RunDirError, match=r"algorithm.rehearsal_control: \{'measure'.*-> \{\}"):
+        off = _config(tiny_world, run, reference_store, **{"algorithm.rehearsal_control": {}})
+        Trainer(off, reward_fn=sevens_reward, resume=True)
+    # new bounds that exclude the saved eta: one line naming the scale to set
+    narrow = {"algorithm.rehearsal_control.max_scale": 1.0, "train.total_steps": 7}
+    with pytest.raises(RunDirError, match=r"set algorithm.rehearsal_control.max_scale >= "):
+        Trainer(
+            _config(tiny_world, run, reference_store, **narrow),
+            reward_fn=sevens_reward,
+            resume=True,
+            resume_with_changes=("algorithm.rehearsal_control",),
+        )

@@ -154,7 +154,7 @@ def test_resume_with_a_changed_setting_is_refused_unless_listed(tiny_world, tmp_
     with pytest.raises(RunDirError) as err:
         Trainer(changed, reward_fn=sevens_reward, resume=True)
     assert "optim.lr: 0.01 -> 0.02" in str(err.value)
-    assert "--resume-with-changes optim.lr,train.total_steps" in str(err.value)
+    assert "--resume-with-changes optim.lr (" in str(err.value)  # extending is free
     assert yaml.safe_load((tmp_path / "config.yaml").read_text())["optim"]["lr"] == 0.01
 
     # logging and checkpoint settings are free; the listed keys apply from here on
@@ -184,7 +184,18 @@ def test_resume_on_a_finished_run_says_so(tiny_world, tmp_path, capsys):
     assert main(["train", *args, "--resume"]) == 0
     out = capsys.readouterr().out
     assert "already finished at step 2 (train.total_steps=2); nothing to do" in out
+    assert "resume with a larger train.total_steps=N" in out
     assert _steps(tmp_path) == [1, 2]
+    # extending the finished run needs no --resume-with-changes; the change is recorded
+    assert main(["train", *args, "train.total_steps=3", "--resume"]) == 0
+    assert _steps(tmp_path) == [1, 2, 3]
+    assert _history(tmp_path)[-2]["changes"] == {"train.total_steps": [2, 3]}
+    # any other change is still refused, and so is a shorter run
+    capsys.readouterr()
+    assert main(["train", *args, "train.total_steps=4", "optim.lr=0.5", "--resume"]) == 2
+    assert "optim.lr: 0.01 -> 0.5" in capsys.readouterr().err
+    assert main(["train", *args, "train.total_steps=2", "--resume"]) == 2
+    assert "train.total_steps: 3 -> 2" in capsys.readouterr().err
 
 
 def test_ctrl_c_prints_one_line_and_exits_130(tiny_world, tmp_path, capsys, monkeypatch):
