@@ -108,9 +108,7 @@ def test_bad_input_is_one_line_and_exit_2(declared_world, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("world", sorted(WORLDS))
-def test_every_world_regenerates_its_shipped_presets_setting_for_setting(
-    world, tmp_path, capsys
-):
+def test_every_world_regenerates_its_shipped_presets_setting_for_setting(world, tmp_path, capsys):
     """`divrl toy presets --world W` on a copy of the shipped configs: every shipped preset
     is generated with the same settings (or declared as not generated), nothing else is."""
     scale = getattr(world_scaffold(world), "preset_scale", None)
