@@ -113,9 +113,12 @@ def test_store_mismatch_and_dropped_prompts_are_one_paragraph(tiny_world, tmp_pa
     presample(small, reward_fn=parity_reward, progress=False)
     assert main(["train", *tiny_overrides(tiny_world, tmp_path / "run", **dph)]) == 2
     err = capsys.readouterr().err
-    last = err.strip().splitlines()[-1]  # (after transformers' loading bars)
-    assert last.startswith("divrl train: the reference store") and "Traceback" not in err
-    assert "data.limit" in last and "--allow-store-mismatch" in last
+    lines = err.strip().splitlines()  # (after transformers' loading bars)
+    start = next(i for i, x in enumerate(lines) if x.startswith("divrl train: the reference"))
+    paragraph = lines[start:]  # the differences one per line, then the fix
+    assert "Traceback" not in err and paragraph[0].endswith("does not match this run:")
+    assert paragraph[1].startswith("  - ") and "data.limit" in "\n".join(paragraph[1:-1])
+    assert "--allow-store-mismatch" in paragraph[-1]
     too_short = tiny_overrides(tiny_world, tmp_path, **{"data.max_prompt_length": 2})
     assert main(["train", *too_short]) == 2  # data.truncation=error (the default)
     assert "16 of 16 prompts in" in capsys.readouterr().err
