@@ -1,6 +1,7 @@
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -365,3 +366,11 @@ def test_an_error_keeps_its_list_one_item_per_line_and_is_otherwise_one_line():
         "divrl eval: a message wrapped over three lines "
         "(run `divrl --debug eval ...` for the traceback)"
     )
+
+
+def test_train_help_points_at_the_configuration_reference_and_print_config():
+    text = " ".join(divrl("train", "--help").stdout.split())
+    assert 'docs/training.md, "Configuration reference"' in text
+    assert "--print-config` prints the resolved config" in text
+    reference = (Path(__file__).parent.parent / "docs" / "training.md").read_text()
+    assert "\n## Configuration reference\n" in reference

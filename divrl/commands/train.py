@@ -18,7 +18,15 @@ if TYPE_CHECKING:
     from divrl.training.config import Config
 
 
+CONFIG_HELP = (
+    "Every config key (section.key=value) with its default and meaning: docs/training.md, "
+    '"Configuration reference"; `divrl train CONFIG [KEY=VALUE ...] --print-config` prints '
+    "the resolved config (every key, after extends and overrides) without training."
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = CONFIG_HELP
     parser.add_argument(
         "config",
         nargs="?",
