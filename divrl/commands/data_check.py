@@ -47,8 +47,13 @@ def run_check(args: argparse.Namespace) -> int:
         return 2
     result = CheckResult()
     # the loader's "skipped N invalid rows" warning: every one of them is listed below
-    logging.getLogger("divrl.data.loading").setLevel(logging.ERROR)
-    examples = check_rows(args.file, config.data.db_dir, result)
+    loader = logging.getLogger("divrl.data.loading")
+    level = loader.level
+    loader.setLevel(logging.ERROR)
+    try:
+        examples = check_rows(args.file, config.data.db_dir, result)
+    finally:
+        loader.setLevel(level)
     check_databases(examples, result)
     check_answers(examples, result, unusable=_unusable_by_equivalence)
     _check_lengths(config, examples, result)
