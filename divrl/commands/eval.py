@@ -155,7 +155,8 @@ def default_max_new_tokens(model) -> int:
 
 
 def print_summary_table(summaries: dict[str, dict], title: str = "evaluation") -> None:
-    """A compact table: greedy accuracy, Pass@k (P@1 = mean sampled accuracy), maj@n per set.
+    """A compact table: greedy accuracy, Pass@k (P@1 = mean sampled accuracy), maj@n and the
+    unscorable samples (no verdict; Pass@k counts them as not correct) per set.
 
     On a terminal it fits the terminal; otherwise (a log file, a pipe) it is printed at its
     natural width, never cut.
@@ -170,7 +171,8 @@ def print_summary_table(summaries: dict[str, dict], title: str = "evaluation") -
     table = Table(title=title)
     first = next(iter(summaries.values()))
     ks = first["ks"]
-    for col in ["set", "prompts", "greedy", *[f"P@{k}" for k in ks], f"maj@{ks[-1]}"]:
+    columns = ["set", "prompts", "greedy", *[f"P@{k}" for k in ks], f"maj@{ks[-1]}", "unscorable"]
+    for col in columns:
         table.add_column(col, justify="right" if col != "set" else "left")
     for name, s in summaries.items():
         greedy = s.get("greedy_accuracy")
@@ -180,6 +182,7 @@ def print_summary_table(summaries: dict[str, dict], title: str = "evaluation") -
             "-" if greedy is None else f"{greedy:.3f}",
             *[f"{s['pass@k'].get(str(k), float('nan')):.3f}" for k in ks],
             f"{s['maj@k'][str(s['ks'][-1])]:.3f}",
+            str(s.get("unscorable", "-")),  # summaries of older versions lack it
         )
     console.print(table)
 
