@@ -29,7 +29,8 @@ def unscorable_share_message(
     share = n_unscorable / max(1, n_total)
     return (
         f"{where}: {n_unscorable} of {n_total} responses ({share:.0%}) could not be scored "
-        f"(a verifier timeout, a crashed worker or a verifier error), more than {setting}="
+        "(a verifier timeout, a crashed worker, a verifier error or an unreadable gold "
+        f"answer), more than {setting}="
         f"{limit:g}; the verifier or its workers are failing (see the reward/<reason> "
         f"counts and docs/rewards.md), or raise {setting} to train on the rest"
     )

@@ -61,3 +61,24 @@ def test_the_share_check_and_the_dapo_filter_by_hand():
     assert informative_groups([1, nan, 1, 1, 0, nan, 1, nan], 4) == [False, True]
     with pytest.raises(ConfigError, match=r"max_unscorable=1\.5 must be a share"):
         load_config(None, ["train.max_unscorable=1.5"])
+
+
+def test_divrl_train_stops_with_one_line(monkeypatch, capsys, tiny_world, tmp_path):
+    import argparse
+
+    import divrl.training.trainer as trainer_module
+    from divrl.commands.train import _train
+
+    class Failing:
+        def __init__(self, config, **kwargs):
+            self.config, self.step = config, 0
+
+        def train(self):
+            raise UnscorableShareError("step 1: 4 of 16 responses (25%) could not be scored")
+
+    monkeypatch.setattr(trainer_module, "Trainer", Failing)
+    args = argparse.Namespace(resume_with_changes=[], resume=False, overwrite=False)
+    config = load_config(None, tiny_overrides(tiny_world, tmp_path))
+    assert _train(args, config) == 1
+    err = capsys.readouterr().err
+    assert err == "divrl train: step 1: 4 of 16 responses (25%) could not be scored\n"
