@@ -81,7 +81,7 @@ def test_the_batch_reward_manager_scores_in_divrls_pool():
 
 def test_verls_extra_info_keys_are_ignored():
     out = compute_score("math", "so \\boxed{4}", "4", {"num_turns": 2, "rollout_reward_scores": {}})
-    assert out == {"score": 1.0, "acc": 1.0}
+    assert out == {"score": 1.0, "acc": 1.0, "unscorable": 0.0}
 
 
 def test_the_reward_loop_manager_of_verls_v1_trainer_scores_concurrently():

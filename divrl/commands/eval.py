@@ -189,7 +189,8 @@ DIVERSITY_COLUMNS = (
 
 def print_summary_table(summaries: dict[str, dict], title: str = "evaluation") -> None:
     """A compact table: greedy accuracy, Pass@k (P@1 = mean sampled accuracy), maj@n and the
-    diversity of the samples per set (:data:`DIVERSITY_COLUMNS`, explained under it).
+    unscorable samples (no verdict; Pass@k counts them as not correct) and the diversity
+    of the samples per set (:data:`DIVERSITY_COLUMNS`, explained under it).
 
     On a terminal it fits the terminal; otherwise (a log file, a pipe) it is printed at its
     natural width, never cut.
@@ -205,7 +206,8 @@ def print_summary_table(summaries: dict[str, dict], title: str = "evaluation") -
     first = next(iter(summaries.values()))
     ks = first["ks"]
     diversity = [header for header, _, _ in DIVERSITY_COLUMNS]
-    for col in ["set", "prompts", "greedy", *[f"P@{k}" for k in ks], f"maj@{ks[-1]}", *diversity]:
+    columns = ["set", "prompts", "greedy", *[f"P@{k}" for k in ks], f"maj@{ks[-1]}", "unscorable"]
+    for col in [*columns, *diversity]:
         table.add_column(col, justify="right" if col != "set" else "left")
     for name, s in summaries.items():
         greedy = s.get("greedy_accuracy")
@@ -216,9 +218,15 @@ def print_summary_table(summaries: dict[str, dict], title: str = "evaluation") -
             "-" if greedy is None else f"{greedy:.3f}",
             *[f"{s['pass@k'].get(str(k), float('nan')):.3f}" for k in ks],
             f"{s['maj@k'][str(s['ks'][-1])]:.3f}",
+            str(s.get("unscorable", "-")),  # summaries of older versions lack it
             *[_measure(measures.get(key)) for _, key, _ in DIVERSITY_COLUMNS],
         )
     console.print(table)
+    console.print(
+        "  unscorable: samples without a verdict (verifier timeout or crash), counted as not "
+        "correct in P@k",
+        highlight=False,
+    )
     for header, _, meaning in DIVERSITY_COLUMNS:
         console.print(f"  {header}: {meaning}", highlight=False)
 

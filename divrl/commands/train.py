@@ -146,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace, config: Config) -> int:
     """Train (or resume) the run and print its last step; the exit code."""
     from divrl.fileio import DiskFullError
+    from divrl.rewards.types import UnscorableShareError
     from divrl.runs import RunLockedError
     from divrl.training.run_session import RunDirError
     from divrl.training.trainer import Trainer
@@ -165,7 +166,7 @@ def _train(args: argparse.Namespace, config: Config) -> int:
     except (RunDirError, RunLockedError) as exc:
         print(f"divrl train: {exc}", file=sys.stderr)
         return 2
-    except DiskFullError as exc:
+    except (DiskFullError, UnscorableShareError) as exc:
         print(f"divrl train: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -19,6 +19,7 @@ import json
 import logging
 import math
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -310,6 +311,7 @@ def score_samples(
             items.append(_item(rec, rec["greedy"]["text"]))
             where.append((p, -1))
     scored = score_batch(items, timeout=cfg.score_timeout, progress=progress).results
+    _warn_unscorable(scored)
     per_prompt: list[dict[int, Any]] = [{} for _ in records]
     for (p, s), res in zip(where, scored, strict=True):
         per_prompt[p][s] = res
@@ -375,6 +377,19 @@ def score_samples(
             }
         )
     return results
+
+
+def _warn_unscorable(scored: Sequence[Any]) -> None:
+    """One warning when some responses got no verdict (a timeout, a crashed worker ...)."""
+    unscorable = Counter(r.reason for r in scored if r.unscorable)
+    if unscorable:
+        logger.warning(
+            "%d of %d responses could not be scored (%s): the unscorable column of the "
+            "summary counts them; Pass@k counts them as not correct (a lower bound)",
+            sum(unscorable.values()),
+            len(scored),
+            ", ".join(f"{k}={v}" for k, v in sorted(unscorable.items())),
+        )
 
 
 def _item(rec: dict[str, Any], text: str) -> dict[str, Any]:

@@ -20,6 +20,14 @@ bootstrap over prompts (:func:`divrl.evaluation.stats.bootstrap_ci`, seeded). Ke
   policy: an estimate of the per-token entropy when sampling at T = 1 without top-p/top-k
   truncation), share of truncated responses and of those cut at the model's context;
 - ``reasons``: verifier outcomes (``correct``, ``wrong``, ``no_answer``, ``sql_error`` ...);
+- ``unscorable`` (also per group): the samples that got no verdict (a verifier timeout, a
+  crashed worker, a verifier error, an unreadable gold answer:
+  :data:`divrl.rewards.types.UNSCORABLE_REASONS`), ``unscorable_share`` of all samples, and
+  ``mean_accuracy_scorable``, the sampled Pass@1 over each prompt's scorable samples only
+  (prompts with none left out). Pass@k, maj@k and ``mean_accuracy`` count an unscorable
+  sample as not correct, as BIRD's and Spider's official evaluators count a timeout (a
+  lower bound); ``mean_accuracy_scorable`` is the estimate for unscorable samples that are
+  right as often as the others (docs/evaluation.md);
 - ``groups``: the headline numbers per value of each ``group_by`` key of ``extra_info``.
 """
 
@@ -42,16 +50,21 @@ from divrl.evaluation.text_diversity import (
     trace_clusters,
 )
 from divrl.profiles import get_profile
+from divrl.rewards.types import UNSCORABLE_REASONS
 
 __all__ = ["per_prompt_arrays", "summarise"]
 
 
 def per_prompt_arrays(results: Sequence[dict[str, Any]]) -> dict[str, np.ndarray]:
-    """``[P]`` arrays: ``n`` samples, ``c`` correct, ``greedy`` (nan without one), the number
-    of distinct styles (all / correct samples) and of distinct correct answers."""
+    """``[P]`` arrays: ``n`` samples, ``c`` correct, ``u`` unscorable, ``greedy`` (nan without
+    one), the number of distinct styles (all / correct samples) and of distinct correct
+    answers."""
     return {
         "n": np.array([len(r["correct"]) for r in results], dtype=np.int64),
         "c": np.array([sum(r["correct"]) for r in results], dtype=np.int64),
+        "u": np.array(
+            [sum(x in UNSCORABLE_REASONS for x in r["reasons"]) for r in results], dtype=np.int64
+        ),
         "greedy": np.array(
             [float(r["greedy"]["correct"]) if r.get("greedy") else math.nan for r in results]
         ),
@@ -80,6 +93,13 @@ def _headline(results: Sequence[dict[str, Any]], cfg, ks: list[int]) -> dict[str
     acc = a["c"] / a["n"]
     out["mean_accuracy"] = float(acc.mean())
     out["mean_accuracy_ci"] = _ci(acc, cfg)
+    out["unscorable"] = int(a["u"].sum())
+    out["unscorable_share"] = float(a["u"].sum() / a["n"].sum())
+    scorable = a["n"] - a["u"]
+    kept = scorable > 0
+    out["mean_accuracy_scorable"] = (
+        float((a["c"][kept] / scorable[kept]).mean()) if kept.any() else None
+    )
     out["pass@k"], out["pass@k_ci"] = {}, {}
     out["maj@k"], out["maj@k_ci"] = {}, {}
     clusters = [r["clusters"] for r in results]

@@ -41,6 +41,7 @@ from divrl.distributed import Collective, release_process_group, warn_if_ddp_wra
 from divrl.integrations.trl_config import LP_REG_LOSS_TYPES, DivRLGRPOConfig
 from divrl.integrations.trl_control import TrlRehearsalControl
 from divrl.integrations.trl_data import (
+    UNSCORABLE_METRIC,
     exploration_dataset,
     rollout_arguments,
     trl_dataset,
@@ -70,6 +71,7 @@ from divrl.integrations.trl_lp_reg import (
     refuse_sharded_training,
     unwrapped_causal_lm,
 )
+from divrl.rewards.types import UnscorableShareError, unscorable_share_message
 from divrl.rollout import pad_token_id
 
 __all__ = [
@@ -120,8 +122,9 @@ class DivRLGRPOTrainer(GRPOTrainer):
     Same constructor as ``GRPOTrainer``. Overrides, each calling ``super()``:
     ``_get_per_token_logps_and_entropies`` (records log-probs and the Lp-Reg proxy from the
     forward TRL runs), ``_generate_and_score_completions`` (adds the off-policy proxy to the
-    batch) and ``_compute_loss`` (adds the Lp-Reg replacement and the DPH term). Metrics go
-    to TRL's logger under ``divrl/``.
+    batch; stops when more than ``max_unscorable`` of it was unscorable) and
+    ``_compute_loss`` (adds the Lp-Reg replacement and the DPH term). Metrics go to TRL's
+    logger under ``divrl/``.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -263,6 +266,27 @@ class DivRLGRPOTrainer(GRPOTrainer):
         cap.log_probs, cap.proxy, cap.log_z = logps, proxy, log_z
 
     def _generate_and_score_completions(self, inputs):
+        mode = "train" if self.model.training else "eval"
+        logged = len(self._metrics[mode].get(UNSCORABLE_METRIC, ()))
+        output = self._scored_completions(inputs)
+        shares = self._metrics[mode].get(UNSCORABLE_METRIC, ())
+        if mode == "train" and len(shares) > logged:  # verifier_reward logged this batch
+            self._stop_on_unscorable(shares[-1], len(inputs) * self.accelerator.num_processes)
+        return output
+
+    def _stop_on_unscorable(self, share: float, n_total: int) -> None:
+        """Stop (every rank alike: ``share`` is averaged over them) when more than
+        ``args.max_unscorable`` of the batch's completions were unscorable."""
+        limit = self.args.max_unscorable
+        if share > limit:
+            step = f"step {self.state.global_step + 1}"
+            message = unscorable_share_message(
+                step, round(share * n_total), n_total, limit, "max_unscorable"
+            )
+            raise UnscorableShareError(message)
+
+    def _scored_completions(self, inputs):
+        """TRL's batch, with the off-policy Lp-Reg proxy added."""
         if not (self.args.lp_reg and self.model.training):
             return super()._generate_and_score_completions(inputs)
         # TRL computes old log-probs (off-policy) with a no-grad forward of self.model here:

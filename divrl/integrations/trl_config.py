@@ -154,8 +154,25 @@ class DivRLGRPOConfig(GRPOConfig):
         },
     )
 
+    max_unscorable: float = field(
+        default=0.1,
+        metadata={
+            "help": "The share of a generation batch's completions (all processes together) "
+            "that divrl's verifier_reward may leave unscorable (a verifier timeout, a crashed "
+            "worker, a verifier error: returned as None, which TRL keeps out of the group "
+            "mean and std with advantage 0; logged as reward/unscorable, a share); a batch "
+            "with more stops training with a message. 0 stops at the first one, 1 never "
+            "(train.max_unscorable in `divrl train`).",
+        },
+    )
+
     def __post_init__(self) -> None:
         super().__post_init__()
+        if not 0.0 <= self.max_unscorable <= 1.0:
+            raise ValueError(
+                f"max_unscorable={self.max_unscorable} must be a share from 0 to 1 (e.g. 0.1: "
+                "stop when more than a tenth of a batch's completions are unscorable)"
+            )
         self._validate_dph()
         self.control_options = self._control_options()
         self.lp_reg_options = self._lp_reg_options()

@@ -21,7 +21,13 @@ from typing import Any
 from divrl.data.prompts import PromptSettings, load_prompts
 from divrl.data.reference_store import ReferenceStore
 
-__all__ = ["exploration_dataset", "rollout_arguments", "trl_dataset", "verifier_reward"]
+__all__ = [
+    "UNSCORABLE_METRIC",
+    "exploration_dataset",
+    "rollout_arguments",
+    "trl_dataset",
+    "verifier_reward",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -173,16 +179,28 @@ def rollout_arguments(args: tuple, kwargs: dict[str, Any], id_column: str = "pro
     return bound.args[1:]
 
 
+#: the metric verifier_reward logs through TRL's ``log_metric``: the batch's unscorable share
+UNSCORABLE_METRIC = "reward/unscorable"
+
+
 def verifier_reward(
     completions: list[Any],
     data_source: list[str],
     ground_truth: list[str],
     extra_info: list[str],
     **kwargs: Any,
-) -> list[float]:
+) -> list[float | None]:
     """TRL reward function: divrl's verifiers (``divrl.rewards.score_batch``) on the
     columns :func:`trl_dataset` writes. Conversational completions are scored on the text
-    of their last message."""
+    of their last message.
+
+    An unscorable completion (a verifier timeout, a crashed worker, a verifier error:
+    :data:`~divrl.rewards.types.UNSCORABLE_REASONS`) gets ``None``: TRL then keeps it out of
+    its group's mean and std and gives it advantage 0 (when every reward function returns
+    None for it). The share of unscorable completions is logged as ``reward/unscorable``
+    through TRL's ``log_metric``; :class:`~divrl.integrations.trl.DivRLGRPOTrainer` stops a
+    run whose share exceeds ``max_unscorable``.
+    """
     from divrl.rewards import ScoreRequest, score_batch
 
     texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
@@ -192,4 +210,8 @@ def verifier_reward(
             texts, data_source, ground_truth, extra_info, strict=True
         )
     ]
-    return [float(s) for s in score_batch(requests).scores]
+    results = score_batch(requests).results
+    log_metric = kwargs.get("log_metric")
+    if log_metric is not None:
+        log_metric(UNSCORABLE_METRIC, sum(r.unscorable for r in results) / max(1, len(results)))
+    return [None if r.unscorable else float(r.score) for r in results]

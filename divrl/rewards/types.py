@@ -9,6 +9,32 @@ from typing import Any
 # Reasons that mean "the verifier ran and decided"; every other reason is a failure.
 DECIDED_REASONS = frozenset({"correct", "wrong"})
 
+# Reasons that mean "no verdict on the response": the verifier ran out of time, its worker
+# died or ran out of memory, the verifier raised, or the gold answer itself could not be
+# read. The response may be right or wrong, so it is *unscorable*: training keeps it out of
+# its group's baseline and gives it no advantage, evaluation counts it apart from the
+# failures (docs/rewards.md, "Unscorable responses"). Every other failure (no answer, an
+# unparsable one, an SQL error) is the response's own and scores 0.
+UNSCORABLE_REASONS = frozenset({"timeout", "worker_crashed", "worker_error", "error", "gold_error"})
+
+
+class UnscorableShareError(RuntimeError):
+    """More of a step's responses were unscorable than the run allows."""
+
+
+def unscorable_share_message(
+    where: str, n_unscorable: int, n_total: int, limit: float, setting: str
+) -> str:
+    """The one-line stop message: the count, the share, the limit and what to do."""
+    share = n_unscorable / max(1, n_total)
+    return (
+        f"{where}: {n_unscorable} of {n_total} responses ({share:.0%}) could not be scored "
+        "(a verifier timeout, a crashed worker, a verifier error or an unreadable gold "
+        f"answer), more than {setting}="
+        f"{limit:g}; the verifier or its workers are failing (see the reward/<reason> "
+        f"counts and docs/rewards.md), or raise {setting} to train on the rest"
+    )
+
 
 def is_correct(score: float) -> bool:
     """Full credit counts as correct (Pass@k, the trainer's Pass@1, the DPH-RL split)."""
@@ -35,6 +61,11 @@ class ScoreResult:
 
     def __post_init__(self) -> None:
         self.score = float(min(1.0, max(0.0, self.score)))
+
+    @property
+    def unscorable(self) -> bool:
+        """No verdict (see :data:`UNSCORABLE_REASONS`): neither right nor wrong."""
+        return self.reason in UNSCORABLE_REASONS
 
 
 @dataclass
@@ -78,12 +109,22 @@ class BatchScores:
     def n_failures(self) -> int:
         return sum(self.failures.values())
 
+    @property
+    def unscorable(self) -> list[bool]:
+        """Per item, whether it got no verdict (:data:`UNSCORABLE_REASONS`)."""
+        return [r.unscorable for r in self.results]
+
+    @property
+    def n_unscorable(self) -> int:
+        return sum(self.unscorable)
+
     def summary(self) -> str:
         n = len(self.results)
         fails = ", ".join(f"{k}={v}" for k, v in self.failures.items()) or "none"
         rate = n / self.elapsed if self.elapsed > 0 else float("inf")
         return (
-            f"{n} completions, mean score {self.mean:.4f}, failures: {fails}, "
+            f"{n} completions, mean score {self.mean:.4f}, failures: {fails} "
+            f"({self.n_unscorable} unscorable), "
             f"{self.elapsed:.2f}s ({rate:.0f}/s)"
         )
 

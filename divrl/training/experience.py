@@ -12,6 +12,7 @@ rolls out) and :func:`informative_groups` (DAPO's dynamic-sampling filter).
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 
@@ -21,7 +22,13 @@ from divrl.algorithms import group_advantages
 from divrl.data.prompts import PromptItem
 from divrl.data.sampling import EpochSampler, derive_seed
 from divrl.distributed import Collective
-from divrl.rewards.types import BatchScores, ScoreRequest, is_correct
+from divrl.rewards.types import (
+    BatchScores,
+    ScoreRequest,
+    UnscorableShareError,
+    is_correct,
+    unscorable_share_message,
+)
 from divrl.rollout import RolloutEngine, RolloutOutput, SamplingParams
 from divrl.training.batch import Experience
 from divrl.training.config import Config
@@ -32,6 +39,8 @@ __all__ = [
     "Experience",
     "ExperienceMaker",
     "RewardFn",
+    "check_unscorable_share",
+    "count_unscorable",
     "default_reward_fn",
     "informative_groups",
     "is_correct",
@@ -52,19 +61,41 @@ def default_reward_fn(requests: list[ScoreRequest]) -> BatchScores:
 
 
 def score_requests(
-    reward_fn: RewardFn, requests: list[ScoreRequest]
+    reward_fn: RewardFn, requests: list[ScoreRequest], unscorable: float = 0.0
 ) -> tuple[list[float], dict[str, int]]:
     """(scores, counts of failure reasons) of ``requests`` under ``reward_fn``.
 
-    A reward function that returns plain scores reports no reasons.
+    An unscorable response (a verifier timeout, a crashed worker, a verifier error:
+    :data:`~divrl.rewards.types.UNSCORABLE_REASONS`) gets the score ``unscorable`` (training
+    passes NaN, which keeps it out of its group's baseline); a reward function that returns
+    plain scores reports no reasons, and a NaN it returns marks an unscorable response.
     """
     result = reward_fn(requests)
     if isinstance(result, BatchScores):
-        return [float(s) for s in result.scores], result.failures
+        scores = [unscorable if r.unscorable else float(r.score) for r in result.results]
+        return scores, result.failures
     scores = [float(s) for s in result]
     if len(scores) != len(requests):
         raise ValueError(f"the reward function returned {len(scores)} scores for {len(requests)}")
     return scores, {}
+
+
+def count_unscorable(scores: Sequence[float]) -> int:
+    """How many of ``scores`` mark an unscorable response (NaN)."""
+    return sum(1 for s in scores if not math.isfinite(s))
+
+
+def check_unscorable_share(step: int, n_unscorable: float, n_total: float, limit: float) -> None:
+    """Raise :class:`~divrl.rewards.types.UnscorableShareError` (one line) when more than
+    ``limit`` (``train.max_unscorable``) of the step's ``n_total`` responses, all processes
+    together, were unscorable."""
+    if n_total > 0 and n_unscorable > limit * n_total:
+        raise UnscorableShareError(
+            unscorable_share_message(
+                f"step {step + 1}", int(n_unscorable), int(n_total), limit,
+                "train.max_unscorable",
+            )
+        )  # fmt: skip
 
 
 def rollout_requests(
@@ -106,8 +137,12 @@ def shard_positions(prompts_per_step: int, mini_batch: int, world: int, rank: in
 
 def informative_groups(rewards: Sequence[float], n: int) -> list[bool]:
     """DAPO dynamic sampling: for each group of ``n`` consecutive rewards, whether its
-    rewards differ (a group whose rewards are all equal has zero advantage everywhere)."""
-    return [len(set(rewards[g : g + n])) > 1 for g in range(0, len(rewards), n)]
+    scorable rewards differ (a group whose scorable rewards are all equal has zero advantage
+    everywhere; an unscorable response, NaN, has none)."""
+    return [
+        len({r for r in rewards[g : g + n] if math.isfinite(r)}) > 1
+        for g in range(0, len(rewards), n)
+    ]
 
 
 class _Rows:
@@ -205,15 +240,19 @@ class ExperienceMaker:
 
     @staticmethod
     def _batch_stats(out: RolloutOutput, scores: list[float], rewards: list[float]) -> dict:
-        """The current policy's batch statistics, before any filtering."""
+        """The current policy's batch statistics, before any filtering; the scores and
+        rewards over the scorable responses only (a process with none reports none)."""
         lengths = [len(r) for r in out.response_ids]
-        return {
-            "reward/score": sum(scores) / len(scores),
-            "reward/pass@1": sum(map(is_correct, scores)) / len(scores),
-            "reward/shaped": sum(rewards) / len(rewards),
+        stats = {
             "response/length": sum(lengths) / len(lengths),
             "response/truncated": sum(out.truncated) / len(out.truncated),
         }
+        kept = [(s, r) for s, r in zip(scores, rewards, strict=True) if math.isfinite(s)]
+        if kept:
+            stats["reward/score"] = sum(s for s, _ in kept) / len(kept)
+            stats["reward/pass@1"] = sum(is_correct(s) for s, _ in kept) / len(kept)
+            stats["reward/shaped"] = sum(r for _, r in kept) / len(kept)
+        return stats
 
     def _short_batch(self, step: int, least: int, per_rank: int, rounds: int) -> None:
         """The last generation round left the batch short: stop (``refill_exhausted: raise``,
@@ -239,6 +278,7 @@ class ExperienceMaker:
         cfg, algo = self.config, self.config.algorithm
         n, per_rank = cfg.rollout.n, cfg.train.prompts_per_step // self.collective.world
         rows, means, reasons = _Rows(), {}, Counter()
+        n_scored = n_unscorable = 0
         counts: dict[str, float] = {"dapo/dropped_groups": 0.0} if algo.dynamic_sampling else {}
         round_, positions = 0, self.round_positions
         while True:
@@ -246,9 +286,11 @@ class ExperienceMaker:
             mine = [global_idx[q] for q in positions]
             out = self._generate(step, round_, mine)
             scores, failures = score_requests(
-                self.reward_fn, rollout_requests(self.prompts, mine, out)
+                self.reward_fn, rollout_requests(self.prompts, mine, out), float("nan")
             )
             reasons.update(failures)
+            n_scored += len(scores)
+            n_unscorable += count_unscorable(scores)
             rewards = self._shaped(scores, out)
             if round_ == 0:
                 means.update(self._batch_stats(out, scores, rewards))
@@ -266,6 +308,10 @@ class ExperienceMaker:
             if least >= per_rank or round_ > algo.max_refill_rounds:
                 break
         counts.update({f"reward/{reason}": float(c) for reason, c in reasons.items()})
+        counts["reward/unscorable"] = float(n_unscorable)
+        # the same sums on every process, so that every process stops or none does
+        total_unscorable, total = self.collective.all_reduce([n_unscorable, n_scored])
+        check_unscorable_share(step, total_unscorable, total, cfg.train.max_unscorable)
         experience = rows.padded(self.pad_id) if len(rows) else None
         if algo.dynamic_sampling:
             # Every process must run the same number of micro-batches (DDP): trim to the
@@ -279,6 +325,7 @@ class ExperienceMaker:
             if least < per_rank:
                 self._short_batch(step, int(least), per_rank, round_)
         if experience is not None and len(experience):
+            # an unscorable response (NaN reward) is out of its group's baseline, advantage 0
             experience.advantages = group_advantages(
                 experience.rewards, experience.groups, scale=algo.adv_scale
             ).float()

@@ -65,6 +65,14 @@ class TrainConfig(FSDPConfig):  # strategy, param_dtype, fsdp_*: divrl.training.
         None,
     )
 
+    max_unscorable: float = help_field(
+        "the share of a step's responses (all processes and generation rounds together) "
+        "that may be unscorable (a verifier timeout, a crashed worker, a verifier error: "
+        "kept out of the group baselines, advantage 0, counted as reward/unscorable); a "
+        "step with more stops the run with a message. 0 stops at the first one, 1 never",
+        0.1,
+    )
+
     def __post_init__(self) -> None:
         try:
             super().__post_init__()
@@ -74,6 +82,11 @@ class TrainConfig(FSDPConfig):  # strategy, param_dtype, fsdp_*: divrl.training.
             positive(f"train.{name}", getattr(self, name))
         if not 0 <= self.seed <= MAX_SEED:  # numpy seeds are below 2**32; seeds get offsets
             raise ConfigError(f"train.seed={self.seed} must be a whole number from 0 to {MAX_SEED}")
+        if not 0.0 <= self.max_unscorable <= 1.0:
+            raise ConfigError(
+                f"train.max_unscorable={self.max_unscorable} must be a share from 0 to 1 "
+                "(e.g. 0.1: stop when more than a tenth of a step's responses are unscorable)"
+            )
         if self.logits_chunk_size is not None:
             positive("train.logits_chunk_size", self.logits_chunk_size)
         if self.micro_batch_tokens is not None:

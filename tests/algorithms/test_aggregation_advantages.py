@@ -98,3 +98,52 @@ def test_group_advantages_zero_mean_per_group(pairs):
         sel = ids == g
         if sel.sum() > 1:
             assert adv[sel].sum().item() == pytest.approx(0.0, abs=1e-3)
+
+
+def test_unscorable_responses_are_out_of_the_baseline_by_hand():
+    nan = float("nan")
+    # group 0: 1, unscorable, 0, 0 -> baseline over 1, 0, 0: mean 1/3, std sqrt(1/3)
+    # group 1: 1, unscorable -> one scorable response, no baseline: advantage 0
+    rewards = torch.tensor([1.0, nan, 0.0, 0.0, 1.0, nan])
+    ids = [0, 0, 0, 0, 1, 1]
+    adv = group_advantages(rewards, ids)
+    s = math.sqrt(1 / 3) + 1e-6
+    assert adv.tolist() == pytest.approx([(2 / 3) / s, 0.0, -(1 / 3) / s, -(1 / 3) / s, 0, 0])
+    # the same through the mask: the unscorable rows' rewards (here 0) are not read
+    mask = ~torch.isnan(rewards)
+    masked = group_advantages(torch.nan_to_num(rewards, nan=0.0), ids, scorable=mask)
+    assert masked.tolist() == adv.tolist()
+    # scored 0 instead, the unscorable response would get -0.25 / 0.5 and lower the baseline
+    as_zero = group_advantages(torch.nan_to_num(rewards), ids)
+    assert as_zero[:2].tolist() == pytest.approx([0.75 / (0.5 + 1e-6), -0.25 / (0.5 + 1e-6)])
+    # batch scale: the std of the scorable rewards 1, 0, 0, 1 only
+    batch = group_advantages(rewards, ids, scale="batch")
+    std = torch.tensor([1.0, 0.0, 0.0, 1.0]).std().item() + 1e-6
+    assert batch.tolist() == pytest.approx([(2 / 3) / std, 0, -(1 / 3) / std, -(1 / 3) / std, 0, 0])
+    with pytest.raises(ValueError, match="scorable flags"):
+        group_advantages(rewards, ids, scorable=mask[:3])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 3), st.floats(-5, 5), st.booleans()), min_size=1, max_size=24
+    ),
+)
+def test_unscorable_rows_change_nothing_for_the_others(rows):
+    """Property: with unscorable rows, every scorable row's advantage equals the one it gets
+    in the batch without them (where its group keeps two or more), and theirs is 0."""
+    ids = [g for g, _, _ in rows]
+    rewards = torch.tensor([r if ok else float("nan") for _, r, ok in rows])
+    adv = group_advantages(rewards, ids)
+    kept = [i for i, (_, _, ok) in enumerate(rows) if ok]
+    assert all(adv[i].item() == 0.0 for i in range(len(rows)) if i not in kept)
+    if not kept:
+        return
+    alone = group_advantages(rewards[kept], [ids[i] for i in kept])
+    kept_ids = [ids[i] for i in kept]
+    for j, i in enumerate(kept):
+        if kept_ids.count(ids[i]) > 1:  # (alone, a group of one has verl's rule: A = r)
+            assert adv[i].item() == pytest.approx(alone[j].item(), abs=1e-4)
+        elif ids.count(ids[i]) > 1:  # the only scorable one of several: no baseline
+            assert adv[i].item() == 0.0

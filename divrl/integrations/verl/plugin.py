@@ -1,6 +1,7 @@
 """The ``verl.plugins`` entry point: verl imports this module when it starts.
 
-It registers ``divrl_vanilla`` in verl's policy-loss registry and the ``divrl_sync`` and
+It registers ``divrl_vanilla`` in verl's policy-loss registry, ``divrl_grpo`` in its
+advantage-estimator registry (GRPO with unscorable responses left out), and the ``divrl_sync`` and
 ``divrl_presample`` v1 trainer modes (in the driver and in every worker, since each imports
 verl). verl swallows an entry point's exceptions at debug level, so an unsupported verl
 is reported here with a warning, and the losses are then left unregistered
@@ -23,6 +24,7 @@ def register() -> bool:
     except UnsupportedVerlError as e:
         logger.warning("divrl's verl plugin is not registered: %s", e)
         return False
+    import divrl.integrations.verl.advantage  # registers divrl_grpo
     import divrl.integrations.verl.losses
 
     try:  # the v1 trainer needs TransferQueue (divrl[verl] installs it)

@@ -1,0 +1,67 @@
+"""An unscorable response in verl: divrl's reward scores it NaN and flags it, and the
+``divrl_grpo`` estimator keeps it out of its group's baseline with advantage 0."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, get_adv_estimator_fn
+
+import divrl.integrations.verl.advantage  # noqa: F401  (registers divrl_grpo)
+from divrl.integrations.verl.reward import compute_score, compute_score_batch
+from divrl.rewards.types import UnscorableShareError
+from tests_verl import stall_verifier  # noqa: F401  (registers stall_test_verl)
+
+SOURCE = "stall_test_verl"
+ANSWERS = ["1", "stall", "0", "0"]  # each group: right, killed at the 0.2 s limit, wrong, wrong
+
+
+def test_the_reward_flags_an_unscorable_response():
+    killed = compute_score(SOURCE, "stall", "1")
+    assert math.isnan(killed["score"]) and (killed["acc"], killed["unscorable"]) == (0.0, 1.0)
+    assert compute_score(SOURCE, "1", "1") == {"score": 1.0, "acc": 1.0, "unscorable": 0.0}
+    as_wrong = compute_score(SOURCE, "stall", "1", unscorable_score=0.0)
+    assert as_wrong == {"score": 0.0, "acc": 0.0, "unscorable": 1.0}
+    with pytest.raises(ValueError, match="unscorable_score=2"):
+        compute_score(SOURCE, "1", "1", unscorable_score=2)
+
+
+def _token_rewards(scores: list[float], length: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+    """verl's layout: each response's score on its last token (responses of length 2)."""
+    rewards = torch.zeros(len(scores), length)
+    rewards[:, 1] = torch.tensor(scores)
+    mask = torch.tensor([[1.0, 1.0, 0.0]] * len(scores))
+    return rewards, mask
+
+
+def test_divrl_grpo_leaves_unscorable_responses_out_of_the_baseline():
+    results = compute_score_batch([SOURCE] * 8, ANSWERS * 2, ["1"] * 8)
+    scores = [r["score"] for r in results]
+    assert sum(r["unscorable"] for r in results) == 2
+    rewards, mask = _token_rewards(scores)
+    index = ["a"] * 4 + ["b"] * 4
+    estimator = get_adv_estimator_fn("divrl_grpo")
+    config = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "divrl_max_unscorable": 0.25})
+    adv, returns = estimator(
+        token_level_rewards=rewards, response_mask=mask, index=index, config=config
+    )
+    # baseline over 1, 0, 0 (mean 1/3, std sqrt(1/3)); scored 0 the stalled one would get -0.5
+    s = math.sqrt(1 / 3) + 1e-6
+    expected = [(2 / 3) / s, 0.0, -(1 / 3) / s, -(1 / 3) / s] * 2
+    assert adv[:, 0].tolist() == pytest.approx(expected) and (adv[:, 2] == 0).all()
+    assert torch.equal(adv, returns)
+    # without unscorable responses it is verl's own GRPO
+    clean, _ = _token_rewards([1.0, 0.5, 0.0, 0.0, 1.0, 1.0, 0.0, 0.25])
+    verl_adv, _ = compute_grpo_outcome_advantage(clean, mask, np.array(index, dtype=object))
+    ours, _ = estimator(token_level_rewards=clean, response_mask=mask, index=index, config=config)
+    assert torch.allclose(ours, verl_adv, atol=1e-6)
+    config.divrl_max_unscorable = 0.2
+    with pytest.raises(UnscorableShareError, match=r"2 of 8 responses \(25%\)"):
+        estimator(token_level_rewards=rewards, response_mask=mask, index=index, config=config)
+    config.divrl_max_unscorable = 1.5
+    with pytest.raises(ValueError, match=r"divrl_max_unscorable=1\.5 must be a share"):
+        estimator(token_level_rewards=rewards, response_mask=mask, index=index, config=config)
