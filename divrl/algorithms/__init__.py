@@ -6,7 +6,17 @@ or bf16 (computed in fp32), on any device. Each loss returns ``(loss, metrics)``
 option where the two differ.
 """
 
-from divrl.algorithms.advantages import ADVANTAGE_SCALES, group_advantages
+from divrl.algorithms.advantages import (
+    ADVANTAGE_ESTIMATORS,
+    ADVANTAGE_OPTIONS,
+    ADVANTAGE_SCALES,
+    AdvantageOptions,
+    advantage_options,
+    advantage_summaries,
+    compute_advantages,
+    group_advantages,
+    register_advantage,
+)
 from divrl.algorithms.aggregation import AGGREGATIONS, aggregate
 from divrl.algorithms.divergences import (
     DIVERGENCES,
@@ -63,6 +73,7 @@ from divrl.algorithms.policy_loss import (
     policy_loss_spec,
     register_policy_loss,
 )
+from divrl.algorithms.options import Options, option
 from divrl.algorithms.rehearsal_control import (
     CONTROL_MEASURES,
     RehearsalController,
@@ -71,6 +82,8 @@ from divrl.algorithms.rehearsal_control import (
 )
 
 __all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "ADVANTAGE_OPTIONS",
     "ADVANTAGE_SCALES",
     "AGGREGATIONS",
     "CONTROL_MEASURES",
@@ -80,6 +93,7 @@ __all__ = [
     "KL_ESTIMATORS",
     "POLICY_LOSSES",
     "POLICY_LOSS_OPTIONS",
+    "AdvantageOptions",
     "AuthorsLayout",
     "ClipCovOptions",
     "DivergenceSpec",
@@ -90,15 +104,19 @@ __all__ = [
     "LossOptions",
     "LpRegOptions",
     "LpRegSelection",
+    "Options",
     "PolicyLossSpec",
     "RehearsalControlOptions",
     "RehearsalController",
     "StreamWeights",
     "VanillaOptions",
+    "advantage_options",
+    "advantage_summaries",
     "aggregate",
     "authors_effective_eta",
     "authors_step_etas",
     "clip_cov_loss",
+    "compute_advantages",
     "control_measurement",
     "divergence_generator",
     "divergence_summaries",
@@ -116,9 +134,11 @@ __all__ = [
     "lp_reg_selection",
     "micro_batch_weights",
     "minp_log_normalizer",
+    "option",
     "policy_loss",
     "policy_loss_options",
     "policy_loss_spec",
+    "register_advantage",
     "proxy_log_prob",
     "proxy_log_prob_rows",
     "reference_divergence_loss",

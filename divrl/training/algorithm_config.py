@@ -12,9 +12,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from divrl.algorithms import (
+    ADVANTAGE_ESTIMATORS,
     DIVERGENCES,
     POLICY_LOSSES,
+    AdvantageOptions,
     LossOptions,
+    advantage_options,
+    advantage_summaries,
     divergence_summaries,
 )
 from divrl.algorithms.divergences import check_divergence_setting
@@ -23,6 +27,9 @@ from divrl.training import authors_config, loss_config
 from divrl.training.config_io import ConfigError, choice, help_field, positive
 
 __all__ = ["AlgorithmConfig"]
+
+#: algorithm.adv_scale of earlier versions -> the estimator that computes the same advantages
+ADV_SCALE_ESTIMATORS = {"group": "grpo", "batch": "grpo_batch", "none": "dr_grpo"}
 
 _UNSET = "null = the policy loss's own default (divrl.algorithms.loss_options)"
 
@@ -34,8 +41,19 @@ class AlgorithmConfig:
         f"surrogate of GRPO/DAPO): {', '.join(sorted(POLICY_LOSSES))}",
         "vanilla",
     )
-    adv_scale: Literal["group", "batch", "none"] = help_field(
-        "advantage normalisation: group std (GRPO), batch std, none (Dr.GRPO)", "group"
+    advantage: str = help_field(
+        "advantage estimator, a name in divrl.algorithms.ADVANTAGE_ESTIMATORS: "
+        f"{advantage_summaries()} (the earlier algorithm.adv_scale group / batch / none is "
+        "read as grpo / grpo_batch / dr_grpo)",
+        "grpo",
+    )
+    advantage_options: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "options of algorithm.advantage by the estimator's own names (e.g. {k: 4} "
+            "for grpo_passk); unset ones keep its defaults; an option it does not take is an "
+            "error. After loading: every option the estimator runs with"
+        },
     )
     # --- fidelity to the authors' scripts: the policy loss's options, resolved by divrl.training.loss_config
     loss_options: dict[str, Any] = field(
@@ -140,6 +158,12 @@ class AlgorithmConfig:
     def __post_init__(self) -> None:
         choice("algorithm.policy_loss", self.policy_loss, sorted(POLICY_LOSSES))
         self._resolve_loss_options()
+        choice("algorithm.advantage", self.advantage, sorted(ADVANTAGE_ESTIMATORS))
+        try:
+            estimator = advantage_options(self.advantage, **dict(self.advantage_options))
+        except ValueError as exc:
+            raise ConfigError(f"algorithm.advantage_options: {exc}") from exc
+        self.advantage_options = estimator.kwargs()
         if self.divergence is not None:
             choice("algorithm.divergence", self.divergence, sorted(DIVERGENCES))
             try:
@@ -148,10 +172,11 @@ class AlgorithmConfig:
                 raise ConfigError(str(exc)) from exc
         for name in ("kl_coef", "divergence_coef", "entropy_coef"):
             positive(f"algorithm.{name}", getattr(self, name), allow_zero=True)
-        if self.lp_reg_scope != "micro_batch" and self.policy_loss != "lp_reg":
+        if self.lp_reg_scope != "micro_batch" and not self.options.SCOPED_SELECTION:
             raise ConfigError(
                 f"algorithm.lp_reg_scope={self.lp_reg_scope!r} is set but "
-                f"algorithm.policy_loss={self.policy_loss!r} (not lp_reg): remove it"
+                f"algorithm.policy_loss={self.policy_loss!r} selects no share of tokens "
+                "(its options declare no SCOPED_SELECTION): remove it"
             )
         self._resolve_rehearsal_control()
         positive("algorithm.max_refill_rounds", self.max_refill_rounds, allow_zero=True)
@@ -198,9 +223,31 @@ class AlgorithmConfig:
         built once: the section is not changed after loading."""
         return loss_config.resolve_loss_options(self.policy_loss, {}, self.loss_options)
 
+    @property
+    def estimator(self) -> AdvantageOptions:
+        """The advantage estimator's validated options (``kwargs()``: its keyword args)."""
+        return advantage_options(self.advantage, **self.advantage_options)
+
     @staticmethod
     def migrate(raw: dict[str, Any]) -> dict[str, Any]:
-        """Refuse the per-loss keys of earlier versions, naming where each went."""
+        """Read ``adv_scale`` of earlier versions as the estimator it named; refuse the
+        per-loss keys of earlier versions, naming where each went."""
+        if "adv_scale" in raw:
+            raw = dict(raw)
+            scale = raw.pop("adv_scale")
+            if scale not in ADV_SCALE_ESTIMATORS:
+                raise ConfigError(
+                    f"algorithm.adv_scale={scale!r}: use algorithm.advantage, one of "
+                    f"{', '.join(sorted(ADVANTAGE_ESTIMATORS))}"
+                )
+            named = ADV_SCALE_ESTIMATORS[scale]
+            if raw.get("advantage", named) != named:
+                raise ConfigError(
+                    f"algorithm.adv_scale={scale!r} (= advantage {named}) and "
+                    f"algorithm.advantage={raw['advantage']!r} disagree: keep "
+                    "algorithm.advantage only"
+                )
+            raw["advantage"] = named
         removed = {k: v for k, v in loss_config.REMOVED_KEYS.items() if k in raw}
         if removed:
             moved = ", ".join(

@@ -112,6 +112,11 @@ class Config:
             raise ConfigError("; ".join(problems))
         if problems := authors_config.replica_omit_problems(self):
             raise ConfigError("; ".join(problems))
+        if problem := algo.estimator.group_size_problem(self.rollout.n):
+            raise ConfigError(
+                f"{problem}: raise rollout.n (now {self.rollout.n}) or change "
+                "algorithm.advantage_options"
+            )
         if algo.dynamic_sampling and self.rollout.n < 2:
             raise ConfigError("algorithm.dynamic_sampling needs rollout.n >= 2")
         if algo.overlong_buffer >= self.rollout.max_new_tokens:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from divrl.algorithms import group_advantages
+from divrl.algorithms import compute_advantages
 from divrl.data.prompts import PromptItem
 from divrl.data.sampling import EpochSampler, derive_seed
 from divrl.distributed import Collective
@@ -279,7 +279,9 @@ class ExperienceMaker:
             if least < per_rank:
                 self._short_batch(step, int(least), per_rank, round_)
         if experience is not None and len(experience):
-            experience.advantages = group_advantages(
-                experience.rewards, experience.groups, scale=algo.adv_scale
-            ).float()
+            advantages, adv_metrics = compute_advantages(
+                algo.advantage, experience.rewards, experience.groups, algo.estimator
+            )
+            experience.advantages = advantages.float()
+            means.update(adv_metrics)
         return experience, means, counts

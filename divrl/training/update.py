@@ -227,7 +227,7 @@ class PolicyUpdate:
         written into ``exp`` as ``[N, R]`` tensors (zero beyond each response)."""
         cfg = self.config
         temp = cfg.rollout.temperature
-        lp_reg = cfg.algorithm.policy_loss == "lp_reg"
+        lp_reg = self.loss_options.NEEDS_PROXY  # pi_old's proxy beside its log-probs
         if not cfg.train.on_policy:
             policy = self.accelerator.unwrap_model(self.model)
             exp.old_log_probs = torch.zeros(exp.responses.shape)
@@ -262,7 +262,7 @@ class PolicyUpdate:
     @property
     def _scoped_lp_reg(self) -> bool:
         algo = self.config.algorithm
-        return algo.policy_loss == "lp_reg" and algo.lp_reg_scope != "micro_batch"
+        return self.loss_options.SCOPED_SELECTION and algo.lp_reg_scope != "micro_batch"
 
     @torch.no_grad()
     def select_lp_reg(self, exp: Experience, seqs: list[int], meter: MetricMeter) -> None:
@@ -365,7 +365,7 @@ class PolicyUpdate:
         data = self._inputs(exp, idx)
         responses, mask = data["responses"], data["response_mask"]
         width = responses.shape[1]
-        proxy_here = cfg.train.on_policy and algo.policy_loss == "lp_reg"
+        proxy_here = cfg.train.on_policy and self.loss_options.NEEDS_PROXY
         # One pass over the logits: log-probs, entropy and, on-policy Lp-Reg, the current
         # policy's proxy (detached) from this very forward.
         stats = logit_stats(
