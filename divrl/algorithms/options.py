@@ -83,8 +83,7 @@ class Options:
             if _outside(float(value), low, high, low_open, high_open):
                 interval = _interval(low, high, low_open, high_open)
                 raise ValueError(
-                    f"{self.label()}: {f.name}={value} must be in {interval} "
-                    f"({f.metadata['help']})"
+                    f"{self.label()}: {f.name}={value} must be in {interval} ({f.metadata['help']})"
                 )
 
     @classmethod
