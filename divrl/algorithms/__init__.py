@@ -62,6 +62,7 @@ from divrl.algorithms.lp_reg import (
     proxy_log_prob,
     proxy_log_prob_rows,
 )
+from divrl.algorithms.options import Options, option
 from divrl.algorithms.policy_loss import (
     POLICY_LOSS_OPTIONS,
     POLICY_LOSSES,
@@ -73,7 +74,6 @@ from divrl.algorithms.policy_loss import (
     policy_loss_spec,
     register_policy_loss,
 )
-from divrl.algorithms.options import Options, option
 from divrl.algorithms.rehearsal_control import (
     CONTROL_MEASURES,
     RehearsalController,
@@ -138,10 +138,10 @@ __all__ = [
     "policy_loss",
     "policy_loss_options",
     "policy_loss_spec",
-    "register_advantage",
     "proxy_log_prob",
     "proxy_log_prob_rows",
     "reference_divergence_loss",
+    "register_advantage",
     "register_divergence",
     "register_policy_loss",
     "stream_weights",

@@ -297,10 +297,7 @@ def gpg_advantages(
     if r.shape[0] == 0:
         return r.clone(), {**_metrics(r), "adv/gpg_alpha": 1.0}
     stats = group_stats(r, group_ids)
-    if count == "informative":
-        useful = (stats.std > 0) & ~stats.singleton
-    else:
-        useful = r != 0
+    useful = (stats.std > 0) & ~stats.singleton if count == "informative" else r != 0
     alpha = r.shape[0] / max(int(useful.sum()), 1)
     adv = alpha * _centred(r, stats) / f_norm
     return adv, {**_metrics(adv), "adv/gpg_alpha": float(alpha)}

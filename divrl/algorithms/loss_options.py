@@ -20,7 +20,6 @@ from typing import Any, ClassVar
 from divrl.algorithms.aggregation import AGGREGATIONS
 from divrl.algorithms.options import Options, option
 
-
 _opt = option  # the fields below predate the public name
 
 
