@@ -80,6 +80,7 @@ from divrl.algorithms.rehearsal_control import (
     RehearsalControlOptions,
     control_measurement,
 )
+from divrl.algorithms.rollout_correction import ROLLOUT_IS_LEVELS, rollout_is_weights
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
@@ -93,6 +94,7 @@ __all__ = [
     "KL_ESTIMATORS",
     "POLICY_LOSSES",
     "POLICY_LOSS_OPTIONS",
+    "ROLLOUT_IS_LEVELS",
     "AdvantageOptions",
     "AuthorsLayout",
     "ClipCovOptions",
@@ -144,6 +146,7 @@ __all__ = [
     "register_advantage",
     "register_divergence",
     "register_policy_loss",
+    "rollout_is_weights",
     "stream_weights",
     "token_log_probs",
 ]

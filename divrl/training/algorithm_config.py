@@ -15,6 +15,7 @@ from divrl.algorithms import (
     ADVANTAGE_ESTIMATORS,
     DIVERGENCES,
     POLICY_LOSSES,
+    ROLLOUT_IS_LEVELS,
     AdvantageOptions,
     LossOptions,
     advantage_options,
@@ -102,6 +103,25 @@ class AlgorithmConfig:
         "consecutive rows; with several processes each balances its own rows",
         False,
     )
+    rollout_is: str | None = help_field(
+        "rollout importance-sampling correction of the engine's sampling log-probs against "
+        "the trainer's old log-probs (docs/algorithms.md, 'Rollout correction'): 'token' "
+        "(truncated IS per token, TIS), 'sequence' (one truncated weight per sequence), "
+        "null (off), or 'auto': token for an engine that samples with its own kernels (vllm), "
+        "null for one that samples with the policy itself (hf, static). After loading: the "
+        "level used",
+        "auto",
+    )
+    rollout_is_threshold: float = help_field(
+        "rollout IS: the cap C of the weights, w = min(pi_old / mu, C) (verl's default 2.0; "
+        "TRL's 3.0)",
+        2.0,
+    )
+    rollout_rs_threshold: float | None = help_field(
+        "rollout correction: tokens whose ratio pi_old / mu lies outside [1/b, b] get weight "
+        "0 (IcePop masking; null = off), with or without rollout_is",
+        None,
+    )
     kl_coef: float = help_field(
         "beta of the online reverse-KL term on policy samples (> 0 loads a frozen reference model)",
         0.0,
@@ -179,6 +199,18 @@ class AlgorithmConfig:
                 "(its options declare no SCOPED_SELECTION): remove it"
             )
         self._resolve_rehearsal_control()
+        if self.rollout_is is not None:
+            choice("algorithm.rollout_is", self.rollout_is, ["auto", *ROLLOUT_IS_LEVELS])
+        if self.rollout_is_threshold < 1.0:
+            raise ConfigError(
+                f"algorithm.rollout_is_threshold={self.rollout_is_threshold} must be >= 1 (the "
+                "cap of the importance weights)"
+            )
+        if self.rollout_rs_threshold is not None and self.rollout_rs_threshold <= 1.0:
+            raise ConfigError(
+                f"algorithm.rollout_rs_threshold={self.rollout_rs_threshold} must be > 1 (tokens "
+                "outside [1/b, b] are masked) or null"
+            )
         positive("algorithm.max_refill_rounds", self.max_refill_rounds, allow_zero=True)
         if problems := authors_config.algorithm_problems(self):
             raise ConfigError("; ".join(problems))
@@ -222,6 +254,25 @@ class AlgorithmConfig:
         """The policy loss's validated options (``loss_kwargs()`` are its keyword args),
         built once: the section is not changed after loading."""
         return loss_config.resolve_loss_options(self.policy_loss, {}, self.loss_options)
+
+    def resolve_rollout_is(self, separate_sampler: bool) -> None:
+        """``rollout_is: auto`` resolved (token when the engine samples with its own kernels,
+        ``separate_sampler``; else off); the correction's weights need a loss that takes
+        them."""
+        if self.rollout_is == "auto":
+            self.rollout_is = "token" if separate_sampler else None
+        if self.rollout_correction and not self.options.takes_token_weights:
+            raise ConfigError(
+                f"algorithm.rollout_is={self.rollout_is} / rollout_rs_threshold="
+                f"{self.rollout_rs_threshold}: policy loss {self.policy_loss!r} takes no "
+                "per-token weights (token_weights is not among its options' INPUTS): set "
+                "algorithm.rollout_is=null and rollout_rs_threshold=null"
+            )
+
+    @property
+    def rollout_correction(self) -> bool:
+        """The policy loss's tokens are reweighed by the rollout correction."""
+        return self.rollout_is is not None or self.rollout_rs_threshold is not None
 
     @property
     def estimator(self) -> AdvantageOptions:

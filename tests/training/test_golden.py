@@ -82,7 +82,7 @@ CASES: dict[str, tuple[str, dict]] = {
 # step's sums instead of token-weighted means over micro-batches (every other value and the
 # parameter digest unchanged).
 # metrics added since the recording (checked to exist, not compared)
-NEW_METRICS = {"dph/effective_eta", "dapo/short_batch"}
+NEW_METRICS = {"dph/effective_eta", "dapo/short_batch", "adv/mean", "adv/zero_frac"}
 
 
 def parameter_digest(model: torch.nn.Module) -> str:
