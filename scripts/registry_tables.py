@@ -83,10 +83,21 @@ def advantage_estimators() -> list[str]:
 def engines() -> list[str]:
     from divrl.rollout import engine_names, get_engine
 
-    rows = [_row("name", "options (defaults)", "what it is"), _row("---", "---", "---")]
+    header = (
+        "name",
+        "options (defaults)",
+        "samples with",
+        "`rollout_is: auto`",
+        "needs",
+        "what it is",
+    )
+    rows = [_row(*header), _row(*["---"] * len(header))]
     for name in engine_names():
         spec = get_engine(name)
-        rows.append(_row(f"`{name}`", _fields(spec.options), spec.summary))
+        own = "its own copy of the weights" if not spec.uses_model else "the policy itself"
+        needs = ", ".join(f"`{module}`" for module, _ in spec.requires)
+        auto = "token" if not spec.uses_model else "off"
+        rows.append(_row(f"`{name}`", _fields(spec.options), own, auto, needs, spec.summary))
     return rows
 
 
