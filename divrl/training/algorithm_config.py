@@ -259,14 +259,21 @@ class AlgorithmConfig:
         """``rollout_is: auto`` resolved (token when the engine samples with its own kernels,
         ``separate_sampler``; else off); the correction's weights need a loss that takes
         them."""
-        if self.rollout_is == "auto":
+        auto = self.rollout_is == "auto"
+        if auto:
             self.rollout_is = "token" if separate_sampler else None
         if self.rollout_correction and not self.options.takes_token_weights:
+            setting = (
+                f"algorithm.rollout_is={self.rollout_is}"
+                + (" (auto: the engine samples with its own kernels)" if auto else "")
+                if self.rollout_is is not None
+                else f"algorithm.rollout_rs_threshold={self.rollout_rs_threshold}"
+            )
             raise ConfigError(
-                f"algorithm.rollout_is={self.rollout_is} / rollout_rs_threshold="
-                f"{self.rollout_rs_threshold}: policy loss {self.policy_loss!r} takes no "
-                "per-token weights (token_weights is not among its options' INPUTS): set "
-                "algorithm.rollout_is=null and rollout_rs_threshold=null"
+                f"{setting} reweighs the policy loss's tokens, but policy loss "
+                f"{self.policy_loss!r} takes no per-token weights (token_weights is not among "
+                "its options' INPUTS): set algorithm.rollout_is=null and "
+                "algorithm.rollout_rs_threshold=null"
             )
 
     @property
@@ -294,9 +301,10 @@ class AlgorithmConfig:
             named = ADV_SCALE_ESTIMATORS[scale]
             if raw.get("advantage", named) != named:
                 raise ConfigError(
-                    f"algorithm.adv_scale={scale!r} (= advantage {named}) and "
-                    f"algorithm.advantage={raw['advantage']!r} disagree: keep "
-                    "algorithm.advantage only"
+                    f"algorithm.adv_scale={scale!r} (the estimator {named}) and "
+                    f"algorithm.advantage={raw['advantage']!r} disagree: set "
+                    f"algorithm.advantage={named} instead of algorithm.adv_scale={scale}, or "
+                    "drop adv_scale"
                 )
             raw["advantage"] = named
         removed = {k: v for k, v in loss_config.REMOVED_KEYS.items() if k in raw}
