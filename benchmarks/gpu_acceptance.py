@@ -376,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         if needs_vllm and vllm is None:
             print(f"[gpu-acceptance] {name}: SKIP (vLLM is not installed)", flush=True)
             rows.append((name, "SKIP", {"shows": "vLLM not installed: pip install "
-                                        "'vllm>=0.10.2,<0.32' to run this case"}))  # fmt: skip
+                                        "'vllm>=0.20.0,<0.35' to run this case"}))  # fmt: skip
             continue
         print(f"[gpu-acceptance] {name} ...", flush=True)
         result = _launch(name, work, args.timeout)

@@ -1,9 +1,10 @@
-"""The four extension points of docs/architecture.md ("How to add"), made again from the
-docs alone, each in a scratch copy of the tree, counting the library files each edits.
+"""The extension points of docs/architecture.md ("How to add"), made again from the docs
+alone, each in a scratch copy of the tree, counting the library files each edits.
 
     python scripts/extension_trial.py [--out DIR] [--keep]
 
-For each of a divergence (squared Hellinger), a benchmark profile (``####`` answers with
+For each of a policy loss (REINFORCE without a clip), an advantage estimator (a median
+baseline), a divergence (squared Hellinger), a benchmark profile (``####`` answers with
 tolerant numbers, as a math rule), a rollout engine (a greedy wrapper of ``hf``) and a toy
 world (bit-string parity on the scaffold), the script copies the tracked files into a
 fresh folder (a git repository, so that ``git status`` counts what changed), writes the
@@ -91,6 +92,62 @@ class GreedyEngine(HFEngine):
 register_policy_engine(
     "greedy", GreedyEngine, options=HFOptions, summary="hf with greedy decoding"
 )
+'''
+
+REINFORCE = '''
+"""REINFORCE with the group baseline: -A * r on every token, no clip."""
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from divrl.algorithms.aggregation import aggregate
+from divrl.algorithms.loss_options import LossOptions
+from divrl.algorithms.options import option
+from divrl.algorithms.policy_loss import register_policy_loss
+
+
+@dataclass(frozen=True)
+class ReinforceOptions(LossOptions):
+    LOSS: ClassVar[str] = "reinforce"
+    INPUTS: ClassVar[tuple[str, ...]] = ("token_weights",)
+    agg: str = option("token-mean", "loss aggregation mode (verl names)")
+
+
+@register_policy_loss("reinforce", ReinforceOptions)
+def reinforce_loss(
+    log_prob, old_log_prob, advantages, mask, agg=ReinforceOptions.agg, token_weights=None
+):
+    ratio = (log_prob - old_log_prob.detach()).clamp(-20, 20).exp()
+    loss_mat = -advantages.detach().view(-1, 1) * ratio
+    if token_weights is not None:
+        loss_mat = loss_mat * token_weights
+    loss = aggregate(loss_mat, mask, agg)
+    return loss, {"pg/loss": float(loss.detach())}
+'''
+
+MEDIAN = '''
+"""Each reward minus the median of its group."""
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from divrl.algorithms.advantages import AdvantageOptions, register_advantage
+
+
+@dataclass(frozen=True)
+class MedianOptions(AdvantageOptions):
+    NAME: ClassVar[str] = "median"
+
+
+@register_advantage("median", MedianOptions)
+def median_advantages(rewards, group_ids):
+    """Median baseline: each reward minus its group's median."""
+    r = rewards.detach().float().reshape(-1)
+    ids = list(group_ids.tolist() if torch.is_tensor(group_ids) else group_ids)
+    adv = torch.stack([r[i] - r[[j for j, g in enumerate(ids) if g == ids[i]]].median() for i in range(len(ids))])
+    return adv, {"adv/mean": float(adv.mean())}
 '''
 
 PARITY = '''
@@ -237,6 +294,22 @@ def _additions(py: str) -> dict[str, tuple]:
             'from divrl.rollout import greedy as _greedy  # noqa: F401 - registers "greedy"\n',
         )
 
+    def loss(t: Path) -> None:
+        (t / "divrl/algorithms/reinforce.py").write_text(REINFORCE.lstrip())
+        _add_line(
+            t / "divrl/algorithms/__init__.py",
+            "from divrl.algorithms.aggregation import AGGREGATIONS, aggregate\n",
+            "from divrl.algorithms import reinforce  # noqa: F401  (registers reinforce)\n",
+        )
+
+    def estimator(t: Path) -> None:
+        (t / "divrl/algorithms/median_advantage.py").write_text(MEDIAN.lstrip())
+        _add_line(
+            t / "divrl/algorithms/__init__.py",
+            "from divrl.algorithms.aggregation import AGGREGATIONS, aggregate\n",
+            "from divrl.algorithms import median_advantage  # noqa: F401  (registers median)\n",
+        )
+
     def world(t: Path) -> None:
         (t / "divrl/toy/parity_world.py").write_text(PARITY.lstrip())
         _add_line(
@@ -253,7 +326,28 @@ def _additions(py: str) -> dict[str, tuple]:
         f"{py} -m divrl.cli score --data rows.jsonl --completions done.jsonl --out s.jsonl "
         "&& grep -q '\"score\": 1.0' s.jsonl"
     )
+    tiny_run = (
+        f"{py} -m divrl.cli train configs/toy/grpo.yaml model.toy_size=tiny train.total_steps=1 "
+        "train.prompts_per_step=4 train.mini_batch_size=null rollout.n=4 rollout.max_new_tokens=8 "
+        "logging.progress=false checkpoint.save_final=false"
+    )
     return {
+        "a policy loss (REINFORCE, no clip)": (
+            loss,
+            [
+                f"{tiny_run} algorithm.policy_loss=reinforce algorithm.clip_low=null "
+                "algorithm.clip_high=null algorithm.dual_clip=null "
+                "algorithm.loss_agg=token-mean logging.output_dir=run_loss "
+                "&& grep -q pg/loss run_loss/metrics.jsonl",
+            ],
+        ),
+        "an advantage estimator (median baseline)": (
+            estimator,
+            [
+                f"{tiny_run} algorithm.advantage=median logging.output_dir=run_adv "
+                "&& grep -q adv/mean run_adv/metrics.jsonl",
+            ],
+        ),
         "a divergence (squared Hellinger)": (
             divergence,
             [

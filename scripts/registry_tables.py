@@ -5,8 +5,8 @@
 
 A table is the text between ``<!-- registry: NAME -->`` and ``<!-- /registry -->`` in a
 page of docs/ (NAME is a key of :data:`TABLES`). Adding a divergence, a policy loss, an
-engine, a benchmark profile or a toy world and running this command updates every page
-that lists them; ``tests/test_registry_tables.py`` fails while a committed table differs
+advantage estimator, an engine, a benchmark profile or a toy world and running this command
+updates every page that lists them; ``tests/test_registry_tables.py`` fails while a committed table differs
 from the generated one.
 """
 
@@ -50,19 +50,54 @@ def policy_losses() -> list[str]:
     from divrl.algorithms import POLICY_LOSSES
     from divrl.algorithms.policy_loss import policy_loss_spec
 
-    rows = [_row("name", "options (defaults)"), _row("---", "---")]
+    rows = [_row("name", "options (defaults)", "needs"), _row("---", "---", "---")]
     for name in sorted(POLICY_LOSSES):
-        rows.append(_row(f"`{name}`", _fields(policy_loss_spec(name).options)))
+        options = policy_loss_spec(name).options
+        needs = [
+            label
+            for label, on in (
+                ("proxy from logits", options.NEEDS_PROXY),
+                ("selection scope", options.SCOPED_SELECTION),
+                ("old log-probs", options.NEEDS_OLD_LOG_PROBS),
+                ("takes token weights", "token_weights" in options.INPUTS),
+            )
+            if on
+        ]
+        rows.append(_row(f"`{name}`", _fields(options), ", ".join(needs)))
+    return rows
+
+
+def advantage_estimators() -> list[str]:
+    from divrl.algorithms import ADVANTAGE_ESTIMATORS, ADVANTAGE_OPTIONS
+
+    header = ("name", "options (defaults)", "TRL scale_rewards", "what it is")
+    rows = [_row(*header), _row(*["---"] * len(header))]
+    for name, fn in sorted(ADVANTAGE_ESTIMATORS.items()):
+        options = ADVANTAGE_OPTIONS[name]
+        summary = (fn.__doc__ or "").strip().splitlines()[0]
+        scale = f"`{options.SCALE}`" if options.SCALE else ""
+        rows.append(_row(f"`{name}`", _fields(options), scale, summary))
     return rows
 
 
 def engines() -> list[str]:
     from divrl.rollout import engine_names, get_engine
 
-    rows = [_row("name", "options (defaults)", "what it is"), _row("---", "---", "---")]
+    header = (
+        "name",
+        "options (defaults)",
+        "samples with",
+        "`rollout_is: auto`",
+        "needs",
+        "what it is",
+    )
+    rows = [_row(*header), _row(*["---"] * len(header))]
     for name in engine_names():
         spec = get_engine(name)
-        rows.append(_row(f"`{name}`", _fields(spec.options), spec.summary))
+        own = "its own copy of the weights" if not spec.uses_model else "the policy itself"
+        needs = ", ".join(f"`{module}`" for module, _ in spec.requires)
+        auto = "token" if not spec.uses_model else "off"
+        rows.append(_row(f"`{name}`", _fields(spec.options), own, auto, needs, spec.summary))
     return rows
 
 
@@ -114,6 +149,7 @@ def worlds() -> list[str]:
 TABLES: dict[str, Callable[[], list[str]]] = {
     "divergences": divergences,
     "policy_losses": policy_losses,
+    "advantage_estimators": advantage_estimators,
     "engines": engines,
     "profiles": profiles,
     "worlds": worlds,

@@ -6,7 +6,17 @@ or bf16 (computed in fp32), on any device. Each loss returns ``(loss, metrics)``
 option where the two differ.
 """
 
-from divrl.algorithms.advantages import ADVANTAGE_SCALES, group_advantages
+from divrl.algorithms.advantages import (
+    ADVANTAGE_ESTIMATORS,
+    ADVANTAGE_OPTIONS,
+    ADVANTAGE_SCALES,
+    AdvantageOptions,
+    advantage_options,
+    advantage_summaries,
+    compute_advantages,
+    group_advantages,
+    register_advantage,
+)
 from divrl.algorithms.aggregation import AGGREGATIONS, aggregate
 from divrl.algorithms.divergences import (
     DIVERGENCES,
@@ -52,6 +62,7 @@ from divrl.algorithms.lp_reg import (
     proxy_log_prob,
     proxy_log_prob_rows,
 )
+from divrl.algorithms.options import Options, option
 from divrl.algorithms.policy_loss import (
     POLICY_LOSS_OPTIONS,
     POLICY_LOSSES,
@@ -69,8 +80,11 @@ from divrl.algorithms.rehearsal_control import (
     RehearsalControlOptions,
     control_measurement,
 )
+from divrl.algorithms.rollout_correction import ROLLOUT_IS_LEVELS, rollout_is_weights
 
 __all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "ADVANTAGE_OPTIONS",
     "ADVANTAGE_SCALES",
     "AGGREGATIONS",
     "CONTROL_MEASURES",
@@ -80,6 +94,8 @@ __all__ = [
     "KL_ESTIMATORS",
     "POLICY_LOSSES",
     "POLICY_LOSS_OPTIONS",
+    "ROLLOUT_IS_LEVELS",
+    "AdvantageOptions",
     "AuthorsLayout",
     "ClipCovOptions",
     "DivergenceSpec",
@@ -90,15 +106,19 @@ __all__ = [
     "LossOptions",
     "LpRegOptions",
     "LpRegSelection",
+    "Options",
     "PolicyLossSpec",
     "RehearsalControlOptions",
     "RehearsalController",
     "StreamWeights",
     "VanillaOptions",
+    "advantage_options",
+    "advantage_summaries",
     "aggregate",
     "authors_effective_eta",
     "authors_step_etas",
     "clip_cov_loss",
+    "compute_advantages",
     "control_measurement",
     "divergence_generator",
     "divergence_summaries",
@@ -116,14 +136,17 @@ __all__ = [
     "lp_reg_selection",
     "micro_batch_weights",
     "minp_log_normalizer",
+    "option",
     "policy_loss",
     "policy_loss_options",
     "policy_loss_spec",
     "proxy_log_prob",
     "proxy_log_prob_rows",
     "reference_divergence_loss",
+    "register_advantage",
     "register_divergence",
     "register_policy_loss",
+    "rollout_is_weights",
     "stream_weights",
     "token_log_probs",
 ]

@@ -14,79 +14,73 @@ clipped surrogate: ``vanilla``, ``high_entropy``, ``clip_cov``); the others list
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from divrl.algorithms.aggregation import AGGREGATIONS
+from divrl.algorithms.options import Options, option
 
-
-def _opt(
-    default: Any,
-    help: str,
-    low: float | None = None,
-    high: float | None = None,
-    *,
-    low_open: bool = False,
-    high_open: bool = False,
-) -> Any:
-    """A dataclass field with its help text and numeric bounds (``None`` = unbounded)."""
-    bounds = (low, high, low_open, high_open)
-    return field(default=default, metadata={"help": help, "bounds": bounds})
-
-
-def _interval(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
-    left = "(" if low_open else "["
-    right = ")" if high_open else "]"
-    lo = "-inf" if low is None else f"{low:g}"
-    hi = "inf" if high is None else f"{high:g}"
-    return f"{left}{lo}, {hi}{right}"
-
-
-def _outside(value: float, low, high, low_open: bool, high_open: bool) -> bool:
-    if low is not None and (value <= low if low_open else value < low):
-        return True
-    return high is not None and (value >= high if high_open else value > high)
+_opt = option  # the fields below predate the public name
 
 
 @dataclass(frozen=True)
-class LossOptions:
-    """Base class: bounds checked from field metadata, the aggregation name checked.
+class LossOptions(Options):
+    """Base class of a policy loss's options: bounds and choices checked from the field
+    metadata (:class:`divrl.algorithms.options.Options`), the aggregation name checked.
 
     Subclasses set ``LOSS`` (the registered name) and may set ``REFUSED`` (option name ->
     why this loss does not take it) and ``NOT_LOSS_ARGS`` (options the trainer uses around
     the loss, e.g. Lp-Reg's ``kappa`` for the proxy, which are not keyword arguments of the
     loss function). ``INPUTS`` names the tensors the loss takes beyond ``log_prob``,
-    ``old_log_prob``, ``advantages`` and ``mask`` (a trainer passes those it has).
+    ``old_log_prob``, ``advantages`` and ``mask`` (a trainer passes those it has;
+    ``token_weights``: per-token factors such as rollout importance weights).
+
+    What the loss needs from a trainer is declared here, and the trainers (``divrl
+    train``, the TRL adapter) branch on these declarations, never on the loss's name:
+
+    - ``NEEDS_PROXY``: the min-p proxy log-probs and log normaliser of the sampled tokens,
+      computed from the logits with the options' ``kappa`` (inputs ``proxy_log_prob``,
+      ``log_normalizer``);
+    - ``SCOPED_SELECTION``: the loss selects a share of tokens (options ``rho``, ``min_k``)
+      and takes a ``selected`` mask chosen over a wider population
+      (``algorithm.lp_reg_scope``) instead of each micro-batch;
+    - ``NEEDS_OLD_LOG_PROBS``: the ratio to pi_old (False: the loss reads only ``log_prob``);
+    - :attr:`needs_full_logits`: ``[batch, len, vocab]`` rows no trainer computes (refused
+      with :attr:`FULL_LOGITS_REFUSED`).
     """
 
+    KIND: ClassVar[str] = "policy loss"
     LOSS: ClassVar[str] = ""
     REFUSED: ClassVar[dict[str, str]] = {}
     NOT_LOSS_ARGS: ClassVar[tuple[str, ...]] = ()
     INPUTS: ClassVar[tuple[str, ...]] = ()
+    NEEDS_PROXY: ClassVar[bool] = False
+    SCOPED_SELECTION: ClassVar[bool] = False
+    NEEDS_OLD_LOG_PROBS: ClassVar[bool] = True
+    FULL_LOGITS_REFUSED: ClassVar[str] = ""
+
+    @classmethod
+    def label(cls) -> str:
+        return f"policy loss {cls.LOSS!r}"
+
+    @property
+    def needs_full_logits(self) -> bool:
+        """These options need the full-vocabulary logits of every position."""
+        return False
+
+    @property
+    def takes_token_weights(self) -> bool:
+        """The loss multiplies its per-token loss by ``token_weights`` before aggregation."""
+        return "token_weights" in self.INPUTS
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            low, high, low_open, high_open = f.metadata.get("bounds", (None,) * 4)
-            if value is None or isinstance(value, (bool, str)):
-                continue
-            if _outside(float(value), low, high, low_open, high_open):
-                interval = _interval(low, high, low_open, high_open)
-                raise ValueError(
-                    f"policy loss {self.LOSS!r}: {f.name}={value} must be in {interval} "
-                    f"({f.metadata['help']})"
-                )
+        super().__post_init__()
         agg = getattr(self, "agg", None)
         if agg is not None and agg not in AGGREGATIONS:
             raise ValueError(
                 f"policy loss {self.LOSS!r}: agg={agg!r} is not an aggregation mode; valid: "
                 + ", ".join(sorted(AGGREGATIONS))
             )
-
-    @classmethod
-    def names(cls) -> tuple[str, ...]:
-        """The option names, in declaration order."""
-        return tuple(f.name for f in dataclasses.fields(cls))
 
     def loss_kwargs(self) -> dict[str, Any]:
         """The options as keyword arguments of the loss function."""
@@ -128,6 +122,7 @@ class VanillaOptions(ClippedSurrogateOptions):
     """PPO / GRPO / DAPO clipped surrogate (GRPO 0.2/0.2; DAPO clip-higher 0.2/0.28)."""
 
     LOSS: ClassVar[str] = "vanilla"
+    INPUTS: ClassVar[tuple[str, ...]] = ("token_weights",)
 
 
 @dataclass(frozen=True)
@@ -166,7 +161,15 @@ class LpRegOptions(LossOptions):
         "the clipped term; divrl refuses it rather than invent a semantics",
     }
     NOT_LOSS_ARGS: ClassVar[tuple[str, ...]] = ("kappa",)
-    INPUTS: ClassVar[tuple[str, ...]] = ("proxy_log_prob", "log_normalizer", "selected")
+    INPUTS: ClassVar[tuple[str, ...]] = (
+        "proxy_log_prob",
+        "log_normalizer",
+        "selected",
+        "token_weights",
+    )
+    NEEDS_PROXY: ClassVar[bool] = True
+    SCOPED_SELECTION: ClassVar[bool] = True
+    FULL_LOGITS_REFUSED: ClassVar[str] = FULL_VOCAB_REFUSED
     rho: float = _opt(0.01, "share of negative-advantage tokens selected (32B: 0.005)", 0.0, 1.0)
     beta: float = _opt(1.0, "weight of the k3 penalty toward the proxy", 0.0)
     kappa: float = _opt(0.02, "min-p ratio of the proxy: keep p_v >= kappa * max p", 0.0, 1.0)
@@ -175,6 +178,10 @@ class LpRegOptions(LossOptions):
     agg: str = _opt("token-mean", _AGG_HELP)
     min_k: int = _opt(2, "skip the regulariser when fewer tokens are selected (authors: 2)", 1)
     full_vocab: bool = _opt(False, "full-vocabulary KL(proxy || pi) (the paper's equation)")
+
+    @property
+    def needs_full_logits(self) -> bool:
+        return self.full_vocab
 
 
 @dataclass(frozen=True)

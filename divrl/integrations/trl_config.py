@@ -9,6 +9,8 @@ from typing import Any, ClassVar
 from trl import GRPOConfig
 
 from divrl.algorithms import (
+    ADVANTAGE_ESTIMATORS,
+    ADVANTAGE_OPTIONS,
     DIVERGENCES,
     LpRegOptions,
     divergence_generator,
@@ -124,6 +126,16 @@ class DivRLGRPOConfig(GRPOConfig):
             "instead of an error), as `divrl train --allow-store-mismatch`.",
         },
     )
+    advantage: str | None = field(
+        default=None,
+        metadata={
+            "help": "divrl's advantage estimator by its `divrl train` name "
+            "(algorithm.advantage): one TRL computes natively sets scale_rewards (grpo = "
+            "'group', grpo_batch = 'batch', dr_grpo = 'none'; TRL adds 1e-4 to the std, divrl "
+            "1e-6); the others (rloo, gpg, grpo_passk) are refused, since TRL's GRPOTrainer "
+            "computes the advantages itself. None (default): TRL's scale_rewards as set.",
+        },
+    )
     lp_reg: bool = field(
         default=False,
         metadata={
@@ -173,6 +185,7 @@ class DivRLGRPOConfig(GRPOConfig):
                 f"max_unscorable={self.max_unscorable} must be a share from 0 to 1 (e.g. 0.1: "
                 "stop when more than a tenth of a batch's completions are unscorable)"
             )
+        self._apply_advantage()
         self._validate_dph()
         self.control_options = self._control_options()
         self.lp_reg_options = self._lp_reg_options()
@@ -182,6 +195,34 @@ class DivRLGRPOConfig(GRPOConfig):
             self.loss_options = {
                 name: getattr(self.lp_reg_options, name) for name in LP_REG_OPTION_NAMES
             }
+
+    def _apply_advantage(self) -> None:
+        """``advantage``: an estimator TRL computes natively becomes its scale_rewards."""
+        name = self.advantage
+        if name is None:
+            return
+        if name not in ADVANTAGE_ESTIMATORS:
+            raise ValueError(f"advantage={name!r}: use one of {sorted(ADVANTAGE_ESTIMATORS)}")
+        scale = ADVANTAGE_OPTIONS[name].SCALE
+        native = sorted(n for n, o in ADVANTAGE_OPTIONS.items() if o.SCALE is not None)
+        if scale is None:
+            raise ValueError(
+                f"advantage={name!r}: TRL's GRPOTrainer computes the advantages itself and "
+                f"scales them only by scale_rewards (the estimators {native}); run {name} "
+                "with `divrl train` or the verl plugin"
+            )
+        aggregation = getattr(self, "multi_objective_aggregation", "sum_then_normalize")
+        if aggregation != "sum_then_normalize":
+            raise ValueError(
+                f"advantage={name!r} sets scale_rewards, which multi_objective_aggregation="
+                f"{aggregation!r} does not read: set it to 'sum_then_normalize' or drop advantage"
+            )
+        if self.scale_rewards not in ("group", scale):
+            raise ValueError(
+                f"advantage={name!r} is scale_rewards={scale!r} but scale_rewards="
+                f"{self.scale_rewards!r} is set: keep one"
+            )
+        self.scale_rewards = scale
 
     def _validate_dph(self) -> None:
         if self.rollout_prompts not in ROLLOUT_PROMPTS:

@@ -34,15 +34,74 @@ if TYPE_CHECKING:  # annotations only
 
 __all__ = [
     "SUPPORTED_VERSIONS",
+    "VLLM_API",
     "VLLMEngine",
     "VLLMOptions",
     "WeightSyncExtension",
     "check_vllm_version",
 ]
 
-# [lowest, first unsupported): logprobs_mode (the log-probs at the sampling temperature)
-# arrived in 0.10.2; TRL 1.16, which divrl's TRL adapter pins, is tested up to 0.31.
-SUPPORTED_VERSIONS = ((0, 10, 2), (0, 32, 0))
+# [lowest, first unsupported). Lowest: 0.20.0, the first vLLM whose requirements admit
+# transformers 5 (divrl's own requirement): 0.12-0.19 require transformers < 5, and 0.10.2-0.11
+# (logprobs_mode arrived in 0.10.2) predate transformers 5. Highest: 0.34, whose source still
+# defines every name in VLLM_API (scripts/vllm_api_check.py on its wheel).
+SUPPORTED_VERSIONS = ((0, 20, 0), (0, 35, 0))
+
+#: every vLLM name the engine uses, for scripts/vllm_api_check.py (a check against a vLLM
+#: source tree or wheel without importing it): (kind, where, names). ``exports``: names of
+#: the module ``where``; ``fields``: names a class ``where`` declares (annotated fields,
+#: ``__init__`` / method parameters, ``self.<name>`` assignments); ``methods``: methods of
+#: class ``where``; ``literal``: strings in the files under ``where`` (a path in the package).
+VLLM_API: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("exports", "vllm", ("LLM", "SamplingParams", "__version__")),
+    ("exports", "vllm.inputs", ("TokensPrompt",)),
+    (
+        "fields",
+        "LLM",
+        (
+            "model",
+            "gpu_memory_utilization",
+            "dtype",
+            "seed",
+            "trust_remote_code",
+            "enforce_eager",
+            "use_tqdm",
+        ),
+    ),
+    ("methods", "LLM", ("generate", "collective_rpc", "reset_prefix_cache")),
+    (
+        "fields",
+        "EngineArgs",  # LLM(**kwargs) passes these on
+        (
+            "max_model_len",
+            "distributed_executor_backend",
+            "worker_extension_cls",
+            "logprobs_mode",
+            "max_num_seqs",
+        ),
+    ),
+    ("literal", "config", ("processed_logprobs", "external_launcher")),
+    (
+        "fields",
+        "SamplingParams",
+        (
+            "n",
+            "temperature",
+            "top_p",
+            "top_k",
+            "max_tokens",
+            "stop",
+            "include_stop_str_in_output",
+            "logprobs",
+            "seed",
+        ),
+    ),
+    ("fields", "TokensPrompt", ("prompt_token_ids",)),
+    ("fields", "RequestOutput", ("outputs",)),
+    ("fields", "CompletionOutput", ("text", "token_ids", "logprobs", "finish_reason")),
+    ("fields", "Logprob", ("logprob",)),
+    ("fields", "Worker", ("model_runner",)),  # WeightSyncExtension runs in the worker
+)
 
 
 def _version_tuple(version: str) -> tuple[int, int, int]:

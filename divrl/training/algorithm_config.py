@@ -12,9 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from divrl.algorithms import (
+    ADVANTAGE_ESTIMATORS,
     DIVERGENCES,
     POLICY_LOSSES,
+    ROLLOUT_IS_LEVELS,
+    AdvantageOptions,
     LossOptions,
+    advantage_options,
+    advantage_summaries,
     divergence_summaries,
 )
 from divrl.algorithms.divergences import check_divergence_setting
@@ -23,6 +28,9 @@ from divrl.training import authors_config, loss_config
 from divrl.training.config_io import ConfigError, choice, help_field, positive
 
 __all__ = ["AlgorithmConfig"]
+
+#: algorithm.adv_scale of earlier versions -> the estimator that computes the same advantages
+ADV_SCALE_ESTIMATORS = {"group": "grpo", "batch": "grpo_batch", "none": "dr_grpo"}
 
 _UNSET = "null = the policy loss's own default (divrl.algorithms.loss_options)"
 
@@ -34,8 +42,19 @@ class AlgorithmConfig:
         f"surrogate of GRPO/DAPO): {', '.join(sorted(POLICY_LOSSES))}",
         "vanilla",
     )
-    adv_scale: Literal["group", "batch", "none"] = help_field(
-        "advantage normalisation: group std (GRPO), batch std, none (Dr.GRPO)", "group"
+    advantage: str = help_field(
+        "advantage estimator, a name in divrl.algorithms.ADVANTAGE_ESTIMATORS: "
+        f"{advantage_summaries()} (the earlier algorithm.adv_scale group / batch / none is "
+        "read as grpo / grpo_batch / dr_grpo)",
+        "grpo",
+    )
+    advantage_options: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "options of algorithm.advantage by the estimator's own names (e.g. {k: 4} "
+            "for grpo_passk); unset ones keep its defaults; an option it does not take is an "
+            "error. After loading: every option the estimator runs with"
+        },
     )
     # --- fidelity to the authors' scripts: the policy loss's options, resolved by divrl.training.loss_config
     loss_options: dict[str, Any] = field(
@@ -83,6 +102,25 @@ class AlgorithmConfig:
         "of prompt + response tokens; on in the Lp-Reg authors' runs) instead of "
         "consecutive rows; with several processes each balances its own rows",
         False,
+    )
+    rollout_is: str | None = help_field(
+        "rollout importance-sampling correction of the engine's sampling log-probs against "
+        "the trainer's old log-probs (docs/algorithms.md, 'Rollout correction'): 'token' "
+        "(truncated IS per token, TIS), 'sequence' (one truncated weight per sequence), "
+        "null (off), or 'auto': token for an engine that samples with its own kernels (vllm), "
+        "null for one that samples with the policy itself (hf, static). After loading: the "
+        "level used",
+        "auto",
+    )
+    rollout_is_threshold: float = help_field(
+        "rollout IS: the cap C of the weights, w = min(pi_old / mu, C) (verl's default 2.0; "
+        "TRL's 3.0)",
+        2.0,
+    )
+    rollout_rs_threshold: float | None = help_field(
+        "rollout correction: tokens whose ratio pi_old / mu lies outside [1/b, b] get weight "
+        "0 (IcePop masking; null = off), with or without rollout_is",
+        None,
     )
     kl_coef: float = help_field(
         "beta of the online reverse-KL term on policy samples (> 0 loads a frozen reference model)",
@@ -140,6 +178,12 @@ class AlgorithmConfig:
     def __post_init__(self) -> None:
         choice("algorithm.policy_loss", self.policy_loss, sorted(POLICY_LOSSES))
         self._resolve_loss_options()
+        choice("algorithm.advantage", self.advantage, sorted(ADVANTAGE_ESTIMATORS))
+        try:
+            estimator = advantage_options(self.advantage, **dict(self.advantage_options))
+        except ValueError as exc:
+            raise ConfigError(f"algorithm.advantage_options: {exc}") from exc
+        self.advantage_options = estimator.kwargs()
         if self.divergence is not None:
             choice("algorithm.divergence", self.divergence, sorted(DIVERGENCES))
             try:
@@ -148,12 +192,25 @@ class AlgorithmConfig:
                 raise ConfigError(str(exc)) from exc
         for name in ("kl_coef", "divergence_coef", "entropy_coef"):
             positive(f"algorithm.{name}", getattr(self, name), allow_zero=True)
-        if self.lp_reg_scope != "micro_batch" and self.policy_loss != "lp_reg":
+        if self.lp_reg_scope != "micro_batch" and not self.options.SCOPED_SELECTION:
             raise ConfigError(
                 f"algorithm.lp_reg_scope={self.lp_reg_scope!r} is set but "
-                f"algorithm.policy_loss={self.policy_loss!r} (not lp_reg): remove it"
+                f"algorithm.policy_loss={self.policy_loss!r} selects no share of tokens "
+                "(its options declare no SCOPED_SELECTION): remove it"
             )
         self._resolve_rehearsal_control()
+        if self.rollout_is is not None:
+            choice("algorithm.rollout_is", self.rollout_is, ["auto", *ROLLOUT_IS_LEVELS])
+        if self.rollout_is_threshold < 1.0:
+            raise ConfigError(
+                f"algorithm.rollout_is_threshold={self.rollout_is_threshold} must be >= 1 (the "
+                "cap of the importance weights)"
+            )
+        if self.rollout_rs_threshold is not None and self.rollout_rs_threshold <= 1.0:
+            raise ConfigError(
+                f"algorithm.rollout_rs_threshold={self.rollout_rs_threshold} must be > 1 (tokens "
+                "outside [1/b, b] are masked) or null"
+            )
         positive("algorithm.max_refill_rounds", self.max_refill_rounds, allow_zero=True)
         if problems := authors_config.algorithm_problems(self):
             raise ConfigError("; ".join(problems))
@@ -202,9 +259,58 @@ class AlgorithmConfig:
         built once: the section is not changed after loading."""
         return loss_config.resolve_loss_options(self.policy_loss, {}, self.loss_options)
 
+    def resolve_rollout_is(self, separate_sampler: bool) -> None:
+        """``rollout_is: auto`` resolved (token when the engine samples with its own kernels,
+        ``separate_sampler``; else off); the correction's weights need a loss that takes
+        them."""
+        auto = self.rollout_is == "auto"
+        if auto:
+            self.rollout_is = "token" if separate_sampler else None
+        if self.rollout_correction and not self.options.takes_token_weights:
+            setting = (
+                f"algorithm.rollout_is={self.rollout_is}"
+                + (" (auto: the engine samples with its own kernels)" if auto else "")
+                if self.rollout_is is not None
+                else f"algorithm.rollout_rs_threshold={self.rollout_rs_threshold}"
+            )
+            raise ConfigError(
+                f"{setting} reweighs the policy loss's tokens, but policy loss "
+                f"{self.policy_loss!r} takes no per-token weights (token_weights is not among "
+                "its options' INPUTS): set algorithm.rollout_is=null and "
+                "algorithm.rollout_rs_threshold=null"
+            )
+
+    @property
+    def rollout_correction(self) -> bool:
+        """The policy loss's tokens are reweighed by the rollout correction."""
+        return self.rollout_is is not None or self.rollout_rs_threshold is not None
+
+    @property
+    def estimator(self) -> AdvantageOptions:
+        """The advantage estimator's validated options (``kwargs()``: its keyword args)."""
+        return advantage_options(self.advantage, **self.advantage_options)
+
     @staticmethod
     def migrate(raw: dict[str, Any]) -> dict[str, Any]:
-        """Refuse the per-loss keys of earlier versions, naming where each went."""
+        """Read ``adv_scale`` of earlier versions as the estimator it named; refuse the
+        per-loss keys of earlier versions, naming where each went."""
+        if "adv_scale" in raw:
+            raw = dict(raw)
+            scale = raw.pop("adv_scale")
+            if scale not in ADV_SCALE_ESTIMATORS:
+                raise ConfigError(
+                    f"algorithm.adv_scale={scale!r}: use algorithm.advantage, one of "
+                    f"{', '.join(sorted(ADVANTAGE_ESTIMATORS))}"
+                )
+            named = ADV_SCALE_ESTIMATORS[scale]
+            if raw.get("advantage", named) != named:
+                raise ConfigError(
+                    f"algorithm.adv_scale={scale!r} (the estimator {named}) and "
+                    f"algorithm.advantage={raw['advantage']!r} disagree: set "
+                    f"algorithm.advantage={named} instead of algorithm.adv_scale={scale}, or "
+                    "drop adv_scale"
+                )
+            raw["advantage"] = named
         removed = {k: v for k, v in loss_config.REMOVED_KEYS.items() if k in raw}
         if removed:
             moved = ", ".join(

@@ -64,6 +64,11 @@ def authors_assembly_problems(config: Any) -> list[str]:
         problems.append(f"the authors' DPH runs use policy_loss=vanilla, not {algo.policy_loss}")
     if algo.kl_coef > 0 or algo.entropy_coef > 0:
         problems.append("set algorithm.kl_coef=0 and entropy_coef=0 (the DPH scripts' values)")
+    if algo.rollout_correction:
+        problems.append(
+            "it applies no rollout correction: set algorithm.rollout_is=null and "
+            "rollout_rs_threshold=null"
+        )
     if algo.divergence_weighting != "authors":
         problems.append("it weighs the streams itself: set algorithm.divergence_weighting=authors")
     if algo.authors_dynamic_batch and config.train.micro_batch_tokens is None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from divrl.rollout.registry import get_engine
 from divrl.training import authors_config
 from divrl.training.algorithm_config import AlgorithmConfig
 from divrl.training.config_io import (
@@ -95,6 +96,7 @@ class Config:
     def __post_init__(self) -> None:
         reject_non_finite(self)
         algo = self.algorithm
+        algo.resolve_rollout_is(separate_sampler=not get_engine(self.rollout.engine).uses_model)
         if algo.divergence is not None and algo.divergence_coef > 0 and self.reference.per_step < 1:
             raise ConfigError(
                 "algorithm.divergence is set but reference.per_step=0: set reference.per_step "
@@ -112,6 +114,11 @@ class Config:
             raise ConfigError("; ".join(problems))
         if problems := authors_config.replica_omit_problems(self):
             raise ConfigError("; ".join(problems))
+        if problem := algo.estimator.group_size_problem(self.rollout.n):
+            raise ConfigError(
+                f"{problem}: raise rollout.n (now {self.rollout.n}) or change "
+                "algorithm.advantage_options"
+            )
         if algo.dynamic_sampling and self.rollout.n < 2:
             raise ConfigError("algorithm.dynamic_sampling needs rollout.n >= 2")
         if algo.overlong_buffer >= self.rollout.max_new_tokens:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from divrl.algorithms import group_advantages
+from divrl.algorithms import compute_advantages
 from divrl.data.prompts import PromptItem
 from divrl.data.sampling import EpochSampler, derive_seed
 from divrl.distributed import Collective
@@ -326,7 +326,9 @@ class ExperienceMaker:
                 self._short_batch(step, int(least), per_rank, round_)
         if experience is not None and len(experience):
             # an unscorable response (NaN reward) is out of its group's baseline, advantage 0
-            experience.advantages = group_advantages(
-                experience.rewards, experience.groups, scale=algo.adv_scale
-            ).float()
+            advantages, adv_metrics = compute_advantages(
+                algo.advantage, experience.rewards, experience.groups, algo.estimator
+            )
+            experience.advantages = advantages.float()
+            means.update(adv_metrics)
         return experience, means, counts

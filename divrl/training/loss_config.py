@@ -20,7 +20,6 @@ import dataclasses
 from typing import Any
 
 from divrl.algorithms import LossOptions, policy_loss_options, policy_loss_spec
-from divrl.algorithms.loss_options import FULL_VOCAB_REFUSED
 
 __all__ = [
     "FLAT_OPTION_KEYS",
@@ -102,9 +101,13 @@ def resolve_loss_options(loss: str, flat: dict[str, Any], nested: dict[str, Any]
         options = policy_loss_options(loss, **chosen)
     except TypeError as exc:  # a wrong type for a dataclass field
         raise ValueError(f"policy loss {loss!r}: {exc}") from exc
-    if getattr(options, "full_vocab", False):
-        # refused here rather than at the first Lp-Reg step, where the loss would raise
-        raise ValueError(FULL_VOCAB_REFUSED)
+    if options.needs_full_logits:
+        # refused here rather than at the first step, where the loss would raise
+        raise ValueError(
+            options.FULL_LOGITS_REFUSED
+            or f"{options.label()} needs the full-vocabulary logits, which `divrl train` "
+            "does not compute: change its options"
+        )
     return options
 
 

@@ -152,7 +152,7 @@ class Trainer:
         )
         if self.update.layout is not None:
             logger.info(authors_config.authors_weight_line(cfg))
-        if cfg.algorithm.policy_loss == "lp_reg":
+        if cfg.algorithm.options.SCOPED_SELECTION:
             logger.info("Lp-Reg selection scope: %s", cfg.algorithm.lp_reg_scope)
         self.step = 0
         if resume:

@@ -33,6 +33,7 @@ from divrl.algorithms import (
     micro_batch_weights,
     policy_loss_spec,
     reference_divergence_loss,
+    rollout_is_weights,
     stream_weights,
     token_log_probs,
 )
@@ -227,7 +228,7 @@ class PolicyUpdate:
         written into ``exp`` as ``[N, R]`` tensors (zero beyond each response)."""
         cfg = self.config
         temp = cfg.rollout.temperature
-        lp_reg = cfg.algorithm.policy_loss == "lp_reg"
+        lp_reg = self.loss_options.NEEDS_PROXY  # pi_old's proxy beside its log-probs
         if not cfg.train.on_policy:
             policy = self.accelerator.unwrap_model(self.model)
             exp.old_log_probs = torch.zeros(exp.responses.shape)
@@ -262,7 +263,7 @@ class PolicyUpdate:
     @property
     def _scoped_lp_reg(self) -> bool:
         algo = self.config.algorithm
-        return algo.policy_loss == "lp_reg" and algo.lp_reg_scope != "micro_batch"
+        return self.loss_options.SCOPED_SELECTION and algo.lp_reg_scope != "micro_batch"
 
     @torch.no_grad()
     def select_lp_reg(self, exp: Experience, seqs: list[int], meter: MetricMeter) -> None:
@@ -365,7 +366,7 @@ class PolicyUpdate:
         data = self._inputs(exp, idx)
         responses, mask = data["responses"], data["response_mask"]
         width = responses.shape[1]
-        proxy_here = cfg.train.on_policy and algo.policy_loss == "lp_reg"
+        proxy_here = cfg.train.on_policy and self.loss_options.NEEDS_PROXY
         # One pass over the logits: log-probs, entropy and, on-policy Lp-Reg, the current
         # policy's proxy (detached) from this very forward.
         stats = logit_stats(
@@ -389,12 +390,15 @@ class PolicyUpdate:
         else:
             old = stored(exp.old_log_probs)
             proxy, log_z = stored(exp.proxy_log_probs), stored(exp.log_normalizers)
+        rollout_lp = stored(exp.rollout_log_probs)
+        weights, is_metrics = self._rollout_weights(old, rollout_lp, mask)
         # the tensors a loss may take; it gets those its options declare (INPUTS)
         available = {
             "proxy_log_prob": proxy,
             "log_normalizer": log_z,
             "entropy": entropy.detach(),
             "selected": stored(exp.lp_reg_selected),
+            "token_weights": weights,
         }
         loss, metrics = self.loss_spec.fn(
             log_prob=lp,
@@ -411,8 +415,9 @@ class PolicyUpdate:
         # the engine's sampling log-probs vs the old log-probs the loss uses: ~0 for the hf
         # engine; a large value flags a sampler/trainer mismatch (e.g. vLLM kernels, dtype)
         metrics["rollout/log_prob_diff"] = float(
-            ((old - stored(exp.rollout_log_probs)).abs() * mask).sum() / mask.sum()
+            ((old - rollout_lp).abs() * mask).sum() / mask.sum()
         )
+        metrics.update(is_metrics)
         if algo.kl_coef > 0:
             kl = aggregate(
                 kl_estimate(lp, stored(exp.ref_log_probs), algo.kl_estimator), mask, self.agg
@@ -422,6 +427,24 @@ class PolicyUpdate:
         if algo.entropy_coef > 0:
             loss = loss - algo.entropy_coef * aggregate(entropy, mask, self.agg)
         return loss, metrics, int(mask.sum().item())
+
+    def _rollout_weights(
+        self, old: torch.Tensor, rollout_lp: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[torch.Tensor | None, dict[str, float]]:
+        """The rollout correction's per-token weights of the policy loss (None when it is
+        off): the engine's sampling log-probs against the trainer's old log-probs. The KL,
+        entropy and DPH terms are not reweighed (as in TRL)."""
+        algo = self.config.algorithm
+        if not algo.rollout_correction:
+            return None, {}
+        return rollout_is_weights(
+            old,
+            rollout_lp,
+            mask,
+            algo.rollout_is,
+            algo.rollout_is_threshold,
+            algo.rollout_rs_threshold,
+        )
 
     def reference_micro(self, rows: list[int]) -> tuple[torch.Tensor, dict, int]:
         """(divergence loss, metrics, response tokens) of the DPH reference samples ``rows``."""

@@ -140,3 +140,46 @@ def test_one_k3_serves_reverse_kl_forward_kl_and_lp_reg():
         lp_tok, lp_tok, proxy, torch.tensor([-1.0]), torch.ones(1, 2), rho=1.0, min_k=1
     )
     assert metrics["lp_reg/penalty"] == pytest.approx(float(k3(torch.tensor(2.0))))
+
+
+#: files that may compare a configured loss with a loss's name, and why
+NAME_CHECKS_ALLOWED = {
+    # the DPH-RL authors' batch assembly reproduces their runs, which used the vanilla loss
+    "divrl/training/authors_config.py": "the authors' own setting",
+    # the verl plugin keeps its own list of the losses it runs (docs/verl.md)
+    "divrl/integrations/verl/": "the verl plugin's loss list",
+}
+
+
+def test_trainers_branch_on_declared_needs_not_on_loss_names():
+    """No ``policy_loss == "lp_reg"`` (or any registered loss's name) outside the losses'
+    own modules: a trainer asks the options what the loss needs (NEEDS_PROXY, ...)."""
+    import ast
+    from pathlib import Path
+
+    from divrl.algorithms import POLICY_LOSSES
+
+    root = Path(__file__).resolve().parents[2]
+    found = []
+    for path in sorted((root / "divrl").rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith("divrl/algorithms/") or any(
+            rel.startswith(a) for a in NAME_CHECKS_ALLOWED
+        ):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Compare):
+                continue
+            sides = [node.left, *node.comparators]
+            named = any(
+                "loss" in (getattr(s, "attr", None) or getattr(s, "id", None) or "") for s in sides
+            )
+            values = {
+                e.value
+                for s in sides
+                for e in (s.elts if isinstance(s, (ast.Tuple, ast.List, ast.Set)) else [s])
+                if isinstance(e, ast.Constant) and isinstance(e.value, str)
+            }
+            if named and values & set(POLICY_LOSSES):
+                found.append(f"{rel}:{node.lineno}")
+    assert not found, found

@@ -148,10 +148,24 @@ def test_config_validation_messages(tmp_path, store):
         "allow_store_mismatch",
         "rollout_prompts",
         "rehearsal_control",
+        "advantage",
         "lp_reg",
         "loss_options",
     }
     assert all(DivRLGRPOConfig.__dataclass_fields__[f].metadata.get("help") for f in added)
+
+
+def test_advantage_sets_trls_scale_or_is_refused(tmp_path):
+    for name, scale in (("grpo", "group"), ("grpo_batch", "batch"), ("dr_grpo", "none")):
+        assert make_args(tmp_path, advantage=name).scale_rewards == scale
+    assert make_args(tmp_path, advantage="dr_grpo", scale_rewards="none").scale_rewards == "none"
+    for name in ("rloo", "gpg", "grpo_passk"):
+        with pytest.raises(ValueError, match=f"advantage='{name}': TRL's GRPOTrainer computes"):
+            make_args(tmp_path, advantage=name)
+    with pytest.raises(ValueError, match="keep one"):
+        make_args(tmp_path, advantage="dr_grpo", scale_rewards="batch")
+    with pytest.raises(ValueError, match="use one of"):
+        make_args(tmp_path, advantage="nope")
 
 
 def test_trainer_rejects_plain_config_and_mismatched_store(tmp_path, tokenizer, store):

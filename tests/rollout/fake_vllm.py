@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-__version__ = "0.11.0"
+__version__ = "0.34.0"
 
 # EngineArgs names the fake accepts besides LLM's own keywords (vLLM takes many more)
 ENGINE_ARGS = {

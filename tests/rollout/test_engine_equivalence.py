@@ -166,7 +166,7 @@ def test_vllm_version_outside_the_supported_range_is_refused(monkeypatch, world)
     from divrl.rollout.vllm import VLLMEngine
 
     fake_vllm.install(monkeypatch, version="0.9.2")
-    with pytest.raises(ImportError, match=r"vLLM 0\.9\.2 is installed.*>= 0\.10\.2, < 0\.32"):
+    with pytest.raises(ImportError, match=r"vLLM 0\.9\.2 is installed.*>= 0\.20\.0, < 0\.35"):
         VLLMEngine(str(world.model_dir))
     engine = VLLMEngine(str(world.model_dir), dtype="float32", allow_untested_version=True)
     assert engine.llm.init_kwargs["logprobs_mode"] == "processed_logprobs"

@@ -56,7 +56,7 @@ def fake_vllm(monkeypatch):
 
     vllm = types.ModuleType("vllm")
     vllm.LLM, vllm.SamplingParams = FakeLLM, FakeSamplingParams
-    vllm.__version__ = "0.11.0"
+    vllm.__version__ = "0.34.0"
     inputs = types.ModuleType("vllm.inputs")
     inputs.TokensPrompt = lambda prompt_token_ids: {"prompt_token_ids": prompt_token_ids}
     monkeypatch.setitem(sys.modules, "vllm", vllm)

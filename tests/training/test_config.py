@@ -220,7 +220,7 @@ def test_gspo_runs_with_its_own_clip_range_and_aggregation():
         ),
         (["algorithm.dual_clip=1.0"], "dual_clip=1.0 must be > 1"),
         (["algorithm.loss_agg=mean"], "agg='mean' is not an aggregation mode"),
-        (["algorithm.lp_reg_scope=step"], "not lp_reg"),
+        (["algorithm.lp_reg_scope=step"], "selects no share of tokens"),
         (["train.micro_batch_tokens=0"], "train.micro_batch_tokens=0 must be > 0"),
         (["data.truncation=right"], "data.truncation='right' is not valid"),
         (["algorithm.divergence_weighting=verl"], "choose one of ['authors', 'paper', 'concat']"),

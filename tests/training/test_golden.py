@@ -82,7 +82,13 @@ CASES: dict[str, tuple[str, dict]] = {
 # step's sums instead of token-weighted means over micro-batches (every other value and the
 # parameter digest unchanged).
 # metrics added since the recording (checked to exist, not compared)
-NEW_METRICS = {"dph/effective_eta", "dapo/short_batch", "reward/unscorable"}
+NEW_METRICS = {
+    "dph/effective_eta",
+    "dapo/short_batch",
+    "reward/unscorable",
+    "adv/mean",
+    "adv/zero_frac",
+}
 
 
 def parameter_digest(model: torch.nn.Module) -> str:
