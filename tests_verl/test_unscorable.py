@@ -11,7 +11,7 @@ import torch
 from omegaconf import OmegaConf
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, get_adv_estimator_fn
 
-import divrl.integrations.verl.advantage  # noqa: F401  (registers divrl_grpo)
+import divrl.integrations.verl.advantages  # noqa: F401  (registers divrl_grpo)
 from divrl.integrations.verl.reward import compute_score, compute_score_batch
 from divrl.rewards.types import UnscorableShareError
 from tests_verl import stall_verifier  # noqa: F401  (registers stall_test_verl)
@@ -65,3 +65,22 @@ def test_divrl_grpo_leaves_unscorable_responses_out_of_the_baseline():
     config.divrl_max_unscorable = 1.5
     with pytest.raises(ValueError, match=r"divrl_max_unscorable=1\.5 must be a share"):
         estimator(token_level_rewards=rewards, response_mask=mask, index=index, config=config)
+
+
+def test_every_divrl_estimator_leaves_unscorable_responses_out_and_honours_norm_off():
+    nan = float("nan")
+    rewards, mask = _token_rewards([1.0, nan, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0])
+    index = ["a"] * 4 + ["b"] * 4
+    config = OmegaConf.create({"norm_adv_by_std_in_grpo": False, "divrl_max_unscorable": 0.5})
+    dr, _ = get_adv_estimator_fn("divrl_grpo")(
+        token_level_rewards=rewards, response_mask=mask, index=index, config=config
+    )
+    # Dr. GRPO's centring only, over the scorable 1, 0, 0 of group a
+    assert dr[:, 0].tolist() == pytest.approx([2 / 3, 0.0, -1 / 3, -1 / 3, 0.5, 0.5, -0.5, -0.5])
+    rloo, _ = get_adv_estimator_fn("divrl_rloo")(
+        token_level_rewards=rewards, response_mask=mask, index=index, config=config
+    )
+    # leave-one-out over the scorable responses: 1 - 0, the stalled one 0, 0 - 1/2
+    assert rloo[:, 0].tolist() == pytest.approx(
+        [1.0, 0.0, -0.5, -0.5, 2 / 3, 2 / 3, -2 / 3, -2 / 3]
+    )

@@ -24,7 +24,7 @@ def register() -> bool:
     except UnsupportedVerlError as e:
         logger.warning("divrl's verl plugin is not registered: %s", e)
         return False
-    import divrl.integrations.verl.advantage  # registers divrl_grpo
+    import divrl.integrations.verl.advantages  # registers divrl_grpo, divrl_rloo, ...
     import divrl.integrations.verl.losses
 
     try:  # the v1 trainer needs TransferQueue (divrl[verl] installs it)

@@ -16,7 +16,7 @@ the response got no verdict: a verifier timeout, a crashed worker, a verifier er
 verl logs per sample (its validation metrics average them per data source).
 
 An unscorable response scores ``unscorable_score``, NaN by default: divrl's ``divrl_grpo``
-advantage estimator (:mod:`divrl.integrations.verl.advantage`) keeps it out of its group's
+advantage estimator (:mod:`divrl.integrations.verl.advantages`) keeps it out of its group's
 mean and std and gives it advantage 0. verl's own estimators do not skip NaN: with them,
 pass ``unscorable_score=0.0`` in ``reward.custom_reward_function.reward_kwargs`` (the
 response then counts as wrong, docs/verl.md).
