@@ -14,9 +14,11 @@ from dataclasses import dataclass
 import torch
 
 from divrl.algorithms._utils import (
+    K3_VALUE_CLAMP,
     as_fp32,
     broadcast_advantages,
     check_same_shape,
+    clamp_log_ratio,
     clamped_ratio,
     float_mask,
     k3,
@@ -189,6 +191,76 @@ def lp_reg_selection(
     return LpRegSelection(candidates, selected, regularized, threshold)
 
 
+#: quantiles of the regime diagnostics (``lp_reg/reg_z_q10`` ...)
+REGIME_QUANTILES = (0.1, 0.5, 0.9)
+
+
+def _summary(name: str, values: torch.Tensor) -> dict[str, float]:
+    """``lp_reg/<name>_mean`` and ``_q10/_q50/_q90`` of a 1-D tensor (0 when empty)."""
+    out = {f"lp_reg/{name}_mean": to_float(values.mean()) if values.numel() else 0.0}
+    qs = (
+        torch.quantile(
+            values, torch.tensor(REGIME_QUANTILES, dtype=values.dtype, device=values.device)
+        )
+        if values.numel()
+        else torch.zeros(len(REGIME_QUANTILES))
+    )
+    for q, v in zip(REGIME_QUANTILES, qs.tolist(), strict=True):
+        out[f"lp_reg/{name}_q{round(q * 100)}"] = float(v)
+    return out
+
+
+@torch.no_grad()
+def lp_reg_regime_metrics(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    proxy_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    regularized: torch.Tensor,
+    beta: float,
+    log_normalizer: torch.Tensor | None = None,
+) -> dict[str, float]:
+    """Where the regulariser sits: push vs pull on the tokens it regularises.
+
+    A regularised token's loss ``-A r + beta k3(D)``, ``r = exp(lp - old)``, ``D = proxy -
+    lp``, has ``-d loss / d lp = A r + beta (exp(D) - 1)`` (0 for the k3 part where its value
+    clamp at 10 is active). With ``A < 0`` this is the net push on the token's log-prob:
+    ``-|A| r`` down, ``beta (exp(D) - 1)`` up. On-policy (``r = 1``, ``D = -log Z``) it is
+    ``-|A| + beta (1/Z - 1)``: upward iff ``Z < beta / (beta + |A|)``. Off-policy the proxy
+    is frozen at the rollout policy's, so the pull grows as ``exp(D) - 1`` while lp falls.
+
+    ``Z`` is the min-p kept mass at the token's position under the policy the proxy came
+    from: ``exp(log_normalizer)`` when given, else ``exp(old - proxy)`` (the same for a kept
+    token when the proxy and ``old`` come from one forward).
+
+    Returns (each over the regularised tokens, 0 when there are none; in a trainer, the
+    mean over its micro-batches): ``lp_reg/reg_z_*``, ``lp_reg/reg_abs_adv_*``,
+    ``lp_reg/net_push_*`` (``_mean``, ``_q10``, ``_q50``, ``_q90``), ``lp_reg/net_up_share``
+    (share with an upward net push) and ``lp_reg/num_net_up`` (their count, summed over a
+    step like ``lp_reg/num_regularized``, so the step's exact share is the ratio of the two).
+    """
+    lp = as_fp32(log_prob)
+    old = as_fp32(old_log_prob)
+    proxy = as_fp32(proxy_log_prob)
+    adv = broadcast_advantages(advantages, lp)
+    log_z = as_fp32(log_normalizer) if log_normalizer is not None else old - proxy
+    reg = regularized
+    d = proxy[reg] - lp[reg]
+    _, ratio = clamped_ratio(lp[reg] - old[reg])
+    dc = clamp_log_ratio(d)
+    pull = torch.expm1(dc)
+    pull = torch.where(pull - dc < K3_VALUE_CLAMP, pull, torch.zeros_like(pull))
+    net = adv[reg] * ratio + beta * pull
+    up = int((net > 0).sum())
+    return {
+        **_summary("reg_z", torch.exp(log_z[reg])),
+        **_summary("reg_abs_adv", adv[reg].abs()),
+        **_summary("net_push", net),
+        "lp_reg/net_up_share": up / net.numel() if net.numel() else 0.0,
+        "lp_reg/num_net_up": float(up),
+    }
+
+
 @register_policy_loss("lp_reg", LpRegOptions)
 def lp_reg_loss(
     log_prob: torch.Tensor,
@@ -251,7 +323,8 @@ def lp_reg_loss(
         ``(loss, metrics)``: the clipped-surrogate metrics plus ``lp_reg/num_negative``,
         ``lp_reg/num_selected``, ``lp_reg/num_regularized``, ``lp_reg/kept_frac`` (share of
         selected tokens that pass the filter), ``lp_reg/prob_threshold`` (probability of
-        the k-th lowest selected token), ``lp_reg/penalty`` and ``lp_reg/mean_z``.
+        the k-th lowest selected token), ``lp_reg/penalty``, ``lp_reg/mean_z`` and (sampled-token penalty only) the regime
+        diagnostics of :func:`lp_reg_regime_metrics`.
     """
     LpRegOptions(rho=rho, min_k=min_k)  # the bounds declared once, in LpRegOptions
     check_same_shape(log_prob=log_prob, old_log_prob=old_log_prob, proxy_log_prob=proxy_log_prob)
@@ -292,6 +365,12 @@ def lp_reg_loss(
         if num_regularized
         else 0.0,
     }
+    if not full_vocab:  # the push-pull analysis is the sampled-token k3 penalty's
+        metrics.update(
+            lp_reg_regime_metrics(
+                lp, old_log_prob, proxy, advantages, regularized, beta, log_normalizer
+            )
+        )
     if log_normalizer is not None:
         metrics["lp_reg/mean_z"] = to_float(masked_mean(torch.exp(as_fp32(log_normalizer)), m))
     return loss, metrics
