@@ -44,7 +44,13 @@ from pathlib import Path
 
 import torch
 
-from divrl.algorithms import group_advantages, lp_reg_loss, policy_loss, proxy_log_prob
+from divrl.algorithms import (
+    group_advantages,
+    lp_reg_loss,
+    minp_log_normalizer,
+    policy_loss,
+    proxy_log_prob_rows,
+)
 from divrl.fileio import atomic_write_text
 
 GROUPS, GROUP_SIZE = 32, 8
@@ -128,10 +134,10 @@ def rollout(theta: torch.Tensor, cell: Cell, gen: torch.Generator) -> Rollout:
         pays = torch.rand(n, generator=gen) < q
         rewards = (pays & (tokens != SPARK)).float()
         adv = group_advantages(rewards, torch.arange(n) // GROUP_SIZE)
-        rows = logits.expand(n, -1)
         old = torch.log_softmax(logits, 0)[tokens]
-        proxy = proxy_log_prob(rows, tokens, KAPPA)
-        log_z = old - proxy  # kept tokens; a filtered one gets a huge value, never used
+        # one context: the proxy of every token id once, then the sampled ones
+        proxy = proxy_log_prob_rows(logits[None], KAPPA)[0][tokens]
+        log_z = minp_log_normalizer(logits[None], KAPPA)[0].expand(n)
     filler = math.log(FILLER_PROB)
     return Rollout(
         tokens,
