@@ -82,7 +82,12 @@ CASES: dict[str, tuple[str, dict]] = {
 # step's sums instead of token-weighted means over micro-batches (every other value and the
 # parameter digest unchanged).
 # metrics added since the recording (checked to exist, not compared)
-NEW_METRICS = {"dph/effective_eta", "dapo/short_batch"}
+NEW_METRICS = {"dph/effective_eta", "dapo/short_batch", "lp_reg/net_up_share", "lp_reg/num_net_up"}
+NEW_METRICS |= {
+    f"lp_reg/{name}_{stat}"
+    for name in ("reg_z", "reg_abs_adv", "net_push")
+    for stat in ("mean", "q10", "q50", "q90")
+}
 
 
 def parameter_digest(model: torch.nn.Module) -> str:
