@@ -359,8 +359,10 @@ def _nice() -> None:
 def run(out: Path, workers: int, only: str | None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     cells = [c for c in all_cells() if only is None or only in c.name]
-    # GRPO cells first: every Lp-Reg cell is read against them
-    cells.sort(key=lambda c: (c.method != "grpo", c.mode, -c.z))
+    # on-policy first, GRPO and the oracle before the authors' selection: a sweep cut short
+    # still has the map's boundary, each Lp-Reg cell with its GRPO baseline
+    order = {"grpo": 0, "lp_oracle": 1, "lp_authors": 2}
+    cells.sort(key=lambda c: (order[c.method] == 2, c.mode != "on", order[c.method], -c.z))
     with ProcessPoolExecutor(workers, initializer=_nice) as pool:
         for line in pool.map(run_cell, cells, itertools.repeat(out)):
             print(line, flush=True)
