@@ -195,18 +195,27 @@ def lp_reg_selection(
 REGIME_QUANTILES = (0.1, 0.5, 0.9)
 
 
-def _summary(name: str, values: torch.Tensor) -> dict[str, float]:
-    """``lp_reg/<name>_mean`` and ``_q10/_q50/_q90`` of a 1-D tensor (0 when empty)."""
-    out = {f"lp_reg/{name}_mean": to_float(values.mean()) if values.numel() else 0.0}
-    qs = (
-        torch.quantile(
-            values, torch.tensor(REGIME_QUANTILES, dtype=values.dtype, device=values.device)
+REGIME_SERIES = ("reg_z", "reg_abs_adv", "net_push")
+
+
+def _summaries(series: torch.Tensor) -> dict[str, float]:
+    """``lp_reg/<name>_mean`` and ``_q10/_q50/_q90`` of the rows :data:`REGIME_SERIES` of
+    ``series`` ``[4, n]`` (its last row: 1 where the net push is upward), the share and count
+    of upward pushes; all 0 when ``n = 0``. One device-to-host copy."""
+    n = series.shape[1]
+    stats = ("mean", *(f"q{round(q * 100)}" for q in REGIME_QUANTILES))
+    if n:
+        qs = torch.tensor(REGIME_QUANTILES, dtype=series.dtype, device=series.device)
+        table = torch.cat(
+            [series[:3].mean(1, keepdim=True), torch.quantile(series[:3], qs, 1).T], 1
         )
-        if values.numel()
-        else torch.zeros(len(REGIME_QUANTILES))
-    )
-    for q, v in zip(REGIME_QUANTILES, qs.tolist(), strict=True):
-        out[f"lp_reg/{name}_q{round(q * 100)}"] = float(v)
+        *flat, up = torch.cat([table.flatten(), series[3].sum().reshape(1)]).tolist()
+    else:
+        flat, up = [0.0] * (len(REGIME_SERIES) * len(stats)), 0.0
+    names = [f"lp_reg/{name}_{stat}" for name in REGIME_SERIES for stat in stats]
+    out = dict(zip(names, map(float, flat), strict=True))
+    out["lp_reg/net_up_share"] = up / n if n else 0.0
+    out["lp_reg/num_net_up"] = float(up)
     return out
 
 
@@ -251,14 +260,7 @@ def lp_reg_regime_metrics(
     pull = torch.expm1(dc)
     pull = torch.where(pull - dc < K3_VALUE_CLAMP, pull, torch.zeros_like(pull))
     net = adv[reg] * ratio + beta * pull
-    up = int((net > 0).sum())
-    return {
-        **_summary("reg_z", torch.exp(log_z[reg])),
-        **_summary("reg_abs_adv", adv[reg].abs()),
-        **_summary("net_push", net),
-        "lp_reg/net_up_share": up / net.numel() if net.numel() else 0.0,
-        "lp_reg/num_net_up": float(up),
-    }
+    return _summaries(torch.stack([torch.exp(log_z[reg]), adv[reg].abs(), net, (net > 0).to(net)]))
 
 
 @register_policy_loss("lp_reg", LpRegOptions)
