@@ -248,19 +248,21 @@ def lp_reg_regime_metrics(
     (share with an upward net push) and ``lp_reg/num_net_up`` (their count, summed over a
     step like ``lp_reg/num_regularized``, so the step's exact share is the ratio of the two).
     """
-    lp = as_fp32(log_prob)
-    old = as_fp32(old_log_prob)
-    proxy = as_fp32(proxy_log_prob)
-    adv = broadcast_advantages(advantages, lp)
-    log_z = as_fp32(log_normalizer) if log_normalizer is not None else old - proxy
-    reg = regularized
-    d = proxy[reg] - lp[reg]
-    _, ratio = clamped_ratio(lp[reg] - old[reg])
+    idx = regularized.reshape(-1).nonzero().squeeze(1)  # one index for every tensor
+
+    def at(t: torch.Tensor) -> torch.Tensor:
+        return as_fp32(t.detach()).reshape(-1).index_select(0, idx)
+
+    lp, old, proxy = at(log_prob), at(old_log_prob), at(proxy_log_prob)
+    adv = at(broadcast_advantages(advantages, log_prob))
+    log_z = at(log_normalizer) if log_normalizer is not None else old - proxy
+    d = proxy - lp
+    _, ratio = clamped_ratio(lp - old)
     dc = clamp_log_ratio(d)
     pull = torch.expm1(dc)
     pull = torch.where(pull - dc < K3_VALUE_CLAMP, pull, torch.zeros_like(pull))
-    net = adv[reg] * ratio + beta * pull
-    return _summaries(torch.stack([torch.exp(log_z[reg]), adv[reg].abs(), net, (net > 0).to(net)]))
+    net = adv * ratio + beta * pull
+    return _summaries(torch.stack([torch.exp(log_z), adv.abs(), net, (net > 0).to(net)]))
 
 
 @register_policy_loss("lp_reg", LpRegOptions)
