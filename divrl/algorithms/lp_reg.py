@@ -220,7 +220,7 @@ def _summaries(series: torch.Tensor) -> dict[str, float]:
 
 
 @torch.no_grad()
-def lp_reg_regime_metrics(
+def lp_reg_net_push(
     log_prob: torch.Tensor,
     old_log_prob: torch.Tensor,
     proxy_log_prob: torch.Tensor,
@@ -228,8 +228,8 @@ def lp_reg_regime_metrics(
     regularized: torch.Tensor,
     beta: float,
     log_normalizer: torch.Tensor | None = None,
-) -> dict[str, float]:
-    """Where the regulariser sits: push vs pull on the tokens it regularises.
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(Z, |A|, net push)``, each ``[n]``, of the ``n`` regularised tokens (row-major).
 
     A regularised token's loss ``-A r + beta k3(D)``, ``r = exp(lp - old)``, ``D = proxy -
     lp``, has ``-d loss / d lp = A r + beta (exp(D) - 1)`` (0 for the k3 part where its value
@@ -240,13 +240,8 @@ def lp_reg_regime_metrics(
 
     ``Z`` is the min-p kept mass at the token's position under the policy the proxy came
     from: ``exp(log_normalizer)`` when given, else ``exp(old - proxy)`` (the same for a kept
-    token when the proxy and ``old`` come from one forward).
-
-    Returns (each over the regularised tokens, 0 when there are none; in a trainer, the
-    mean over its micro-batches): ``lp_reg/reg_z_*``, ``lp_reg/reg_abs_adv_*``,
-    ``lp_reg/net_push_*`` (``_mean``, ``_q10``, ``_q50``, ``_q90``), ``lp_reg/net_up_share``
-    (share with an upward net push) and ``lp_reg/num_net_up`` (their count, summed over a
-    step like ``lp_reg/num_regularized``, so the step's exact share is the ratio of the two).
+    token when the proxy and ``old`` come from one forward). Arguments as
+    :func:`lp_reg_loss`'s; ``regularized`` is :class:`LpRegSelection`'s mask.
     """
     idx = regularized.reshape(-1).nonzero().squeeze(1)  # one index for every tensor
 
@@ -261,8 +256,31 @@ def lp_reg_regime_metrics(
     dc = clamp_log_ratio(d)
     pull = torch.expm1(dc)
     pull = torch.where(pull - dc < K3_VALUE_CLAMP, pull, torch.zeros_like(pull))
-    net = adv * ratio + beta * pull
-    return _summaries(torch.stack([torch.exp(log_z), adv.abs(), net, (net > 0).to(net)]))
+    return torch.exp(log_z), adv.abs(), adv * ratio + beta * pull
+
+
+@torch.no_grad()
+def lp_reg_regime_metrics(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    proxy_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    regularized: torch.Tensor,
+    beta: float,
+    log_normalizer: torch.Tensor | None = None,
+) -> dict[str, float]:
+    """Where the regulariser sits: :func:`lp_reg_net_push`'s push vs pull, summarised.
+
+    Returns (each over the regularised tokens, 0 when there are none; in a trainer, the
+    mean over its micro-batches): ``lp_reg/reg_z_*``, ``lp_reg/reg_abs_adv_*``,
+    ``lp_reg/net_push_*`` (``_mean``, ``_q10``, ``_q50``, ``_q90``), ``lp_reg/net_up_share``
+    (share with an upward net push) and ``lp_reg/num_net_up`` (their count, summed over a
+    step like ``lp_reg/num_regularized``, so the step's exact share is the ratio of the two).
+    """
+    z, abs_adv, net = lp_reg_net_push(
+        log_prob, old_log_prob, proxy_log_prob, advantages, regularized, beta, log_normalizer
+    )
+    return _summaries(torch.stack([z, abs_adv, net, (net > 0).to(net)]))
 
 
 @register_policy_loss("lp_reg", LpRegOptions)
