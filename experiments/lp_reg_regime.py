@@ -188,7 +188,7 @@ DIAGNOSTICS = (
 )
 
 
-def train(cell: Cell, seed: int) -> dict:
+def train(cell: Cell, seed: int, steps: int = STEPS) -> dict:
     """One run: the spark's probability per rollout and the diagnostics' means."""
     gen = torch.Generator().manual_seed(seed)
     theta = initial_theta(cell.z).requires_grad_(True)
@@ -197,7 +197,7 @@ def train(cell: Cell, seed: int) -> dict:
     spark, sums = [], dict.fromkeys(DIAGNOSTICS, 0.0)
     spark_reg, acting = 0.0, 0
     last = {"lp_reg/net_push_mean": 0.0, "lp_reg/net_up_share": 0.0, "steps": 0}
-    for _ in range(STEPS):
+    for _ in range(steps):
         spark.append(float(torch.softmax(world_logits(theta.detach(), cell.z), 0)[SPARK]))
         ro = rollout(theta.detach(), cell, gen)
         for u in range(updates):
