@@ -192,7 +192,6 @@ def train(cell: Cell, seed: int, steps: int = STEPS) -> dict:
     """One run: the spark's probability per rollout and the diagnostics' means."""
     gen = torch.Generator().manual_seed(seed)
     theta = initial_theta(cell.z).requires_grad_(True)
-    opt = torch.optim.SGD([theta], lr=LR)
     updates = OFF_UPDATES if cell.mode == "off" else 1
     spark, sums = [], dict.fromkeys(DIAGNOSTICS, 0.0)
     spark_reg, acting = 0.0, 0
@@ -201,10 +200,11 @@ def train(cell: Cell, seed: int, steps: int = STEPS) -> dict:
         spark.append(float(torch.softmax(world_logits(theta.detach(), cell.z), 0)[SPARK]))
         ro = rollout(theta.detach(), cell, gen)
         for u in range(updates):
-            opt.zero_grad()
+            theta.grad = None
             loss, metrics = update_loss(theta, ro, cell, first=u == 0)
             loss.backward()
-            opt.step()
+            with torch.no_grad():  # plain SGD, as torch.optim.SGD steps (without its import)
+                theta.add_(theta.grad, alpha=-LR)
             if u == 0 and metrics.get("lp_reg/num_regularized", 0.0) > 0:
                 acting += 1
                 for key in DIAGNOSTICS:
