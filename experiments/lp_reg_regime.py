@@ -322,14 +322,14 @@ def predictions_table() -> str:
 # ----------------------------------------------------------------------------- run, report
 
 
-def run_cell(cell: Cell, out: Path) -> str:
+def run_cell(cell: Cell, out: Path, steps: int = STEPS) -> str:
     """Train the cell's seeds and write ``<out>/<cell>.json`` atomically (skipped if there)."""
     path = out / f"{cell.name}.json"
     if path.exists():
         return f"{cell.name}: done before"
     torch.set_num_threads(1)
-    runs = [train(cell, seed) for seed in SEEDS]
-    record = {"cell": asdict(cell), "runs": runs, "world": world_settings()}
+    runs = [train(cell, seed, steps) for seed in SEEDS]
+    record = {"cell": asdict(cell), "runs": runs, "world": {**world_settings(), "steps": steps}}
     atomic_write_text(path, json.dumps(record) + "\n")
     return f"{cell.name}: written"
 
@@ -356,15 +356,15 @@ def _nice() -> None:
     torch.set_num_threads(1)
 
 
-def run(out: Path, workers: int, only: str | None) -> None:
+def run(out: Path, workers: int, only: list[str] | None, steps: int = STEPS) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    cells = [c for c in all_cells() if only is None or only in c.name]
+    cells = [c for c in all_cells() if only is None or c.name in only]
     # on-policy first, GRPO and the oracle before the authors' selection: a sweep cut short
     # still has the map's boundary, each Lp-Reg cell with its GRPO baseline
     order = {"grpo": 0, "lp_oracle": 1, "lp_authors": 2}
     cells.sort(key=lambda c: (order[c.method] == 2, c.mode != "on", order[c.method], -c.z))
     with ProcessPoolExecutor(workers, initializer=_nice) as pool:
-        for line in pool.map(run_cell, cells, itertools.repeat(out)):
+        for line in pool.map(run_cell, cells, itertools.repeat(out), itertools.repeat(steps)):
             print(line, flush=True)
 
 
@@ -376,9 +376,13 @@ def load(out: Path) -> dict[Cell, list[dict]]:
     return found
 
 
+#: the map is read at this rollout (runs of 60 or more rollouts compare there)
+READ_AT = 60
+
+
 def _final_log(run_record: dict) -> float:
-    """Mean log spark probability over the last 10 rollouts."""
-    tail = run_record["spark"][-10:]
+    """Mean log spark probability over rollouts ``READ_AT - 9 .. READ_AT``."""
+    tail = run_record["spark"][READ_AT - 9 : READ_AT + 1]
     return sum(math.log(max(p, 1e-30)) for p in tail) / len(tail)
 
 
@@ -490,7 +494,8 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("run", help="train every missing cell (resumable)")
     r.add_argument("--out", type=Path, required=True, help="folder of the cells' JSON files")
     r.add_argument("--workers", type=int, default=2, help="cells trained at a time")
-    r.add_argument("--only", default=None, help="cells whose name contains this text")
+    r.add_argument("--only", nargs="+", default=None, help="these cells only (their names)")
+    r.add_argument("--steps", type=int, default=STEPS, help="rollouts per run")
     p = sub.add_parser("report", help="the measured table (and a plot)")
     p.add_argument("--out", type=Path, required=True, help="folder of the cells' JSON files")
     p.add_argument("--plot", type=Path, default=None, help="write the map's plot here (PNG)")
@@ -499,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "predict":
         print(predictions_table())
     elif args.cmd == "run":
-        run(args.out, args.workers, args.only)
+        run(args.out, args.workers, args.only, args.steps)
     else:
         if not args.out.is_dir():
             print(
