@@ -414,6 +414,15 @@ def summarise(found: dict[Cell, list[dict]]) -> list[dict]:
                 else None,
                 "diagnostics": diag,
                 "acting_steps": _mean_sd([r["acting_steps"] for r in runs])[0],
+                # off-policy: the net push at each rollout's last update (frozen proxy)
+                "last_net_push": _mean_sd(
+                    [
+                        r["last_update"]["lp_reg/net_push_mean"]
+                        for r in runs
+                        if r["last_update"]["steps"]
+                    ]
+                    or [math.nan]
+                )[0],
                 "spark_regularized_per_step": _mean_sd(
                     [r["spark_regularized_per_step"] for r in runs]
                 )[0],
@@ -428,7 +437,8 @@ def summarise(found: dict[Cell, list[dict]]) -> list[dict]:
 def report_table(rows: list[dict]) -> str:
     lines = [
         "| mode | method | Z | P | beta | predicted | measured | log(p_T/p_0) | GRPO's | gap vs"
-        " GRPO | net push (pred / logged) | net_up_share | steps acting | reg. spark/step |",
+        " GRPO | net push (pred / logged, off: first -> last update) | net_up_share | steps"
+        " acting | reg. spark/step |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -440,7 +450,8 @@ def report_table(rows: list[dict]) -> str:
             f"| {c['mode']} | {c['method']} | {c['z']} | {c['pass_rate']} | {c['beta']} | "
             f"{r['predicted']} | {r['measured']} | {t:+.2f} ± {tsd:.2f} | "
             f"{gt[0]:+.2f} | {g[0]:+.2f} ± {g[1]:.2f} | "
-            f"{r['predicted_net_push']:+.2f} / {d['lp_reg/net_push_mean']:+.2f} | "
+            f"{r['predicted_net_push']:+.2f} / {d['lp_reg/net_push_mean']:+.2f}"
+            f"{f' -> {last:+.2f}' if not math.isnan(last := r['last_net_push']) else ''} | "
             f"{d['lp_reg/net_up_share']:.2f} | {r['acting_steps']:.0f} | "
             f"{r['spark_regularized_per_step']:.1f} |"
         )
@@ -478,7 +489,7 @@ def plot(found: dict[Cell, list[dict]], path: Path) -> None:
             ax.axhline(0, color="k", lw=0.5)
             ax.set_title(f"{mode}-policy, beta={beta}")
             ax.set_xlabel("Z at the decision point")
-        axes[row][0].set_ylabel("log(p_spark final / 0.06)")
+        axes[row][0].set_ylabel(f"log(p_spark at rollout {READ_AT} / 0.06)")
     handles = [plt.Line2D([], [], color=colours[p], label=f"P={p}") for p in PASS_RATES]
     handles += [plt.Line2D([], [], color="k", ls=s, label=m) for m, s in styles.items()]
     axes[0][-1].legend(handles=handles, fontsize=7)
