@@ -81,10 +81,12 @@ class Cell:
     z: float
     pass_rate: float
     beta: float
+    filler: int = FILLER  # certain tokens per response (the authors' selection's population)
 
     @property
     def name(self) -> str:
-        return f"{self.mode}_{self.method}_z{self.z}_p{self.pass_rate}_b{self.beta}"
+        tail = "" if self.filler == FILLER else f"_f{self.filler}"
+        return f"{self.mode}_{self.method}_z{self.z}_p{self.pass_rate}_b{self.beta}{tail}"
 
 
 def all_cells() -> list[Cell]:
@@ -93,6 +95,19 @@ def all_cells() -> list[Cell]:
         cells.append(Cell(mode, "grpo", z, p, 0.0))
         for method, beta in itertools.product(METHODS[1:], BETAS):
             cells.append(Cell(mode, method, z, p, beta))
+    return cells
+
+
+#: the authors' selection with longer responses (more certain tokens per decision point)
+LONG_FILLER = 200
+
+
+def filler_cells() -> list[Cell]:
+    """On-policy, P = 0.5 and 0.875: GRPO and the authors' selection with ``LONG_FILLER``."""
+    cells = []
+    for z, p in itertools.product(ZS, (0.5, 0.875)):
+        cells.append(Cell("on", "grpo", z, p, 0.0, LONG_FILLER))
+        cells += [Cell("on", "lp_authors", z, p, b, LONG_FILLER) for b in (1.0, 4.0)]
     return cells
 
 
@@ -121,8 +136,8 @@ class Rollout:
     log_z: torch.Tensor  # [N, 1 + FILLER]
 
 
-def _with_filler(decision: torch.Tensor, filler: float) -> torch.Tensor:
-    return torch.cat([decision[:, None], torch.full((decision.shape[0], FILLER), filler)], 1)
+def _with_filler(decision: torch.Tensor, filler: float, count: int) -> torch.Tensor:
+    return torch.cat([decision[:, None], torch.full((decision.shape[0], count), filler)], 1)
 
 
 def rollout(theta: torch.Tensor, cell: Cell, gen: torch.Generator) -> Rollout:
@@ -142,9 +157,9 @@ def rollout(theta: torch.Tensor, cell: Cell, gen: torch.Generator) -> Rollout:
     return Rollout(
         tokens,
         adv,
-        _with_filler(old, filler),
-        _with_filler(proxy, filler),
-        _with_filler(log_z, 0.0),
+        _with_filler(old, filler, cell.filler),
+        _with_filler(proxy, filler, cell.filler),
+        _with_filler(log_z, 0.0, cell.filler),
     )
 
 
@@ -152,7 +167,7 @@ def update_loss(theta: torch.Tensor, ro: Rollout, cell: Cell, first: bool):
     """(loss, metrics) of one update on the rollout ``ro``."""
     logits = world_logits(theta, cell.z)
     lp_dec = torch.log_softmax(logits, 0)[ro.tokens]
-    lp = _with_filler(lp_dec, math.log(FILLER_PROB))
+    lp = _with_filler(lp_dec, math.log(FILLER_PROB), cell.filler)
     mask = torch.ones_like(lp)
     old, proxy, log_z = ro.old, ro.proxy, ro.log_z
     if cell.mode == "on" and first:  # r = 1 and the current forward's proxy (the same here)
@@ -193,6 +208,8 @@ def train(cell: Cell, seed: int, steps: int = STEPS) -> dict:
     gen = torch.Generator().manual_seed(seed)
     theta = initial_theta(cell.z).requires_grad_(True)
     updates = OFF_UPDATES if cell.mode == "off" else 1
+    # the token-mean divides by every token: the same step on the decision token for any filler
+    lr = LR * (1 + cell.filler) / (1 + FILLER)
     spark, sums = [], dict.fromkeys(DIAGNOSTICS, 0.0)
     spark_reg, acting = 0.0, 0
     last = {"lp_reg/net_push_mean": 0.0, "lp_reg/net_up_share": 0.0, "steps": 0}
@@ -204,7 +221,7 @@ def train(cell: Cell, seed: int, steps: int = STEPS) -> dict:
             loss, metrics = update_loss(theta, ro, cell, first=u == 0)
             loss.backward()
             with torch.no_grad():  # plain SGD, as torch.optim.SGD steps (without its import)
-                theta.add_(theta.grad, alpha=-LR)
+                theta.add_(theta.grad, alpha=-lr)
             if u == 0 and metrics.get("lp_reg/num_regularized", 0.0) > 0:
                 acting += 1
                 for key in DIAGNOSTICS:
@@ -259,7 +276,7 @@ def _spark_advantages(pass_rate: float) -> list[tuple[float, float]]:
     return out
 
 
-def predict(z: float, pass_rate: float, beta: float, method: str) -> dict:
+def predict(z: float, pass_rate: float, beta: float, method: str, filler: int = FILLER) -> dict:
     """The on-policy gradient analysis of the spark's logit at the start (``p_s = 0.06``).
 
     ``E[d theta_s] ~ p_s (1 - p_s / Z) (E[g_s] - E[A | other])``: ``g_s`` is a spark
@@ -269,7 +286,8 @@ def predict(z: float, pass_rate: float, beta: float, method: str) -> dict:
     The authors' selection regularises the ``k = floor(rho N_neg)`` lowest-probability
     negative tokens: the tail's negative samples come first (each below the spark), so it
     reaches ``min(max(k - n_tail, 0), n_spark)`` of the negative spark samples (expected
-    counts). The off-policy prediction has the same sign: each rollout's updates start at
+    counts), and the slots left after them go to the competitor's negative samples, whose
+    pull (``(1 - q)`` of its samples fail) lowers the spark's drift through the softmax. The off-policy prediction has the same sign: each rollout's updates start at
     ``r = 1``, ``D = -log Z`` (the on-policy push), and the frozen proxy only strengthens
     the pull while the log-prob falls, so it bounds the fall per rollout without turning it.
     """
@@ -280,6 +298,7 @@ def predict(z: float, pass_rate: float, beta: float, method: str) -> dict:
     up_share = sum(w for w, a in ads if a > 0 and pull > a) / mixed
     n = GROUPS * GROUP_SIZE
     q = pass_rate / (1 - SPARK0)
+    reach_c = 0.0  # the share of the competitor's negative samples regularised too
     if method == "grpo":
         reach = 0.0
     elif method == "lp_oracle":
@@ -287,18 +306,22 @@ def predict(z: float, pass_rate: float, beta: float, method: str) -> dict:
     else:
         all_fail = (1 - pass_rate) ** GROUP_SIZE
         neg_responses = n * ((1 - pass_rate) - all_fail)
-        k = math.floor(RHO * neg_responses * (1 + FILLER))
+        k = math.floor(RHO * neg_responses * (1 + filler))
         n_tail = n * (1 - z) * (1 - q) * mixed
         n_spark = n * SPARK0 * mixed
         reach = 0.0 if k < MIN_K else min(max(k - n_tail, 0.0), n_spark) / n_spark
+        n_comp = n * (z - SPARK0) * (1 - q) * mixed
+        reach_c = 0.0 if k < MIN_K else min(max(k - n_tail - n_spark, 0.0), n_comp) / n_comp
     g_s = sum(w * (-a + (reach * pull if a > 0 else 0.0)) for w, a in ads)
-    drift = g_s - SPARK0 * abs_a / (1 - SPARK0)
+    # the competitor's failing samples, when regularised, are pulled up as well
+    drift = g_s - SPARK0 * abs_a / (1 - SPARK0) - (1 - q) * mixed * reach_c * pull
     return {
         "z_star": beta / (beta + abs_a / mixed) if beta else 0.0,
         "mean_abs_adv": abs_a / mixed,
         "net_push": -abs_a / mixed + pull,
         "net_up_share": up_share,
         "reach": reach,
+        "reach_competitor": reach_c,
         "drift": drift,
         "direction": "up" if drift > 0 else "down",
     }
@@ -359,6 +382,7 @@ def _nice() -> None:
 def run(out: Path, workers: int, only: list[str] | None, steps: int = STEPS) -> None:
     out.mkdir(parents=True, exist_ok=True)
     cells = [c for c in all_cells() if only is None or c.name in only]
+    cells += [c for c in filler_cells() if only is not None and c.name in only]
     # on-policy first, GRPO and the oracle before the authors' selection: a sweep cut short
     # still has the map's boundary, each Lp-Reg cell with its GRPO baseline
     order = {"grpo": 0, "lp_oracle": 1, "lp_authors": 2}
@@ -399,11 +423,11 @@ def summarise(found: dict[Cell, list[dict]]) -> list[dict]:
     for cell, runs in sorted(found.items(), key=lambda kv: kv[0].name):
         if cell.method == "grpo":
             continue
-        base = found.get(Cell(cell.mode, "grpo", cell.z, cell.pass_rate, 0.0))
+        base = found.get(Cell(cell.mode, "grpo", cell.z, cell.pass_rate, 0.0, cell.filler))
         trend = [_final_log(r) - math.log(SPARK0) for r in runs]
         gap = [_final_log(r) - _final_log(b) for r, b in zip(runs, base or [], strict=False)]
         diag = {k: _mean_sd([r["diagnostics"][k] for r in runs])[0] for k in DIAGNOSTICS}
-        pred = predict(cell.z, cell.pass_rate, cell.beta, cell.method)
+        pred = predict(cell.z, cell.pass_rate, cell.beta, cell.method, cell.filler)
         rows.append(
             {
                 "cell": asdict(cell),
