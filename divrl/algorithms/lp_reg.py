@@ -14,9 +14,11 @@ from dataclasses import dataclass
 import torch
 
 from divrl.algorithms._utils import (
+    K3_VALUE_CLAMP,
     as_fp32,
     broadcast_advantages,
     check_same_shape,
+    clamp_log_ratio,
     clamped_ratio,
     float_mask,
     k3,
@@ -189,6 +191,98 @@ def lp_reg_selection(
     return LpRegSelection(candidates, selected, regularized, threshold)
 
 
+#: quantiles of the regime diagnostics (``lp_reg/reg_z_q10`` ...)
+REGIME_QUANTILES = (0.1, 0.5, 0.9)
+
+
+REGIME_SERIES = ("reg_z", "reg_abs_adv", "net_push")
+
+
+def _summaries(series: torch.Tensor) -> dict[str, float]:
+    """``lp_reg/<name>_mean`` and ``_q10/_q50/_q90`` of the rows :data:`REGIME_SERIES` of
+    ``series`` ``[4, n]`` (its last row: 1 where the net push is upward), the share and count
+    of upward pushes; all 0 when ``n = 0``. One device-to-host copy."""
+    n = series.shape[1]
+    stats = ("mean", *(f"q{round(q * 100)}" for q in REGIME_QUANTILES))
+    if n:
+        qs = torch.tensor(REGIME_QUANTILES, dtype=series.dtype, device=series.device)
+        table = torch.cat(
+            [series[:3].mean(1, keepdim=True), torch.quantile(series[:3], qs, 1).T], 1
+        )
+        *flat, up = torch.cat([table.flatten(), series[3].sum().reshape(1)]).tolist()
+    else:
+        flat, up = [0.0] * (len(REGIME_SERIES) * len(stats)), 0.0
+    names = [f"lp_reg/{name}_{stat}" for name in REGIME_SERIES for stat in stats]
+    out = dict(zip(names, map(float, flat), strict=True))
+    out["lp_reg/net_up_share"] = up / n if n else 0.0
+    out["lp_reg/num_net_up"] = float(up)
+    return out
+
+
+@torch.no_grad()
+def lp_reg_net_push(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    proxy_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    regularized: torch.Tensor,
+    beta: float,
+    log_normalizer: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(Z, |A|, net push)``, each ``[n]``, of the ``n`` regularised tokens (row-major).
+
+    A regularised token's loss ``-A r + beta k3(D)``, ``r = exp(lp - old)``, ``D = proxy -
+    lp``, has ``-d loss / d lp = A r + beta (exp(D) - 1)`` (0 for the k3 part where its value
+    clamp at 10 is active). With ``A < 0`` this is the net push on the token's log-prob:
+    ``-|A| r`` down, ``beta (exp(D) - 1)`` up. On-policy (``r = 1``, ``D = -log Z``) it is
+    ``-|A| + beta (1/Z - 1)``: upward iff ``Z < beta / (beta + |A|)``. Off-policy the proxy
+    is frozen at the rollout policy's, so the pull grows as ``exp(D) - 1`` while lp falls.
+
+    ``Z`` is the min-p kept mass at the token's position under the policy the proxy came
+    from: ``exp(log_normalizer)`` when given, else ``exp(old - proxy)`` (the same for a kept
+    token when the proxy and ``old`` come from one forward). Arguments as
+    :func:`lp_reg_loss`'s; ``regularized`` is :class:`LpRegSelection`'s mask.
+    """
+    idx = regularized.reshape(-1).nonzero().squeeze(1)  # one index for every tensor
+
+    def at(t: torch.Tensor) -> torch.Tensor:
+        return as_fp32(t.detach()).reshape(-1).index_select(0, idx)
+
+    lp, old, proxy = at(log_prob), at(old_log_prob), at(proxy_log_prob)
+    adv = at(broadcast_advantages(advantages, log_prob))
+    log_z = at(log_normalizer) if log_normalizer is not None else old - proxy
+    d = proxy - lp
+    _, ratio = clamped_ratio(lp - old)
+    dc = clamp_log_ratio(d)
+    pull = torch.expm1(dc)
+    pull = torch.where(pull - dc < K3_VALUE_CLAMP, pull, torch.zeros_like(pull))
+    return torch.exp(log_z), adv.abs(), adv * ratio + beta * pull
+
+
+@torch.no_grad()
+def lp_reg_regime_metrics(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    proxy_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    regularized: torch.Tensor,
+    beta: float,
+    log_normalizer: torch.Tensor | None = None,
+) -> dict[str, float]:
+    """Where the regulariser sits: :func:`lp_reg_net_push`'s push vs pull, summarised.
+
+    Returns (each over the regularised tokens, 0 when there are none; in a trainer, the
+    mean over its micro-batches): ``lp_reg/reg_z_*``, ``lp_reg/reg_abs_adv_*``,
+    ``lp_reg/net_push_*`` (``_mean``, ``_q10``, ``_q50``, ``_q90``), ``lp_reg/net_up_share``
+    (share with an upward net push) and ``lp_reg/num_net_up`` (their count, summed over a
+    step like ``lp_reg/num_regularized``, so the step's exact share is the ratio of the two).
+    """
+    z, abs_adv, net = lp_reg_net_push(
+        log_prob, old_log_prob, proxy_log_prob, advantages, regularized, beta, log_normalizer
+    )
+    return _summaries(torch.stack([z, abs_adv, net, (net > 0).to(net)]))
+
+
 @register_policy_loss("lp_reg", LpRegOptions)
 def lp_reg_loss(
     log_prob: torch.Tensor,
@@ -251,7 +345,8 @@ def lp_reg_loss(
         ``(loss, metrics)``: the clipped-surrogate metrics plus ``lp_reg/num_negative``,
         ``lp_reg/num_selected``, ``lp_reg/num_regularized``, ``lp_reg/kept_frac`` (share of
         selected tokens that pass the filter), ``lp_reg/prob_threshold`` (probability of
-        the k-th lowest selected token), ``lp_reg/penalty`` and ``lp_reg/mean_z``.
+        the k-th lowest selected token), ``lp_reg/penalty``, ``lp_reg/mean_z`` and (sampled-token penalty only) the regime
+        diagnostics of :func:`lp_reg_regime_metrics`.
     """
     LpRegOptions(rho=rho, min_k=min_k)  # the bounds declared once, in LpRegOptions
     check_same_shape(log_prob=log_prob, old_log_prob=old_log_prob, proxy_log_prob=proxy_log_prob)
@@ -292,6 +387,12 @@ def lp_reg_loss(
         if num_regularized
         else 0.0,
     }
+    if not full_vocab:  # the push-pull analysis is the sampled-token k3 penalty's
+        metrics.update(
+            lp_reg_regime_metrics(
+                lp, old_log_prob, proxy, advantages, regularized, beta, log_normalizer
+            )
+        )
     if log_normalizer is not None:
         metrics["lp_reg/mean_z"] = to_float(masked_mean(torch.exp(as_fp32(log_normalizer)), m))
     return loss, metrics

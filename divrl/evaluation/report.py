@@ -55,6 +55,11 @@ TRAINING_PANELS = (
         "estimate (nats per token)",
     ),
     ("Response length", ("response/length",), "mean length (tokens)"),
+    (
+        "Lp-Reg: regularised tokens pushed up",
+        ("lp_reg/net_up_share",),
+        "share (net push -|A| r + beta (exp(D) - 1) > 0)",
+    ),
 )
 
 

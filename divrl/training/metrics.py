@@ -44,7 +44,12 @@ REDUCTIONS = ("mean", "sum", "global")
 #: update metrics that count tokens: summed over a step's micro-batches, optimiser steps and
 #: processes, so that they say how many tokens the step selected or regularised (a weighted
 #: mean would report the count of an average micro-batch)
-COUNT_UPDATE_KEYS = ("lp_reg/num_negative", "lp_reg/num_selected", "lp_reg/num_regularized")
+COUNT_UPDATE_KEYS = (
+    "lp_reg/num_negative",
+    "lp_reg/num_selected",
+    "lp_reg/num_regularized",
+    "lp_reg/num_net_up",
+)
 
 
 class MetricMeter:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import socket
 import subprocess
@@ -25,6 +26,7 @@ trl = pytest.importorskip("trl")
 
 from divrl.algorithms import (  # noqa: E402
     lp_reg_loss,
+    lp_reg_selection,
     minp_log_normalizer,
     proxy_log_prob,
     reference_divergence_loss,
@@ -554,3 +556,40 @@ def test_lp_reg_refuses_a_sharded_lm_head():
     head.weight = torch.nn.Parameter(head.weight.detach()[:3].clone())
     with pytest.raises(ValueError, match="sharded"):
         full_lm_head(lm)
+
+
+def test_lp_reg_logs_the_regularised_tokens_z_advantage_and_net_push(tmp_path, tokenizer):
+    """Off-policy (frozen proxy, r != 1): the logged regime diagnostics equal a hand
+    computation, token by token, over the tokens the loss regularised."""
+    options = {"rho": 1.0, "kappa": 0.5, "beta": 0.5, "min_k": 1}  # many, of both signs
+    args = make_args(tmp_path, lp_reg=True, loss_options=options, num_iterations=2)
+    trainer = build(DivRLGRPOTrainer, args, tokenizer)
+    batch = rollout_batch(trainer)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for p in trainer.model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    trainer.compute_loss(trainer.model, batch)
+    with torch.no_grad():
+        lp, _, _ = full_forward(trainer.model, batch)
+    old, proxy, adv = batch["old_per_token_logps"], batch[PROXY_KEY], batch["advantages"]
+    mask = batch["completion_mask"]
+    reg = lp_reg_selection(lp, proxy, adv, mask, 1.0, 1).regularized
+    nets, zs = [], []
+    for i, j in reg.nonzero().tolist():
+        d = float(proxy[i, j] - lp[i, j])
+        r = math.exp(float(lp[i, j] - old[i, j]))
+        nets.append(float(adv[i]) * r + 0.5 * (math.expm1(d) if math.expm1(d) - d < 10 else 0))
+        zs.append(math.exp(float(batch[LOG_Z_KEY][i, j])))
+    ups = sum(n > 0 for n in nets)
+    assert 0 < ups < len(nets)
+    logged = {k: v[-1] for k, v in trainer._metrics["train"].items()}
+    assert logged["divrl/lp_reg/num_net_up"] == ups
+    assert logged["divrl/lp_reg/net_up_share"] == pytest.approx(ups / len(nets))
+    assert logged["divrl/lp_reg/net_push_mean"] == pytest.approx(
+        sum(nets) / len(nets), rel=1e-4, abs=1e-6
+    )
+    assert logged["divrl/lp_reg/reg_z_mean"] == pytest.approx(sum(zs) / len(zs), rel=1e-5)
+    assert logged["divrl/lp_reg/reg_abs_adv_mean"] == pytest.approx(
+        sum(abs(float(adv[i])) for i, _ in reg.nonzero().tolist()) / len(nets), rel=1e-5
+    )

@@ -88,6 +88,13 @@ NEW_METRICS = {
     "reward/unscorable",
     "adv/mean",
     "adv/zero_frac",
+    "lp_reg/net_up_share",
+    "lp_reg/num_net_up",
+}
+NEW_METRICS |= {
+    f"lp_reg/{name}_{stat}"
+    for name in ("reg_z", "reg_abs_adv", "net_push")
+    for stat in ("mean", "q10", "q50", "q90")
 }
 
 
