@@ -410,7 +410,7 @@ def evaluate(
     and ``engine`` already built (a command evaluating several sets builds it once);
     otherwise the engine ``cfg.engine`` is built here, loading only what it needs.
     """
-    from divrl.evaluation.summary import summarise
+    from divrl.evaluation.summary import eval_provenance, summarise
 
     out = Path(out_dir)
     samples_path = out / SAMPLES_FILE
@@ -464,6 +464,7 @@ def evaluate(
             "prompts": len(records),  # --reuse checks that they are all there
             "config": asdict(cfg),
             **timings,
+            "provenance": eval_provenance(records, cfg),
         }
         atomic_write_text(out / CONFIG_FILE, json.dumps(meta, indent=2) + "\n")
     t0 = time.perf_counter()
@@ -474,5 +475,6 @@ def evaluate(
     summary["model"] = meta.get("model")
     summary["data"] = meta.get("data")
     summary["timings"] = {**{k: v for k, v in meta.items() if k.endswith("_seconds")}, **timings}
+    summary["provenance"] = eval_provenance(records, cfg)
     atomic_write_text(out / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
     return summary

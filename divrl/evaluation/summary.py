@@ -20,7 +20,9 @@ bootstrap over prompts (:func:`divrl.evaluation.stats.bootstrap_ci`, seeded). Ke
   policy: an estimate of the per-token entropy when sampling at T = 1 without top-p/top-k
   truncation), share of truncated responses and of those cut at the model's context;
 - ``reasons``: verifier outcomes (``correct``, ``wrong``, ``no_answer``, ``sql_error`` ...);
-- ``groups``: the headline numbers per value of each ``group_by`` key of ``extra_info``.
+- ``groups``: the headline numbers per value of each ``group_by`` key of ``extra_info``;
+- ``provenance``: :func:`eval_provenance` of the process that scored and summarised (the
+  same record as ``eval_config.json``'s, written by the process that sampled).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from divrl.evaluation.text_diversity import (
 )
 from divrl.profiles import get_profile
 
-__all__ = ["per_prompt_arrays", "summarise"]
+__all__ = ["eval_data_fingerprint", "eval_provenance", "per_prompt_arrays", "summarise"]
 
 
 def per_prompt_arrays(results: Sequence[dict[str, Any]]) -> dict[str, np.ndarray]:
@@ -64,6 +66,32 @@ def per_prompt_arrays(results: Sequence[dict[str, Any]]) -> dict[str, np.ndarray
         ),
         "distinct_correct": np.array([r.get("distinct_correct_answers", 0) for r in results]),
     }
+
+
+def eval_data_fingerprint(records: Sequence[dict[str, Any]]) -> str:
+    """The fingerprint of an evaluation's prompts (:func:`divrl.provenance.records_fingerprint`
+    of each prompt's id, data source, rendered prompt text and ground truth, in order):
+    equal exactly when two evaluations asked the same questions the same way."""
+    from divrl.provenance import records_fingerprint
+
+    return records_fingerprint(
+        [r["id"], r["data_source"], r["prompt"], r["ground_truth"]] for r in records
+    )
+
+
+def eval_provenance(records: Sequence[dict[str, Any]], cfg) -> dict[str, Any]:
+    """:func:`divrl.provenance.provenance` of an evaluation of ``records`` (samples or
+    results, one per prompt) with ``cfg`` (an ``EvalConfig``)."""
+    from dataclasses import asdict
+
+    from divrl.provenance import provenance
+
+    return provenance(
+        config=asdict(cfg),
+        data=eval_data_fingerprint(records),
+        engine=cfg.engine,
+        prompts=len(records),
+    )
 
 
 def _ci(values: np.ndarray, cfg) -> list[float]:

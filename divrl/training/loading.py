@@ -27,6 +27,7 @@ __all__ = [
     "require_paths",
     "rollout_params",
     "run_prompts",
+    "run_provenance",
     "shard_model",
     "warn_if_prompts_repeat",
 ]
@@ -111,6 +112,25 @@ def run_prompts(
         db_dir=db_dir,
         max_new_tokens=config.rollout.max_new_tokens,
         context=context if isinstance(context, int) and context > 0 else None,
+    )
+
+
+def run_provenance(config: Config, prompts: list[PromptItem]) -> dict[str, Any]:
+    """:func:`divrl.provenance.provenance` of a run or store: the hash of the config as
+    ``config.yaml`` holds it, the fingerprint of the kept, tokenised prompts (after the
+    template, the limit and the truncation) and the engine."""
+    import yaml
+
+    from divrl.data.fingerprint import prompts_fingerprint
+    from divrl.provenance import provenance
+    from divrl.training.config import dump_config
+
+    return provenance(
+        config=yaml.safe_load(dump_config(config)),
+        data=prompts_fingerprint([(p.id, p.prompt_ids) for p in prompts]),
+        engine=config.rollout.engine,
+        data_path=config.data.train_path,
+        prompts=len(prompts),
     )
 
 

@@ -46,6 +46,7 @@ from divrl.training.loading import (
     require_paths,
     rollout_params,
     run_prompts,
+    run_provenance,
     warn_if_prompts_repeat,
 )
 from divrl.training.metrics import (
@@ -114,6 +115,7 @@ class Trainer:
         self.prompts, self.dropped_prompts = run_prompts(
             cfg, train_path, db_dir, self.tokenizer, self.policy
         )
+        self.session.provenance = run_provenance(cfg, self.prompts)
 
         # DPH-RL: roll out only exploration prompts; reference samples come from the store.
         self.reference_store: ReferenceStore | None = None
