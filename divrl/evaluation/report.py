@@ -25,6 +25,7 @@ from pathlib import Path
 
 from divrl.evaluation import plots
 from divrl.evaluation.diversity import retention
+from divrl.evaluation.report_checks import check_like_for_like
 from divrl.evaluation.report_doc import Doc, ModelEval, fmt, fmt_ci, slug
 from divrl.evaluation.report_files import (
     read_json_object,
@@ -32,7 +33,6 @@ from divrl.evaluation.report_files import (
     read_summary,
     read_yaml_object,
 )
-from divrl.evaluation.report_checks import check_like_for_like
 from divrl.evaluation.report_html import render_html
 from divrl.evaluation.report_provenance import provenance_section, write_report_record
 from divrl.evaluation.report_reading import reading

@@ -61,7 +61,14 @@ EVAL_SETTINGS = (
 )
 
 #: config.yaml ``data.*`` keys that decide which prompts a run trains on, and how
-DATA_HANDLING = ("train_path", "template", "limit", "max_prompt_length", "truncation", "skip_invalid")
+DATA_HANDLING = (
+    "train_path",
+    "template",
+    "limit",
+    "max_prompt_length",
+    "truncation",
+    "skip_invalid",
+)
 
 _STEP_MODEL = re.compile(r"step_\d+")
 

@@ -475,6 +475,5 @@ def evaluate(
     summary["model"] = meta.get("model")
     summary["data"] = meta.get("data")
     summary["timings"] = {**{k: v for k, v in meta.items() if k.endswith("_seconds")}, **timings}
-    summary["provenance"] = eval_provenance(records, cfg)
     atomic_write_text(out / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
     return summary

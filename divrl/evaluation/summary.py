@@ -75,7 +75,7 @@ def eval_data_fingerprint(records: Sequence[dict[str, Any]]) -> str:
     from divrl.provenance import records_fingerprint
 
     return records_fingerprint(
-        [r["id"], r["data_source"], r["prompt"], r["ground_truth"]] for r in records
+        [r.get("id"), r.get("data_source"), r.get("prompt"), r.get("ground_truth")] for r in records
     )
 
 
@@ -165,6 +165,7 @@ def summarise(results: Sequence[dict[str, Any]], cfg) -> dict[str, Any]:
             subset = [r for r in results if str((r["extra_info"] or {}).get(key)) == value]
             groups[f"{key}={value}"] = _headline(subset, cfg, ks)
     summary["groups"] = groups
+    summary["provenance"] = eval_provenance(results, cfg)
     return summary
 
 

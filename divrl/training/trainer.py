@@ -115,7 +115,6 @@ class Trainer:
         self.prompts, self.dropped_prompts = run_prompts(
             cfg, train_path, db_dir, self.tokenizer, self.policy
         )
-        self.session.provenance = run_provenance(cfg, self.prompts)
 
         # DPH-RL: roll out only exploration prompts; reference samples come from the store.
         self.reference_store: ReferenceStore | None = None
@@ -222,6 +221,7 @@ class Trainer:
             logger.info("%s: already at step %d of %d", self.run.root, self.step, end)
             return history
         writers = MetricWriters(cfg, self.run) if acc.is_main_process else None
+        self.session.provenance = run_provenance(cfg, self.prompts, self.reference_store)
         self.session.begin_on_all(
             self.step, self.collective, writers is not None, self._corrupt_checkpoints
         )

@@ -47,9 +47,7 @@ def _checkpoints(run, *steps):
         (run / "checkpoints" / f"step_{step:06d}" / "model" / "config.json").write_text("{}")
 
 
-def test_a_stale_evaluation_is_refused_or_marked_never_shown_as_the_last_step(  # noqa: F811
-    dirs, capsys
-):
+def test_a_stale_evaluation_is_refused_or_marked(dirs, capsys):  # noqa: F811
     tmp, base, grpo, dph = dirs
     _checkpoints(grpo, 20, 40)  # evaluated at 20, then resumed to 40
     _eval_config(grpo / "eval", str(grpo / "checkpoints" / "step_000020" / "model"))
@@ -97,8 +95,9 @@ def test_mixed_truncation_between_runs_is_refused_or_marked(dirs, capsys):  # no
     (dph / "config.yaml").write_text(yaml.safe_dump({"data": {**data, "truncation": "left"}}))
     assert _report(tmp, base, grpo, dph) == 2
     err = capsys.readouterr().err
-    assert "dph_js: trained with other data handling than grpo: data.truncation 'left' vs 'drop'" in (
-        err
+    assert (
+        "dph_js: trained with other data handling than grpo: data.truncation 'left' vs 'drop'"
+        in (err)
     )
     assert _marked(base, grpo, dph)[1] == ["dph_js ⚠"]
     (dph / "config.yaml").write_text(yaml.safe_dump({"data": data}))
@@ -139,9 +138,7 @@ def test_seed_lists_and_repeated_names_make_one_method(tmp_path):
     ]
 
 
-def test_seeds_get_a_mean_row_the_caption_counts_them_and_a_stale_one_is_marked(  # noqa: F811
-    dirs,
-):
+def test_seeds_mean_row_caption_and_a_marked_stale_seed(dirs):  # noqa: F811
     tmp, base, grpo, dph = dirs
     _checkpoints(grpo, 20, 40)
     _eval_config(grpo / "eval", str(grpo / "checkpoints" / "step_000020" / "model"))
@@ -150,10 +147,12 @@ def test_seeds_get_a_mean_row_the_caption_counts_them_and_a_stale_one_is_marked(
     assert "## Not like for like" in md and "- m #1: `test` evaluated step 20" in md
     assert json.loads((tmp / "r" / "provenance.json").read_text())["models"]["m #2"]["steps"] == 40
     headline = md.split("## Headline")[1].split("##")[0]
-    p1 = [json.loads((r / "eval" / "test" / "summary.json").read_text())["pass@k"]["1"]
-          for r in (grpo, dph)]
+    p1 = [
+        json.loads((r / "eval" / "test" / "summary.json").read_text())["pass@k"]["1"]
+        for r in (grpo, dph)
+    ]
     mean, se = sum(p1) / 2, abs(p1[0] - p1[1]) / 2  # two values: s.e. = half their distance
     assert "| m #1 ⚠ |" in headline and "| m #2 |" in headline
-    assert f"| m: mean ± s.e. (2 seeds) | " in headline
+    assert "| m: mean ± s.e. (2 seeds) | " in headline
     assert f"{mean:.3f} ± {se:.3f}" in headline
     assert "base: evaluation only (no training run); m: 2 seeds, 40 steps." in headline

@@ -43,9 +43,7 @@ def test_a_torn_summary_leaves_its_set_out_with_a_warning(dirs, capsys, caplog):
     assert "model grpo has no evaluation of ood_math" in capsys.readouterr().err
 
 
-def test_a_bad_metrics_line_before_the_last_ends_the_curves_with_a_warning(  # noqa: F811
-    dirs, capsys, caplog
-):
+def test_a_bad_metrics_line_ends_the_curves_with_a_warning(dirs, capsys, caplog):  # noqa: F811
     tmp, base, grpo, dph = dirs
     path = grpo / "metrics.jsonl"
     lines = path.read_text().splitlines(keepends=True)
