@@ -34,7 +34,11 @@ from divrl.evaluation.report_files import (
     read_yaml_object,
 )
 from divrl.evaluation.report_html import render_html
-from divrl.evaluation.report_provenance import provenance_section, write_report_record
+from divrl.evaluation.report_provenance import (
+    describe,
+    provenance_section,
+    write_report_record,
+)
 from divrl.evaluation.report_reading import reading
 from divrl.evaluation.report_sections import diversity_section, spark_section
 from divrl.evaluation.report_seeds import seed_caption, seed_mean_row
@@ -42,6 +46,7 @@ from divrl.evaluation.runner import CONFIG_FILE, SUMMARY_FILE
 from divrl.evaluation.stats import paired_ratio_ci
 from divrl.evaluation.summary import per_prompt_arrays
 from divrl.fileio import atomic_write_text
+from divrl.provenance import provenance
 from divrl.runs import Checkpoint, RunDir
 
 __all__ = [
@@ -232,7 +237,7 @@ def build_report(
     doc.h(1, title)
     if command is None:
         command = "divrl report " + shlex.join(sys.argv[2:])
-    doc.p(f"Produced by `{command}`.")
+    doc.p(f"Produced by `{command}` with {describe(provenance())}.")
     mismatches = check_like_for_like(runs, base)
     _describe_inputs(doc, models, base)
     if mismatches:
