@@ -25,7 +25,7 @@ from pathlib import Path
 
 from divrl.evaluation import plots
 from divrl.evaluation.diversity import retention
-from divrl.evaluation.report_checks import check_like_for_like
+from divrl.evaluation.report_checks import check_like_for_like, evaluated_step
 from divrl.evaluation.report_doc import Doc, ModelEval, fmt, fmt_ci, slug
 from divrl.evaluation.report_files import (
     read_json_object,
@@ -353,6 +353,12 @@ def _show(path: Path) -> str:
         return str(path)
 
 
+def _evaluated_at(m: ModelEval) -> str:
+    """``, evaluated at step N`` (the checkpoints the eval sets name), or nothing."""
+    steps = sorted({s for split in m.summaries if (s := evaluated_step(m, split)[0]) is not None})
+    return f", evaluated at step {'/'.join(map(str, steps))}" if steps else ""
+
+
 def _describe_inputs(doc: Doc, models: Sequence[ModelEval], base: ModelEval | None) -> None:
     rows = [["model", "evaluation", "training run", "eval sets"]]
     for m in models:
@@ -361,7 +367,7 @@ def _describe_inputs(doc: Doc, models: Sequence[ModelEval], base: ModelEval | No
             [
                 m.label + role,
                 f"`{_show(m.eval_dir)}`",
-                f"`{_show(m.run_dir)}` ({m.steps} steps)" if m.run_dir else "-",
+                f"`{_show(m.run_dir)}` ({m.steps} steps{_evaluated_at(m)})" if m.run_dir else "-",
                 ", ".join(m.summaries) or "-",
             ]
         )

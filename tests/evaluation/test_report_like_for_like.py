@@ -145,6 +145,7 @@ def test_seeds_mean_row_caption_and_a_marked_stale_seed(dirs):  # noqa: F811
     assert _report(tmp, base, f"m={grpo},{dph}", flag=True) == 0
     md = (tmp / "r" / "report.md").read_text()
     assert "## Not like for like" in md and "- m #1: `test` evaluated step 20" in md
+    assert "(40 steps, evaluated at step 20)" in md
     assert json.loads((tmp / "r" / "provenance.json").read_text())["models"]["m #2"]["steps"] == 40
     headline = md.split("## Headline")[1].split("##")[0]
     p1 = [
