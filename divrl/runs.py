@@ -5,6 +5,9 @@ A run directory (``logging.output_dir``) holds::
     run.json                    the run's identity: run_id, created (written once)
     config.yaml                 the resolved config of the run
     history.jsonl               one record per start / resume / overwrite / finish / interrupt
+    provenance.json             where each start / resume came from (divrl.provenance: the
+                                commit, versions, config hash, data fingerprint, threads,
+                                machine), one record per session, oldest first
     .lock                       held while a process writes the run: pid, host, since
     metrics.jsonl               one JSON record per training step
     tensorboard/                TensorBoard events (optional)
@@ -37,6 +40,8 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from divrl.fileio import atomic_write_text
 
 __all__ = ["Checkpoint", "RunDir", "RunLock", "RunLockedError"]
 
@@ -116,6 +121,25 @@ class RunDir:
         return self.root / "history.jsonl"
 
     @property
+    def provenance_path(self) -> Path:
+        return self.root / "provenance.json"
+
+    def provenance(self) -> list[dict]:
+        """The provenance records of the run's sessions, oldest first ([] when the run has
+        none: from before they were written, or the file is unreadable)."""
+        try:
+            sessions = json.loads(self.provenance_path.read_text()).get("sessions")
+        except (OSError, ValueError, AttributeError):
+            return []
+        return [s for s in sessions if isinstance(s, dict)] if isinstance(sessions, list) else []
+
+    def add_provenance(self, record: dict) -> None:
+        """Append one session's provenance record to ``provenance.json`` (written whole)."""
+        sessions = [*self.provenance(), record]
+        text = json.dumps({"sessions": sessions}, indent=2, default=str) + "\n"
+        atomic_write_text(self.provenance_path, text)
+
+    @property
     def lock_path(self) -> Path:
         return self.root / ".lock"
 
@@ -147,7 +171,14 @@ class RunDir:
     def run_files(self) -> list[Path]:
         """The files and folders of a training run present here (a DPH reference store or
         anything else a user put in the folder is not listed)."""
-        names = ("run.json", "config.yaml", "history.jsonl", "metrics.jsonl", "tensorboard")
+        names = (
+            "run.json",
+            "config.yaml",
+            "history.jsonl",
+            "provenance.json",
+            "metrics.jsonl",
+            "tensorboard",
+        )
         found = [self.root / n for n in names if (self.root / n).exists()]
         if self.checkpoints_dir.is_dir() and any(self.checkpoints_dir.iterdir()):
             found.append(self.checkpoints_dir)

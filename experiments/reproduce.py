@@ -454,6 +454,7 @@ class Experiment:
 
     def summarise(self, paths: Paths) -> dict[str, Any]:
         from divrl.evaluation.diversity import retention
+        from divrl.evaluation.report_provenance import experiment_provenance
         from divrl.evaluation.runner import RESULTS_FILE, SUMMARY_FILE, read_jsonl
 
         base = Paths(self.out, "base", paths.seed)
@@ -476,6 +477,9 @@ class Experiment:
             "command": command_line(),
             "settings": self.settings,
             "eval": evals,
+            "provenance": experiment_provenance(
+                None if paths.method == "base" else paths.train, paths.eval, self.splits
+            ),
             "wall_clock": {
                 "train_seconds": timing.get("train_seconds"),
                 "train_attempts": timing.get("train_attempts"),

@@ -39,6 +39,7 @@ LAYERS: dict[str, int] = {
     "divrl.fileio": 0,  # writing files whole; imports nothing from divrl, any layer may use it
     "divrl.distributed": 0,  # reductions over processes, the process group's end
     "divrl.profiles": 0,  # benchmark profiles: hooks by data source, imported lazily
+    "divrl.provenance": 0,  # where a result came from: commit, versions, threads, machine
     "divrl.data": 1,
     "divrl.runs": 1,  # the run-directory layout, below training and evaluation
     "divrl.checkpoint": 1,  # checkpoint formats and export, beside the run layout

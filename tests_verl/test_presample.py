@@ -98,6 +98,9 @@ def test_presample_through_verl_then_train_from_it(tmp_path):
     opened = ReferenceStore.open(store, temperature=1.0, expect=expect, vocab_size=len(tok))
     assert sorted(s.prompt_id for s in opened.samples) == ["math-0", "math-2"]
     assert opened.manifest["stats"]["near_perfect"] == 2
+    # where it came from: the prompts it was presampled for, by this checkout's code
+    assert opened.manifest["provenance"]["data"] == expect.fingerprint()["prompts"]
+    assert opened.manifest["provenance"]["versions"]["verl"] == __import__("verl").__version__
     exploration = tmp_path / "exploration.parquet"
     assert write_exploration_split(data, store, exploration) == 2
     # the plugin trains from it: the stored log-probs are verl's forward's

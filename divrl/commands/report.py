@@ -16,9 +16,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "runs",
         nargs="+",
-        metavar="[NAME=]RUN_DIR",
+        metavar="[NAME=]RUN_DIR[,RUN_DIR...]",
         help="training run directories (with eval/) or eval directories; NAME defaults to "
-        "the directory name",
+        "the directory name. Several runs of one method (its seeds): NAME=RUN1,RUN2,RUN3 or "
+        "NAME repeated; each seed keeps its row and the method gets a mean ± s.e. row",
     )
     parser.add_argument("--base", help="eval directory of the base model ([NAME=]DIR)")
     parser.add_argument("--out", required=True, help="report directory")
@@ -39,6 +40,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="fail (exit code 2) when a model lacks an eval set that another model has; "
         "without it that is a warning on stderr and in the report",
     )
+    parser.add_argument(
+        "--allow-mismatch",
+        action="store_true",
+        help="show models that are not like for like (evaluated at another checkpoint than "
+        "the run's last step, on other prompts or with other eval settings, or trained on "
+        "other data or data handling) with their rows marked; without it they are refused "
+        "(exit code 2)",
+    )
 
 
 def _argv(args: argparse.Namespace) -> list[str]:
@@ -52,6 +61,8 @@ def _argv(args: argparse.Namespace) -> list[str]:
         out += ["--spark-split", args.spark_split]
     if args.strict:
         out += ["--strict"]
+    if args.allow_mismatch:
+        out += ["--allow-mismatch"]
     return out
 
 
@@ -60,12 +71,41 @@ def _named(spec: str) -> tuple[str | None, str]:
     return (name, path) if sep else (None, spec)
 
 
+def _seeds(specs: list[str]) -> list[tuple[str | None, str, str | None]]:
+    """``(row name, path, method)`` per run: ``NAME=A,B`` and a repeated ``NAME`` make the
+    runs seeds of the method NAME (rows ``NAME #1``, ``NAME #2``, ...); a path that exists
+    with its comma is one run."""
+    from pathlib import Path
+
+    listed: list[tuple[str | None, str]] = []
+    for spec in specs:
+        name, path = _named(spec)
+        parts = [path] if Path(path).exists() or "," not in path else path.split(",")
+        listed += [(name, p) for p in parts if p]
+    counts: dict[str, int] = {}
+    for name, _ in listed:
+        if name is not None:
+            counts[name] = counts.get(name, 0) + 1
+    out, seen = [], dict.fromkeys(counts, 0)
+    for name, path in listed:
+        if name is None or counts[name] == 1:
+            out.append((name, path, None))
+            continue
+        seen[name] += 1
+        out.append((f"{name} #{seen[name]}", path, name))
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     """Input errors propagate to divrl.cli's handler (one paragraph, exit code 2)."""
     from divrl.cli import UsageError
     from divrl.evaluation.report import build_report, load_model_eval, missing_evals
+    from divrl.evaluation.report_checks import check_like_for_like
 
-    runs = [load_model_eval(path, name) for name, path in map(_named, args.runs)]
+    runs = []
+    for name, path, method in _seeds(args.runs):
+        runs.append(load_model_eval(path, name))
+        runs[-1].group = method
     base = None
     if args.base:
         name, path = _named(args.base)
@@ -78,6 +118,15 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--strict: " + "; ".join(missing))
     for line in missing:
         print(f"divrl report: warning: {line}", file=sys.stderr)
+    mismatches = check_like_for_like(runs, base)
+    if mismatches and not args.allow_mismatch:
+        raise UsageError(
+            "not like for like: "
+            + "; ".join(mismatches)
+            + ". Make them alike, or pass --allow-mismatch to show these rows marked"
+        )
+    for line in mismatches:
+        print(f"divrl report: warning: not like for like: {line}", file=sys.stderr)
     words = [w for w in args.spark_words.split(",") if w.strip()]
     path = build_report(
         runs,

@@ -25,16 +25,29 @@ from pathlib import Path
 
 from divrl.evaluation import plots
 from divrl.evaluation.diversity import retention
+from divrl.evaluation.report_checks import check_like_for_like, evaluated_step
 from divrl.evaluation.report_doc import Doc, ModelEval, fmt, fmt_ci, slug
-from divrl.evaluation.report_files import read_records, read_summary
+from divrl.evaluation.report_files import (
+    read_json_object,
+    read_records,
+    read_summary,
+    read_yaml_object,
+)
 from divrl.evaluation.report_html import render_html
+from divrl.evaluation.report_provenance import (
+    describe,
+    provenance_section,
+    write_report_record,
+)
 from divrl.evaluation.report_reading import reading
 from divrl.evaluation.report_sections import diversity_section, spark_section
-from divrl.evaluation.runner import SUMMARY_FILE
+from divrl.evaluation.report_seeds import seed_caption, seed_mean_row
+from divrl.evaluation.runner import CONFIG_FILE, SUMMARY_FILE
 from divrl.evaluation.stats import paired_ratio_ci
 from divrl.evaluation.summary import per_prompt_arrays
 from divrl.fileio import atomic_write_text
-from divrl.runs import RunDir
+from divrl.provenance import provenance
+from divrl.runs import Checkpoint, RunDir
 
 __all__ = [
     "ModelEval",
@@ -73,7 +86,7 @@ def load_model_eval(path: str | Path, name: str | None = None) -> ModelEval:
     summaries = {split: summary for split, summary in read.items() if summary is not None}
     metrics_path = RunDir(path).metrics_path
     metrics = (
-        read_records(metrics_path, "the report shows the steps before it")
+        read_records(metrics_path, "the report shows the steps before it", stop_at_bad=True)
         if metrics_path.is_file()
         else []
     )
@@ -82,13 +95,23 @@ def load_model_eval(path: str | Path, name: str | None = None) -> ModelEval:
             f"{path}: no evaluation (*/{SUMMARY_FILE} in {eval_dir}) and no metrics.jsonl; "
             f"run `divrl eval --out {path / 'eval'}` first"
         )
+    run_dir = path if metrics else None
     return ModelEval(
         name=name or path.name,
         eval_dir=eval_dir,
-        run_dir=path if metrics else None,
+        run_dir=run_dir,
         summaries=summaries,
         metrics=metrics,
+        eval_configs={s: read_json_object(eval_dir / s / CONFIG_FILE) for s in summaries},
+        run_config=read_yaml_object(RunDir(path).config_path) if run_dir else None,
+        run_provenance=RunDir(path).provenance() if run_dir else [],
+        checkpoint_step=_newest_model_step(RunDir(path)) if run_dir else None,
     )
+
+
+def _newest_model_step(run: RunDir) -> int | None:
+    model = run.final_model()
+    return None if model is None else Checkpoint.at(model.parent).step
 
 
 # --------------------------------------------------------------------------- numbers
@@ -140,8 +163,9 @@ def headline_table(models: Sequence[ModelEval], splits: Sequence[str]) -> list[l
         for i, m in enumerate(models):
             s = m.summaries.get(split)
             shown = split if i == 0 else ""  # the set named once per group of rows
+            _seed_rows_before(rows, models, i, split)
             if s is None:
-                rows.append([shown, m.name, *["-"] * 5])
+                rows.append([shown, m.label, *["-"] * 5])
                 continue
             n = str(s["ks"][-1])
             label = fmt_ci(s["pass@k"].get(n), s["pass@k_ci"].get(n))
@@ -151,7 +175,7 @@ def headline_table(models: Sequence[ModelEval], splits: Sequence[str]) -> list[l
             rows.append(
                 [
                     shown,
-                    m.name,
+                    m.label,
                     fmt(s.get("greedy_accuracy")),
                     fmt(s["pass@k"]["1"]),
                     label if n == str(n_max) else f"{label} (n = {n})",
@@ -159,7 +183,18 @@ def headline_table(models: Sequence[ModelEval], splits: Sequence[str]) -> list[l
                     fmt(d.get("share_one_style"), 2) + mark,
                 ]
             )
+        _seed_rows_before(rows, models, len(models), split)
     return rows
+
+
+def _seed_rows_before(rows: list[list[str]], models: Sequence[ModelEval], i: int, split: str):
+    """Before row ``i`` (or at the end), the mean ± s.e. row of the method whose seeds end
+    there, when it has several seeds evaluated on ``split``."""
+    if i == 0 or (i < len(models) and models[i].method == models[i - 1].method):
+        return
+    members = [m for m in models if m.method == models[i - 1].method]
+    if sum(split in m.summaries for m in members) > 1:
+        rows.append(seed_mean_row(members, split))
 
 
 def missing_evals(models: Sequence[ModelEval]) -> list[str]:
@@ -207,8 +242,16 @@ def build_report(
     doc.h(1, title)
     if command is None:
         command = "divrl report " + shlex.join(sys.argv[2:])
-    doc.p(f"Produced by `{command}`.")
+    doc.p(f"Produced by `{command}` with {describe(provenance())}.")
+    mismatches = check_like_for_like(runs, base)
     _describe_inputs(doc, models, base)
+    if mismatches:
+        doc.h(2, "Not like for like")
+        doc.p(
+            "**Warning:** the rows marked ⚠ were not made like the others (shown because "
+            "of `--allow-mismatch`):\n\n" + "\n".join(f"- {line}" for line in mismatches)
+        )
+    provenance_section(doc, models)
     missing = missing_evals(models)
     if missing:
         doc.h(2, "Missing evaluations")
@@ -217,7 +260,7 @@ def build_report(
     if splits:
         doc.h(2, "Headline")
         doc.table(headline_table(models, splits), align_left=2)
-        doc.p(_headline_note(models))
+        doc.p(seed_caption(models) + " " + _headline_note(models))
         _reading_section(doc, runs, base, splits)
     for split in splits:
         _split_section(doc, out, models, base, split, colors)
@@ -250,6 +293,7 @@ def build_report(
     # each file whole: an interrupted report leaves the previous one
     atomic_write_text(md_path, markdown)
     atomic_write_text(out / "report.html", render_html(markdown, title, out))
+    write_report_record(out, models, command)
     return md_path
 
 
@@ -314,15 +358,21 @@ def _show(path: Path) -> str:
         return str(path)
 
 
+def _evaluated_at(m: ModelEval) -> str:
+    """``, evaluated at step N`` (the checkpoints the eval sets name), or nothing."""
+    steps = sorted({s for split in m.summaries if (s := evaluated_step(m, split)[0]) is not None})
+    return f", evaluated at step {'/'.join(map(str, steps))}" if steps else ""
+
+
 def _describe_inputs(doc: Doc, models: Sequence[ModelEval], base: ModelEval | None) -> None:
     rows = [["model", "evaluation", "training run", "eval sets"]]
     for m in models:
         role = " (base)" if m is base else ""
         rows.append(
             [
-                m.name + role,
+                m.label + role,
                 f"`{_show(m.eval_dir)}`",
-                f"`{_show(m.run_dir)}` ({len(m.metrics)} steps)" if m.run_dir else "-",
+                f"`{_show(m.run_dir)}` ({m.steps} steps{_evaluated_at(m)})" if m.run_dir else "-",
                 ", ".join(m.summaries) or "-",
             ]
         )
@@ -361,7 +411,7 @@ def _split_section(
     for m in present:
         s = m.summaries[split]
         row = [
-            m.name,
+            m.label,
             fmt_ci(s.get("greedy_accuracy"), s.get("greedy_accuracy_ci")),
             fmt_ci(s["pass@k"]["1"], s["pass@k_ci"]["1"]),
             *[fmt(s["pass@k"].get(str(k))) for k in ks[1:-1]],

@@ -26,6 +26,18 @@ class ModelEval:
     run_dir: Path | None = None
     summaries: dict[str, dict[str, Any]] = field(default_factory=dict)
     metrics: list[dict[str, float]] = field(default_factory=list)
+    #: per eval set, its ``eval_config.json`` ({} when absent or unreadable)
+    eval_configs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the run's ``config.yaml`` (None: an eval directory, or no readable config)
+    run_config: dict[str, Any] | None = None
+    #: the run's provenance records, one per start / resume, oldest first
+    run_provenance: list[dict[str, Any]] = field(default_factory=list)
+    #: the step of the run's newest checkpoint with a model (None: none, or no run)
+    checkpoint_step: int | None = None
+    #: the method (row group) this run is a seed of; None: a group of its own
+    group: str | None = None
+    #: set by the like-for-like checks: what this row's inputs do not share with the others
+    mismatches: list[str] = field(default_factory=list)
     _results: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
 
     def results(self, split: str) -> list[dict[str, Any]] | None:
@@ -34,6 +46,25 @@ class ModelEval:
             fix = f"rewrite it with `divrl eval --reuse --out {self.eval_dir}`"
             self._results[split] = read_records(path, fix) if path.is_file() else None
         return self._results[split]
+
+    @property
+    def label(self) -> str:
+        """The name as the tables show it: marked when its inputs are not like for like."""
+        return f"{self.name} ⚠" if self.mismatches else self.name
+
+    @property
+    def method(self) -> str:
+        """The row group: the method this run is a seed of (its own name by default)."""
+        return self.group or self.name
+
+    @property
+    def steps(self) -> int | None:
+        """The steps the run has trained: its last metrics step or its newest checkpoint's,
+        whichever is later (None without a run)."""
+        steps = [r.get("step") for r in self.metrics if isinstance(r.get("step"), int)]
+        steps += [len(self.metrics)] if self.metrics else []
+        steps += [self.checkpoint_step] if self.checkpoint_step is not None else []
+        return max(steps) if steps else None
 
     @property
     def model_path(self) -> str | None:

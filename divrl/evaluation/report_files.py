@@ -5,7 +5,10 @@ cut short, or ``summary.json`` torn (files from before divrl wrote them atomical
 copied while being written). The report goes on without the torn part and says so:
 
 * a torn last JSONL line is dropped with a warning naming the file and the line (as
-  ``--resume`` does for ``metrics.jsonl``); a bad line before the last is an error;
+  ``--resume`` does for ``metrics.jsonl``); a bad line before the last is an error in
+  ``results.jsonl`` (the prompts after it would be missing from every paired comparison),
+  and in ``metrics.jsonl`` the end of what is shown: the steps before it are kept, with a
+  warning naming the file and the line (``stop_at_bad=True``);
 * a ``summary.json`` that does not parse leaves its eval set out, with a warning naming
   the file and how to rewrite it (``divrl eval --reuse``).
 """
@@ -17,7 +20,13 @@ import logging
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ReportInputError", "read_records", "read_summary"]
+__all__ = [
+    "ReportInputError",
+    "read_json_object",
+    "read_records",
+    "read_summary",
+    "read_yaml_object",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -26,22 +35,36 @@ class ReportInputError(ValueError):
     """A file of a run or an evaluation is damaged beyond its last line."""
 
 
-def read_records(path: str | Path, fix: str) -> list[dict[str, Any]]:
+def read_records(path: str | Path, fix: str, stop_at_bad: bool = False) -> list[dict[str, Any]]:
     """The JSON records of a JSONL file; a torn last line is dropped with a warning that
-    ends with ``fix``."""
+    ends with ``fix``. A bad line before the last raises :class:`ReportInputError`, or,
+    with ``stop_at_bad``, ends the records: those before it are returned, with a warning
+    naming the file, the line and how many lines after it are left out."""
     path = Path(path)
     lines = path.read_bytes().split(b"\n")
     numbered = [(i, raw) for i, raw in enumerate(lines, 1) if raw.strip()]
     records = []
-    for i, raw in numbered:
+    for at, (i, raw) in enumerate(numbered):
         try:
             records.append(json.loads(raw.decode("utf-8")))
         except (UnicodeDecodeError, ValueError) as exc:
-            if i != numbered[-1][0]:
+            if i == numbered[-1][0]:
+                logger.warning("%s: dropping a torn last line %d (%s); %s", path, i, exc, fix)
+            elif stop_at_bad:
+                logger.warning(
+                    "%s: line %d is not a JSON record (%s); the report shows the %d records "
+                    "before it and leaves out the %d lines from it on",
+                    path,
+                    i,
+                    exc,
+                    len(records),
+                    len(numbered) - at,
+                )
+                break
+            else:
                 raise ReportInputError(
                     f"{path}: line {i} is not a JSON record ({exc}); {fix}"
                 ) from None
-            logger.warning("%s: dropping a torn last line %d (%s); %s", path, i, exc, fix)
     return records
 
 
@@ -64,3 +87,24 @@ def read_summary(path: str | Path) -> dict[str, Any] | None:
         path.parent.parent,
     )
     return None
+
+
+def read_json_object(path: str | Path) -> dict[str, Any]:
+    """A JSON object file (an ``eval_config.json``), {} when absent or unreadable (the
+    checks that need it then say what they could not check)."""
+    try:
+        value = json.loads(Path(path).read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def read_yaml_object(path: str | Path) -> dict[str, Any] | None:
+    """A YAML mapping file (a run's ``config.yaml``), None when absent or unreadable."""
+    import yaml
+
+    try:
+        value = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    return value if isinstance(value, dict) else None

@@ -425,7 +425,7 @@ def evaluate(
     and ``engine`` already built (a command evaluating several sets builds it once);
     otherwise the engine ``cfg.engine`` is built here, loading only what it needs.
     """
-    from divrl.evaluation.summary import summarise
+    from divrl.evaluation.summary import eval_provenance, summarise
 
     out = Path(out_dir)
     samples_path = out / SAMPLES_FILE
@@ -479,6 +479,7 @@ def evaluate(
             "prompts": len(records),  # --reuse checks that they are all there
             "config": asdict(cfg),
             **timings,
+            "provenance": eval_provenance(records, cfg),
         }
         atomic_write_text(out / CONFIG_FILE, json.dumps(meta, indent=2) + "\n")
     t0 = time.perf_counter()

@@ -28,7 +28,9 @@ bootstrap over prompts (:func:`divrl.evaluation.stats.bootstrap_ci`, seeded). Ke
   sample as not correct, as BIRD's and Spider's official evaluators count a timeout (a
   lower bound); ``mean_accuracy_scorable`` is the estimate for unscorable samples that are
   right as often as the others (docs/evaluation.md);
-- ``groups``: the headline numbers per value of each ``group_by`` key of ``extra_info``.
+- ``groups``: the headline numbers per value of each ``group_by`` key of ``extra_info``;
+- ``provenance``: :func:`eval_provenance` of the process that scored and summarised (the
+  same record as ``eval_config.json``'s, written by the process that sampled).
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from divrl.evaluation.text_diversity import (
 from divrl.profiles import get_profile
 from divrl.rewards.types import UNSCORABLE_REASONS
 
-__all__ = ["per_prompt_arrays", "summarise"]
+__all__ = ["eval_data_fingerprint", "eval_provenance", "per_prompt_arrays", "summarise"]
 
 
 def per_prompt_arrays(results: Sequence[dict[str, Any]]) -> dict[str, np.ndarray]:
@@ -77,6 +79,32 @@ def per_prompt_arrays(results: Sequence[dict[str, Any]]) -> dict[str, np.ndarray
         ),
         "distinct_correct": np.array([r.get("distinct_correct_answers", 0) for r in results]),
     }
+
+
+def eval_data_fingerprint(records: Sequence[dict[str, Any]]) -> str:
+    """The fingerprint of an evaluation's prompts (:func:`divrl.provenance.records_fingerprint`
+    of each prompt's id, data source, rendered prompt text and ground truth, in order):
+    equal exactly when two evaluations asked the same questions the same way."""
+    from divrl.provenance import records_fingerprint
+
+    return records_fingerprint(
+        [r.get("id"), r.get("data_source"), r.get("prompt"), r.get("ground_truth")] for r in records
+    )
+
+
+def eval_provenance(records: Sequence[dict[str, Any]], cfg) -> dict[str, Any]:
+    """:func:`divrl.provenance.provenance` of an evaluation of ``records`` (samples or
+    results, one per prompt) with ``cfg`` (an ``EvalConfig``)."""
+    from dataclasses import asdict
+
+    from divrl.provenance import provenance
+
+    return provenance(
+        config=asdict(cfg),
+        data=eval_data_fingerprint(records),
+        engine=cfg.engine,
+        prompts=len(records),
+    )
 
 
 def _ci(values: np.ndarray, cfg) -> list[float]:
@@ -157,6 +185,7 @@ def summarise(results: Sequence[dict[str, Any]], cfg) -> dict[str, Any]:
             subset = [r for r in results if str((r["extra_info"] or {}).get(key)) == value]
             groups[f"{key}={value}"] = _headline(subset, cfg, ks)
     summary["groups"] = groups
+    summary["provenance"] = eval_provenance(results, cfg)
     return summary
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "require_paths",
     "rollout_params",
     "run_prompts",
+    "run_provenance",
     "shard_model",
     "warn_if_prompts_repeat",
     "warn_if_references_repeat",
@@ -112,6 +113,28 @@ def run_prompts(
         db_dir=db_dir,
         max_new_tokens=config.rollout.max_new_tokens,
         context=context if isinstance(context, int) and context > 0 else None,
+    )
+
+
+def run_provenance(config: Config, prompts: list[PromptItem], store: Any = None) -> dict[str, Any]:
+    """:func:`divrl.provenance.provenance` of a run or store: the hash of the config as
+    ``config.yaml`` holds it, the fingerprint of the kept, tokenised prompts (after the
+    template, the limit and the truncation; with a DPH-RL reference ``store``, the
+    fingerprint of all of them its manifest records, which the run checked against its
+    own, since ``prompts`` are then the exploration prompts only) and the engine."""
+    import yaml
+
+    from divrl.data.fingerprint import prompts_fingerprint
+    from divrl.provenance import provenance
+    from divrl.training.config import dump_config
+
+    stored = (store.manifest.get("fingerprint") or {}) if store is not None else {}
+    return provenance(
+        config=yaml.safe_load(dump_config(config)),
+        data=stored.get("prompts") or prompts_fingerprint([(p.id, p.prompt_ids) for p in prompts]),
+        engine=config.rollout.engine,
+        data_path=config.data.train_path,
+        prompts=stored.get("prompt_count") or len(prompts),
     )
 
 

@@ -48,6 +48,7 @@ from divrl.training.loading import (
     pad_token_id,
     require_paths,
     run_prompts,
+    run_provenance,
     shard_model,
     warn_if_references_repeat,
 )
@@ -392,6 +393,7 @@ def presample(
         prompts, dropped, near, rows, samples, n_extra, scores, n_correct, ref.k, start_time
     )
     manifest = _manifest(config, expect, train_path, stats)
+    manifest["provenance"] = run_provenance(config, prompts)
     if procs[1] == 0:  # written once; the others wait for it
         write_reference_store(config.reference_store, samples, rows, manifest, overwrite=overwrite)
         logger.info("reference store written to %s", config.reference_store)

@@ -160,6 +160,8 @@ class RunSession:
         self.run_id = uuid.uuid4().hex
         self.lock = RunLock(run.lock_path)
         self.claimed = False  # begin() ran once: a later train() call continues the run
+        #: divrl.provenance record of this session, added to the run's provenance.json
+        self.provenance: dict[str, Any] | None = None
         if self.allowed and not resume:
             raise RunDirError("--resume-with-changes applies to --resume only")
         unknown = [k for k in self.allowed if k not in config_keys(config.to_dict())]
@@ -231,6 +233,8 @@ class RunSession:
                 self.lock.stale.get("host"),
             )
         self.record(event)
+        if self.provenance is not None and event["event"] != "continue":
+            run.add_provenance({"event": event["event"], "step": step, **self.provenance})
 
     def begin_on_all(
         self, step: int, collective: Collective, main: bool, corrupt: Sequence[Checkpoint] = ()

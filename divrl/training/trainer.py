@@ -46,6 +46,7 @@ from divrl.training.loading import (
     require_paths,
     rollout_params,
     run_prompts,
+    run_provenance,
     warn_if_prompts_repeat,
 )
 from divrl.training.metrics import (
@@ -220,6 +221,7 @@ class Trainer:
             logger.info("%s: already at step %d of %d", self.run.root, self.step, end)
             return history
         writers = MetricWriters(cfg, self.run) if acc.is_main_process else None
+        self.session.provenance = run_provenance(cfg, self.prompts, self.reference_store)
         self.session.begin_on_all(
             self.step, self.collective, writers is not None, self._corrupt_checkpoints
         )

@@ -1,7 +1,8 @@
 """`divrl report` on half-written inputs: a torn last line of metrics.jsonl or results.jsonl
-is dropped with a warning, a torn summary.json leaves its eval set out with a warning, and a
-bad line before the last is one error naming the file and line
-(docs/reliability.md, "Evaluation")."""
+is dropped with a warning, a torn summary.json leaves its eval set out with a warning, a bad
+metrics.jsonl line before the last ends the training curves there (with a warning naming the
+file and line) and a bad results.jsonl line before the last is one error naming the file and
+line (docs/reliability.md, "Evaluation")."""
 
 from __future__ import annotations
 
@@ -42,9 +43,22 @@ def test_a_torn_summary_leaves_its_set_out_with_a_warning(dirs, capsys, caplog):
     assert "model grpo has no evaluation of ood_math" in capsys.readouterr().err
 
 
-def test_a_bad_line_before_the_last_is_one_error(dirs, capsys):  # noqa: F811
+def test_a_bad_metrics_line_ends_the_curves_with_a_warning(dirs, capsys, caplog):  # noqa: F811
     tmp, base, grpo, dph = dirs
     path = grpo / "metrics.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    lines[3] = "{torn\n"
+    path.write_text("".join(lines))
+    assert _report(tmp, base, grpo, dph) == 0
+    assert f"{path}: line 4 is not a JSON record" in caplog.text
+    assert "shows the 3 records before it and leaves out the 37 lines" in caplog.text
+    md = (tmp / "r" / "report.md").read_text()
+    assert "(3 steps)" in md and "grpo: 1 seed, 3 steps" in md
+
+
+def test_a_bad_results_line_before_the_last_is_one_error(dirs, capsys):  # noqa: F811
+    tmp, base, grpo, dph = dirs
+    path = grpo / "eval" / "test" / "results.jsonl"
     lines = path.read_text().splitlines(keepends=True)
     lines[3] = "{torn\n"
     path.write_text("".join(lines))

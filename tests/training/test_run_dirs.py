@@ -14,6 +14,7 @@ import yaml
 from train_helpers import sevens_reward, tiny_overrides
 
 from divrl.cli import main
+from divrl.provenance import config_hash, git_state
 from divrl.runs import RunDir, RunLockedError
 from divrl.training import trainer as trainer_mod
 from divrl.training.config import load_config
@@ -173,6 +174,15 @@ def test_resume_with_a_changed_setting_is_refused_unless_listed(tiny_world, tmp_
     assert resume_event["event"] == "resume" and resume_event["step"] == 2
     assert resume_event["changes"]["optim.lr"] == [0.01, 0.02]
     assert resume_event["changes"]["logging.progress"] == [False, True]
+    # each session's provenance: the config it ran (hash), the same prompts, this code
+    sessions = RunDir(tmp_path).provenance()
+    assert [(p["event"], p["step"]) for p in sessions] == [("start", 0), ("resume", 2)]
+    saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    assert sessions[1]["config_hash"] == config_hash(saved) != sessions[0]["config_hash"]
+    assert sessions[0]["data"] == sessions[1]["data"] and sessions[0]["data"].startswith("sha256")
+    assert sessions[1]["git"] == git_state() and sessions[1]["versions"]["torch"] == (
+        __import__("torch").__version__
+    )
 
 
 def test_resume_on_a_finished_run_says_so(tiny_world, tmp_path, capsys):

@@ -48,6 +48,7 @@ from divrl.data.reference_store import (
 )
 from divrl.data.store_files import check_store_target
 from divrl.integrations.verl.settings import DivRLVerlSettings
+from divrl.provenance import provenance
 from divrl.rewards import is_correct
 
 logger = logging.getLogger(__name__)
@@ -180,6 +181,9 @@ class DivRLPresampleTrainer(PPOTrainerSync):
             for r in references
         ]
         manifest = self._manifest(table, samples, presampled)
+        manifest["provenance"] = provenance(
+            data=manifest["fingerprint"].get("prompts"), engine="verl", prompts=len(table)
+        )
         write_reference_store(self.divrl.reference_store, samples, table, manifest)
         near = sum(r["split"] == "near_perfect" for r in table)
         # printed, as verl's trainer prints its final metrics (its logging shows warnings only)
