@@ -5,12 +5,15 @@ or a summary changed without its page). Reads JSON only: no run, no plot."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from experiments import reproduce_report as rr
 from experiments.reproduce_publish import SUMMARIES
+from experiments.results_commits import commits_section, made_in, read_commits
 from experiments.sparks_dynamics import report as sparks_report
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
@@ -49,6 +52,8 @@ def test_a_reproduction_page_s_tables_are_its_summaries(page):
         presample_seconds=json.loads(presample.read_text()) if presample.is_file() else {},
         plots={},
     )
+    md += "\n" + commits_section(summaries, read_commits(folder))  # which commit made each row
+    assert "## Which commit made each row" in md
     same_rows(table_rows((RESULTS / f"{page}.md").read_text()), table_rows(md))
 
 
@@ -68,3 +73,27 @@ def test_a_changed_digit_is_found():
     with pytest.raises(AssertionError, match="row 2"):
         same_rows(["| a | 0.123 |", "| b | 0.456 |"], ["| a | 0.123 |", "| b | 0.457 |"])
     same_rows(["| a | 1 |"], ["| a | 1 |", "| c | x > y | - | not run |"])
+
+
+def test_a_summary_s_commit_is_the_one_that_wrote_its_numbers_even_after_a_copy(tmp_path):
+    def git(*args):
+        env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t"}
+        env |= {"GIT_COMMITTER_EMAIL": "t@t", "PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+        return subprocess.run(["git", *args], cwd=tmp_path, env=env, check=True,
+                              capture_output=True, text=True).stdout.strip()  # fmt: skip
+
+    git("init", "-q")
+    (tmp_path / "a.json").write_text('{"pass@1": 0.1}\n')
+    git("add", "a.json")
+    git("commit", "-qm", "first round")
+    first = git("log", "-1", "--format=%h %cs")
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "a.json").write_text('{"pass@1": 0.1}\n')  # the first round kept
+    (tmp_path / "a.json").write_text('{"pass@1": 0.2}\n')  # a rerun replaces it
+    git("add", "-A")
+    git("commit", "-qm", "second round")
+    second = git("log", "-1", "--format=%h %cs")
+    assert made_in(tmp_path / "a.json") == second
+    assert made_in(tmp_path / "old" / "a.json") == first  # not the commit that copied it
+    (tmp_path / "new.json").write_text("{}")
+    assert made_in(tmp_path / "new.json") is None  # not committed
