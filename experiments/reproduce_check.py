@@ -184,6 +184,7 @@ def run_check(args: argparse.Namespace, make_experiment: Callable, say) -> int:
         *("--results", str(out / "results"), "--report", str(out / "report.md")),
         *("--threads", str(args.threads), "--poll", str(args.poll)),
     ]
+    (out / "settings.json").unlink(missing_ok=True)  # a scratch folder: any steps may rerun
     exp = make_experiment(argv)
     exp.setup()
     if exp.world.root.name != settings["world"]:
