@@ -23,13 +23,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from divrl.pipeline import CITED_SERIES
 from divrl.runs import RunDir
 from divrl.training.metrics import TIME_KEYS
 
 #: steps of a run kept as its fingerprint (and rerun by --check)
 FINGERPRINT_STEPS = 3
-#: training-curve lists of a summary -> the metrics.jsonl key they hold
-CURVE_KEYS = {"entropy": "actor/entropy", "pass1": "reward/pass@1"}
+#: training-curve lists of a summary -> the metrics.jsonl key they hold (what a summary
+#: without a fingerprint is checked on)
+CURVE_KEYS = {"entropy": "actor/entropy", "pass1": "reward/pass@1", **CITED_SERIES}
 
 #: (method, seed, steps, work dir) -> the rerun's metrics rows, steps 1..steps
 Rerun = Callable[[str, int, int], list[dict[str, Any]]]

@@ -12,7 +12,10 @@ A per-run summary (``schema`` 1) holds::
     eval: {split: {n_prompts, n_samples, greedy, pass@k{"1": .., "16": ..}, share_one_style,
                    share_3plus_styles, mean_distinct_styles, mean_nll_per_token,
                    retention (None for the base model)}}
-    training: {step: [..], entropy: [..], pass1: [..]} (downsampled; absent for the base)
+    training: {step: [..], entropy: [..], pass1: [..], eta, log_u_mean, ...} (downsampled;
+              absent for the base; divrl.pipeline.training_curve)
+    fingerprint: {steps, metrics: [every metric of the first steps]} (experiments.reproduce
+                 --check compares a rerun with it)
     wall_clock: {train_seconds, eval_seconds, presample_seconds, ...}
 
 Numbers over seeds are reported as ``mean ± sd`` (sample standard deviation over seeds).

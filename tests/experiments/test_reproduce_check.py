@@ -98,3 +98,25 @@ def test_check_arguments():
     args = reproduce.parse_args(["--check", "--results", "x"])
     assert args.check and args.check_steps == rc.FINGERPRINT_STEPS == 3
     assert not reproduce.parse_args([]).check
+
+
+def test_the_training_curve_keeps_the_series_a_reading_cites(tmp_path):
+    from divrl.pipeline import training_curve
+
+    path = tmp_path / "metrics.jsonl"
+    rows = [
+        {"step": 1, "dph/eta": 0.2, "dph/effective_eta": 0.0156, "dph/log_u_mean": -0.001},
+        {"step": 2, "dph/eta": 0.221, "dph/eta_at_bound": 0.0, "lp_reg/mean_z": 0.8},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    curve = training_curve(path)
+    assert curve["eta"] == [0.2, 0.221] and curve["effective_eta"] == [0.0156, None]
+    assert curve["log_u_mean"] == [-0.001, None] and curve["lp_reg_mean_z"] == [None, 0.8]
+    assert curve["eta_at_bound"] == [None, 0.0]
+    # a summary without a fingerprint is re-checked on them too
+    assert rc.expected_rows({"training": curve})[1] == {
+        "step": 2,
+        "dph/eta": 0.221,
+        "dph/eta_at_bound": 0.0,
+        "lp_reg/mean_z": 0.8,
+    }
