@@ -158,13 +158,18 @@ def check_summaries(
 def _check_settings(summaries: list[dict[str, Any]], results: Path) -> dict[str, Any]:
     settings = [s["settings"] for s in summaries]
     if any(x != settings[0] for x in settings):
-        raise SystemExit(f"{results}: summaries made with different settings")
+        raise ValueError(f"{results}: summaries made with different settings: check one set")
     return settings[0]
 
 
 def run_check(args: argparse.Namespace, make_experiment: Callable, say) -> int:
     """``--check``: rerun seed ``args.first_seed``'s first ``--check-steps`` steps of each
-    method's summary under ``args.results`` in ``args.out``/check and compare."""
+    method's summary under ``args.results`` in ``args.out``/check and compare.
+
+    Raises:
+        ValueError: nothing to re-check, or a rerun that could not repeat the runs (another
+            world, a schedule that depends on the number of steps); one line, exit 2.
+    """
     results = Path(args.results).resolve()
     paths = sorted((results / "summaries").glob("*.json"))
     summaries = [json.loads(p.read_text()) for p in paths]
@@ -172,7 +177,7 @@ def run_check(args: argparse.Namespace, make_experiment: Callable, say) -> int:
         s for s in summaries if s.get("method") in args.methods and s.get("seed") == args.first_seed
     ]
     if not summaries or args.check_steps < 1:
-        raise SystemExit(
+        raise ValueError(
             f"{results}/summaries: no trained run of seed {args.first_seed} among "
             f"{', '.join(args.methods)} to re-check (and --check-steps must be >= 1)"
         )
@@ -190,13 +195,13 @@ def run_check(args: argparse.Namespace, make_experiment: Callable, say) -> int:
     exp = make_experiment(argv)
     exp.setup()
     if exp.world.root.name != settings["world"]:
-        raise SystemExit(
+        raise ValueError(
             f"the world built here ({exp.world.root.name}) is not the summaries' "
             f"({settings['world']}): the rerun would not be the same experiment"
         )
     for method, cfg in exp.cfgs.items():
         if cfg.optim.schedule != "constant" or cfg.optim.warmup_steps:
-            raise SystemExit(
+            raise ValueError(
                 f"{method}: its learning-rate schedule depends on train.total_steps: a "
                 "rerun of the first steps alone would not repeat them"
             )

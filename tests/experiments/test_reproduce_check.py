@@ -120,3 +120,10 @@ def test_the_training_curve_keeps_the_series_a_reading_cites(tmp_path):
         "dph/eta_at_bound": 0.0,
         "lp_reg/mean_z": 0.8,
     }
+
+
+def test_nothing_to_check_is_one_line_and_exit_2(tmp_path, capsys):
+    (tmp_path / "summaries").mkdir()
+    assert reproduce.main(["--check", "--results", str(tmp_path), "--methods", "grpo"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no trained run of seed 0 among grpo" in err
