@@ -26,6 +26,7 @@ from typing import Any
 from divrl.runs import RunDir
 
 __all__ = [
+    "CITED_SERIES",
     "Clock",
     "check_same_budget",
     "configs_dir",
@@ -369,6 +370,19 @@ def split_summary(summary: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+#: per-step series a results reading cites, kept in a run's training curve (None where a
+#: run does not log them): DPH-RL's eta (the rehearsal controller's), its weight against
+#: the rollout stream and whether it sat at a bound, the reference responses' mean log
+#: likelihood ratio (minus the loss of likelihood), Lp-Reg's mean proxy mass Z
+CITED_SERIES = {
+    "eta": "dph/eta",
+    "effective_eta": "dph/effective_eta",
+    "eta_at_bound": "dph/eta_at_bound",
+    "log_u_mean": "dph/log_u_mean",
+    "lp_reg_mean_z": "lp_reg/mean_z",
+}
+
+
 def training_curve(metrics: Path, points: int = 200) -> dict[str, list]:
     """The training curves of a run's ``metrics.jsonl``, downsampled evenly to at most
     ``points`` steps (the last step always kept)."""
@@ -384,6 +398,7 @@ def training_curve(metrics: Path, points: int = 200) -> dict[str, list]:
         # Lp-Reg only (None elsewhere): how many tokens it selected and regularised
         "lp_reg_selected": [r.get("lp_reg/num_selected") for r in rows],
         "lp_reg_regularized": [r.get("lp_reg/num_regularized") for r in rows],
+        **{name: [r.get(key) for r in rows] for name, key in CITED_SERIES.items()},
     }
 
 

@@ -29,6 +29,7 @@ Usage (from the repository root)::
     .venv/bin/python -m experiments.reproduce --methods grpo dph_js --seeds 1 --steps 3 \\
         --toy-size tiny --n 4 --eval-prompts 8 --out runs/reproduce_smoke   # a smoke test
     .venv/bin/python -m experiments.reproduce --report-only           # rebuild the report
+    .venv/bin/python -m experiments.reproduce --check --results DIR   # same digits again?
 
 The work directory (``--out``, default ``runs/reproduce``) holds checkpoints and samples;
 the per-run summaries (``--results``/summaries/*.json), the plots and the report (``--report``)
@@ -65,6 +66,7 @@ from divrl.runs import RunDir
 from divrl.toy.worlds import DEFAULT_WORLD, WORLDS, eval_splits, world_presets
 from experiments import reproduce_report as rr
 from experiments.records import ResultError
+from experiments.reproduce_check import add_check_arguments, fingerprint, run_check
 from experiments.reproduce_publish import (
     SUMMARIES,
     add_time,
@@ -149,6 +151,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-batch-size", type=int, default=32, help="prompts per generate call")
     p.add_argument("--threads", type=int, default=1, help="torch threads per subprocess")
     p.add_argument("--poll", type=float, default=60.0, help="seconds between progress lines")
+    add_check_arguments(p)
     return _checked_args(p, p.parse_args(argv))
 
 
@@ -498,6 +501,7 @@ class Experiment:
             }
             metrics_path = RunDir(paths.train).metrics_path
             summary["training"] = training_curve(metrics_path, CURVE_POINTS)
+            summary["fingerprint"] = fingerprint(metrics_path)  # --check reruns these steps
             # from every logged step (the curve is downsampled); excludes start-up
             step_times = [
                 json.loads(x).get("time/step")
@@ -580,6 +584,8 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
+        if args.check:
+            return run_check(args, lambda argv: Experiment(parse_args(argv)), say)
         return Experiment(args).run()
     except (ValueError, FileNotFoundError, ResultError) as exc:  # a bad --toy-size, a torn file
         print(f"experiments.reproduce: {exc}", file=sys.stderr)

@@ -20,6 +20,7 @@ from divrl.fileio import atomic_write_text
 from experiments import reproduce_report as rr
 from experiments.records import read_result, write_result
 from experiments.reproduce_plots import plot_entropy, plot_pass_at_k
+from experiments.results_commits import commits_section, read_commits
 
 TITLE = "Toy-scale reproduction of the DPH-RL and Lp-Reg claims"
 #: sub-directory of --results for the per-run summaries (not "runs": .gitignore ignores runs/)
@@ -125,6 +126,8 @@ def write_report(
         presample_seconds=presample,
         plots=plots,
     )
+    made = commits_section(summaries, read_commits(results))
+    md += f"\n{made}" if made else ""
     report.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(report, md)
     say(f"report: {report}")

@@ -12,7 +12,10 @@ A per-run summary (``schema`` 1) holds::
     eval: {split: {n_prompts, n_samples, greedy, pass@k{"1": .., "16": ..}, share_one_style,
                    share_3plus_styles, mean_distinct_styles, mean_nll_per_token,
                    retention (None for the base model)}}
-    training: {step: [..], entropy: [..], pass1: [..]} (downsampled; absent for the base)
+    training: {step: [..], entropy: [..], pass1: [..], eta, log_u_mean, ...} (downsampled;
+              absent for the base; divrl.pipeline.training_curve)
+    fingerprint: {steps, metrics: [every metric of the first steps]} (experiments.reproduce
+                 --check compares a rerun with it)
     wall_clock: {train_seconds, eval_seconds, presample_seconds, ...}
 
 Numbers over seeds are reported as ``mean ± sd`` (sample standard deviation over seeds).
@@ -309,12 +312,34 @@ def _fmt_seconds(s: float) -> str:
     return f"{s / 3600:.2f} h" if s >= 3600 else f"{s / 60:.1f} min" if s >= 60 else f"{s:.0f} s"
 
 
+def _logged_train_seconds(run: dict[str, Any]) -> float | None:
+    """The sum of a run's logged step times (``mean_step_seconds`` x steps; no start-up)."""
+    mean, steps = run["wall_clock"].get("mean_step_seconds"), run["settings"].get("steps")
+    return None if mean is None or not steps else mean * steps
+
+
+def _undercounted(run: dict[str, Any]) -> bool:
+    """A recorded training time below the run's own logged step times: it counts only the
+    attempts whose timing survived (e.g. the time after a resume)."""
+    recorded, logged = run["wall_clock"].get("train_seconds"), _logged_train_seconds(run)
+    return recorded is not None and logged is not None and recorded < 0.95 * logged
+
+
 def _cost_section(groups, presample: dict[str, float]) -> list[str]:
-    rows, total = [], sum(presample.values())
+    rows, total, notes = [], sum(presample.values()), []
     for method, runs in groups.items():
-        train = stat(r["wall_clock"].get("train_seconds") for r in runs)
+        short = [r for r in runs if _undercounted(r)]
+        train = stat(r["wall_clock"].get("train_seconds") for r in runs if r not in short)
         ev = stat(r["wall_clock"].get("eval_seconds") for r in runs)
-        spent = sum(train.values) + sum(ev.values)
+        spent = sum(train.values) + sum(ev.values) + sum(_logged_train_seconds(r) for r in short)
+        notes += [
+            f"{_label(method)} seed {r['seed']}: its recorded training time "
+            f"({r['wall_clock']['train_seconds']:.0f} s) is below the sum of its logged step "
+            f"times ({_logged_train_seconds(r):.0f} s), so it counts only part of the "
+            "training (the time after a resume): left out of train s / run, counted at its "
+            "logged step times in the totals."
+            for r in short
+        ]
         total += spent
         per_step = stat(r["wall_clock"].get("mean_step_seconds") for r in runs)
         rows.append([
@@ -326,6 +351,7 @@ def _cost_section(groups, presample: dict[str, float]) -> list[str]:
     lines += _table(
         ["method", "runs", "train s / run", "s / step (logged)", "eval s / run", "total"], rows
     )
+    lines += [*notes, ""] if notes else []
     if presample:
         lines.append(
             "Presampling (DPH reference store, once per seed): "

@@ -7,8 +7,9 @@ full preset (``configs/<method>.yaml``) and overrides only the scale, the way th
 hand-written countdown presets do:
 
 - ``model``: ``path: null`` (the world's base model), ``toy_size: full``, ``toy_world``;
-- ``data.max_prompt_length`` and ``rollout.max_new_tokens`` (the world's lengths);
-  ``rollout.n`` capped at ``samples``;
+- ``data.max_prompt_length`` and ``rollout.max_new_tokens`` (the world's lengths),
+  ``data.truncation`` (one prompt handling for every method of the world, so that all
+  train on the same prompts); ``rollout.n`` capped at ``samples``;
 - ``train``: ``prompts_per_step``, ``mini_batch_size`` keeping the full preset's optimiser
   steps per batch (``null`` for an on-policy world), ``micro_batch_size`` by sequences
   (``dph_micro_batch_size`` for a method that rehearses reference samples),
@@ -47,6 +48,8 @@ from typing import Any
 
 import yaml
 
+from divrl.data.prompts import TRUNCATIONS
+
 __all__ = [
     "PresetExists",
     "PresetScale",
@@ -70,6 +73,9 @@ class PresetScale:
     #: rollout.max_new_tokens: the world's longest useful response (prompt + response must
     #: fit the base model's context)
     max_new_tokens: int
+    #: data.truncation of every method (the full presets differ: the DPH-RL and GRPO ones
+    #: drop over-long prompts, the Lp-Reg ones left-truncate them)
+    truncation: str = "drop"
     #: optim.lr (the full presets' 1e-6 is sized for billion-parameter models)
     lr: float = 3e-4
     #: rollout.n at most (a full preset's 16 samples per prompt halved for a CPU)
@@ -115,6 +121,10 @@ class PresetScale:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"PresetScale.{name}={value!r}: give a whole number >= 1")
+        if self.truncation not in TRUNCATIONS:
+            raise ValueError(
+                f"PresetScale.truncation={self.truncation!r}: choose one of {list(TRUNCATIONS)}"
+            )
         if not (isinstance(self.lr, int | float) and math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"PresetScale.lr={self.lr!r}: give a finite number > 0")
         keys = [*self.extra, *(k for m in self.method_settings.values() for k in m)]
@@ -183,6 +193,7 @@ def _full_preset(world: str, method: str, full: Path, out: Path, folder: str, sc
     _put(tree, "model.toy_size", "full")
     _put(tree, "model.toy_world", world)
     _put(tree, "data.max_prompt_length", scale.max_prompt_length)
+    _put(tree, "data.truncation", scale.truncation, "every preset of the world alike")
     if cfg.rollout.n > scale.samples:
         _put(tree, "rollout.n", scale.samples, f"the full preset's {cfg.rollout.n} capped")
     _put(tree, "rollout.max_new_tokens", scale.max_new_tokens)

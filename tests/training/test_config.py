@@ -28,6 +28,7 @@ SCALE_KEYS = {
     ("model", "path"),
     ("model", "toy_size"),
     ("data", "max_prompt_length"),
+    ("data", "truncation"),  # one prompt handling for every preset of a world
     ("rollout", "n"),
     ("rollout", "max_new_tokens"),
     ("train", "prompts_per_step"),
