@@ -46,8 +46,8 @@ from divrl.data.reference_store import (
     StoreExpectation,
     write_reference_store,
 )
-from divrl.data.store_files import check_store_target
 from divrl.integrations.verl.settings import DivRLVerlSettings
+from divrl.integrations.verl.startup import check_startup
 from divrl.rewards import is_correct
 
 logger = logging.getLogger(__name__)
@@ -124,14 +124,9 @@ class DivRLPresampleTrainer(PPOTrainerSync):
     """verl's synchronous trainer that keeps one epoch of rollouts as a reference store."""
 
     def __init__(self, config):
+        check_startup(config)  # as main_ppo's validate_config did (rollout.n, the store path)
         self.divrl = DivRLVerlSettings.from_mapping(config.get("divrl"))
         self.divrl_k = presample_k(config)
-        if not self.divrl.reference_store:
-            raise ValueError(
-                f"trainer.v1.trainer_mode={TRAINER_MODE} writes the store at "
-                "divrl.reference_store: set +divrl.reference_store=PATH"
-            )
-        check_store_target(self.divrl.reference_store, flag="a new divrl.reference_store path")
         self.divrl_rows: list[PresampleRow] = []
         self.divrl_started = time.perf_counter()
         with open_dict(config):
