@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -123,6 +124,12 @@ def loss_name_errors(config: Mapping[str, Any]) -> list[str]:
     return errors
 
 
+def exploration_path(store: str) -> str:
+    """Where ``divrl_presample`` writes the exploration prompts of the store at ``store``
+    (the training run's ``data.train_files``): beside it, ``<store>.exploration.parquet``."""
+    return f"{str(store).rstrip('/')}.exploration.parquet"
+
+
 def presample_errors(config: Mapping[str, Any], settings: DivRLVerlSettings) -> list[str]:
     """What ``trainer.v1.trainer_mode=divrl_presample`` needs of the config."""
     from divrl.data.store_files import check_store_target
@@ -145,6 +152,12 @@ def presample_errors(config: Mapping[str, Any], settings: DivRLVerlSettings) -> 
             check_store_target(settings.reference_store, flag="a new divrl.reference_store path")
         except ValueError as e:
             errors.append(str(e))
+        out = exploration_path(settings.reference_store)
+        if os.path.exists(out):
+            errors.append(
+                f"{out} exists: the presample writes the exploration prompts there; move it, "
+                "or set a new divrl.reference_store path"
+            )
     rollout = "actor_rollout_ref.rollout"
     agent = config_value(config, f"{rollout}.agent.default_agent_loop", "single_turn_agent")
     if config_value(config, f"{rollout}.multi_turn.enable", False) or agent != "single_turn_agent":
