@@ -119,6 +119,7 @@ def test_presample_through_verl_then_train_from_it(tmp_path):
         "trainer.v1.trainer_mode=divrl_presample",
         f"+divrl.reference_store={store}",
         "trainer.total_epochs=1",
+        "trainer.total_training_steps=null",
         reward=SPLIT_REWARD,
     )
     # divrl train's checks: the model's and the prompts' fingerprints, the samples

@@ -31,6 +31,7 @@ DPH = (
 )
 PRESAMPLE = (
     "trainer.v1.trainer_mode=divrl_presample",
+    "trainer.total_epochs=1",
     "actor_rollout_ref.rollout.n=3",
     "+divrl.reference_store=/nonexistent/new_store",
 )
@@ -76,7 +77,16 @@ ROWS = [
     ),
     (
         None,
-        ("trainer.v1.trainer_mode=divrl_presample", "actor_rollout_ref.rollout.n=3"),
+        (*PRESAMPLE, "trainer.total_training_steps=2"),
+        "trainer.total_epochs=1, trainer.total_training_steps=2: the presample runs one epoch",
+    ),
+    (
+        None,
+        (
+            "trainer.v1.trainer_mode=divrl_presample",
+            "trainer.total_epochs=1",
+            "actor_rollout_ref.rollout.n=3",
+        ),
         "trainer.v1.trainer_mode=divrl_presample writes the store at divrl.reference_store",
     ),
     (None, ("+divrl.divergnce=js", "trainer.v1.trainer_mode=divrl_sync"), "unknown key(s)"),
@@ -255,3 +265,31 @@ def test_python_m_main_ppo_exits_2_with_one_line_before_ray():
     ]
     assert "Traceback" not in run.stderr
     assert "ray init kwargs" not in run.stdout  # run_ppo prints it just before ray.init
+
+
+def _doc_overrides(after: str) -> list[str]:
+    """The verl overrides of the first ```bash block after ``after`` in docs/verl.md."""
+    text = (ROOT / "docs" / "verl.md").read_text()
+    block = text[text.index(after) :].split("```bash\n", 1)[1].split("```", 1)[0]
+    words = block.replace("\\\n", " ").split()
+    return [w for w in words if "=" in w and not w.startswith(("<", "$("))]
+
+
+def test_the_documented_commands_pass_the_gate_and_find_the_reward(model):
+    """docs/verl.md's first command, with its DPH-JS and its Lp-Reg lines: they compose with
+    verl's config, pass the start-up gate, and verl's own loader finds divrl's reward by
+    the module name the command gives."""
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    from divrl.integrations.verl.reward import compute_score
+
+    first = _doc_overrides("## The config changes")
+    assert "trainer.use_v1=True" in first and "trainer.v1.trainer_mode=divrl_sync" in first
+    dph = [w.replace("$STORE", "/nonexistent/store") for w in _doc_overrides("**DPH-JS**")]
+    lp_reg = _doc_overrides("**Lp-Reg**")
+    assert len(dph) == 4 and len(lp_reg) == 3
+    for extra in ([], dph, lp_reg):
+        config = _config(None, (*first, *extra), model)
+        assert startup_errors(config) == []
+    fn = get_custom_reward_fn(config)
+    assert fn.args[0] is compute_score  # verl's partial over the function it loaded

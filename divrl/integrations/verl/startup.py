@@ -158,6 +158,14 @@ def presample_errors(config: Mapping[str, Any], settings: DivRLVerlSettings) -> 
                 f"{out} exists: the presample writes the exploration prompts there; move it, "
                 "or set a new divrl.reference_store path"
             )
+    steps = config_value(config, "trainer.total_training_steps")
+    epochs = config_value(config, "trainer.total_epochs", 1)
+    if steps is not None or epochs != 1:
+        errors.append(
+            f"trainer.total_epochs={epochs}, trainer.total_training_steps={steps}: the "
+            "presample runs one epoch over data.train_files (each prompt once); set "
+            "trainer.total_epochs=1 and trainer.total_training_steps=null"
+        )
     rollout = "actor_rollout_ref.rollout"
     agent = config_value(config, f"{rollout}.agent.default_agent_loop", "single_turn_agent")
     if config_value(config, f"{rollout}.multi_turn.enable", False) or agent != "single_turn_agent":
