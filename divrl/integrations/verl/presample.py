@@ -217,9 +217,9 @@ class DivRLPresampleTrainer(PPOTrainerSync):
         prompts, responses = data["prompts"].unbind(), data["responses"].unbind()
         log_probs, scores = data["old_log_probs"].unbind(), data["rm_scores"].unbind()
         index = list(data["index"])
-        for i, key in enumerate(batch.keys):
-            if not kept(batch.tags[i], index[i]):
-                continue
+        real = [i for i in range(len(batch.keys)) if kept(batch.tags[i], index[i])]
+        for i in real:
+            key = batch.keys[i]
             self.divrl_rows.append(
                 PresampleRow(
                     str(key),
@@ -230,8 +230,8 @@ class DivRLPresampleTrainer(PPOTrainerSync):
                     float(scores[i].float().sum()),
                 )
             )
-        correct = sum(is_correct(float(s.float().sum())) for s in scores)
-        metrics["divrl_presample/accuracy"] = correct / max(1, len(scores))
+        correct = sum(is_correct(float(scores[i].float().sum())) for i in real)
+        metrics["divrl_presample/accuracy"] = correct / max(1, len(real))
         metrics["divrl_presample/rows"] = float(len(self.divrl_rows))
         return batch
 
