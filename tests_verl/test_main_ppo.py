@@ -91,6 +91,18 @@ def vanilla_sync(world):
     return steps, e2e.checkpoint_files(out_dir / "global_step_2")
 
 
+#: Lp-Reg options under which the regulariser acts on the random tiny model: its next-token
+#: distributions are nearly flat (no probability below 0.5 x the largest one), so the
+#: default min-p ratio 0.02 filters nothing and the proxy equals the policy (nothing is
+#: below it); at 0.7 about a quarter of each row is filtered, and every negative-advantage
+#: token is selected
+LP_REG_ACTS = (
+    "+divrl.loss_options.rho=1.0",
+    "+divrl.loss_options.min_k=1",
+    "+divrl.loss_options.kappa=0.7",
+)
+
+
 def test_lp_reg_in_verls_trainer_is_lp_reg_loss_on_the_same_tensors(world, vanilla_sync):
     """Lp-Reg inside main_ppo (fp32 compute): every update micro-batch's loss equals
     divrl's standalone lp_reg_loss on the tensors of that call (log-probs of verl's forward,
@@ -110,8 +122,7 @@ def test_lp_reg_in_verls_trainer_is_lp_reg_loss_on_the_same_tensors(world, vanil
         data,
         *FP32_COMPUTE,
         "+divrl.policy_loss=lp_reg",
-        "+divrl.loss_options.rho=0.5",
-        "+divrl.loss_options.min_k=1",
+        *LP_REG_ACTS,
         "actor_rollout_ref.actor.clip_ratio_low=1.0",
         "actor_rollout_ref.actor.clip_ratio_high=9.0",
         reward=VARIED_REWARD,
@@ -128,8 +139,9 @@ def test_lp_reg_in_verls_trainer_is_lp_reg_loss_on_the_same_tensors(world, vanil
             r[keys.PROXY_LOG_PROB],
             r["advantages"],
             mask,
-            rho=0.5,
+            rho=1.0,
             min_k=1,
+            kappa=0.7,
             clip_low=1.0,
             clip_high=9.0,
         )
