@@ -136,6 +136,10 @@ def _init_process_group_once_per_device(*args, **kwargs):
     if isinstance(backend, str) and "," in backend:
         pairs = dict(part.split(":", 1) for part in backend.split(","))
         kwargs["backend"] = ",".join(f"{d}:{b}" for d, b in pairs.items())
+    if os.environ.get("DIVRL_VERL_DUMP"):  # a worker: verl and the plugin are imported
+        from tests_verl import loss_dump
+
+        loss_dump.install()
     return _init_process_group(*args, **kwargs)
 
 

@@ -70,10 +70,15 @@ def env(metrics_file: Path | None = None) -> dict[str, str]:
     }
 
 
+#: divrl's verifiers as verl's reward, by module name (verl's ``pkg://`` module paths)
+REWARD = "pkg://divrl.integrations.verl.reward"
+
+
 def command(model: Path, data: Path, out: Path, *extra: str, reward=None) -> list[str]:
     """``python -m verl.trainer.main_ppo`` for 2 GRPO steps of 2 prompts x 2 rollouts
-    (``reward``: the reward function's file, divrl's verifiers by default)."""
-    reward = reward or resources.files("divrl.integrations.verl").joinpath("reward.py")
+    (``reward``: the reward function's file; by default divrl's verifiers, found by module
+    name as docs/verl.md's command finds them)."""
+    reward = reward or REWARD
     actor = "actor_rollout_ref.actor"
     return [
         sys.executable,

@@ -380,3 +380,25 @@ def test_dph_metrics_aggregate_over_ranks_as_token_weighted_means():
     assert aggregated["dph/u_mean"] == pytest.approx(u_sum / u_count, rel=1e-5)
     # the dual-clip PPO loss of the actor config (clip 0.2 / 0.28, c = 3) per rollout token
     assert aggregated["actor/pg_loss"] == pytest.approx(loss_sum / roll_count, rel=1e-4)
+
+
+def test_divrl_vanilla_divides_by_the_loss_scale_factor_as_verl_vanilla_does():
+    """seq-mean-token-sum-norm with actor.loss_scale_factor: verl divides by the factor, not
+    by the micro-batch's padded length; so does divrl_vanilla."""
+    agg, factor = "seq-mean-token-sum-norm", 40
+    config = actor_config(loss_agg_mode=agg, loss_scale_factor=factor)
+    batch = rollout_rows(8)
+    for micro in micro_batches(batch, 2):
+        _, nested = sequence_log_probs(micro)
+        lp = no_padding_2_padding(nested, micro)
+        t = padded(micro, "old_log_probs", "advantages", "response_mask")
+        mask = t["response_mask"].bool()
+        config.global_batch_info.update(
+            dp_size=1, batch_num_tokens=None, global_batch_size=len(batch)
+        )
+        config.global_batch_info["loss_scale_factor"] = factor
+        args = (t["old_log_probs"], lp, t["advantages"], mask)
+        ours, _ = get_policy_loss_fn("divrl_vanilla")(*args, agg, config)
+        theirs, _ = get_policy_loss_fn("vanilla")(*args, agg, config)
+        assert mask.shape[-1] < factor  # the padded length is not the factor
+        torch.testing.assert_close(ours, theirs, rtol=1e-6, atol=1e-7)

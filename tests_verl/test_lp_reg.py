@@ -218,3 +218,34 @@ def test_lp_reg_takes_verls_rollout_importance_weights_on_its_per_token_loss():
     scale = float(mask.sum()) / total
     torch.testing.assert_close(loss, want * scale, rtol=1e-6, atol=1e-7)
     assert not torch.allclose(loss, unweighted * scale)
+
+
+def test_lp_reg_divides_by_the_loss_scale_factor_not_the_padded_length():
+    """seq-mean-token-sum-norm with actor.loss_scale_factor = L: the loss is lp_reg_loss on
+    the rows padded to L (its horizon), as verl's aggregation divides by L."""
+    agg, factor = "seq-mean-token-sum-norm", 40
+    settings = DivRLVerlSettings(policy_loss="lp_reg", loss_options={"rho": 1.0, "min_k": 1})
+    config = actor_config(
+        clip_ratio_low=1.0, clip_ratio_high=9.0, loss_agg_mode=agg, loss_scale_factor=factor
+    )
+    loss_fn = DivRLLoss(config, settings)
+    batch = rollout_rows(6, seed=3)
+    g = torch.Generator().manual_seed(5)
+    for micro in micro_batches(batch, 3):
+        nnz = micro["input_ids"].values().shape[0]
+        out = engine_outputs(loss_fn, micro, torch.randn(nnz, VOCAB, generator=g) * 2.0)
+        loss, metrics = loss_fn(model_output=out, data=micro)
+        width = lambda x: torch.nn.functional.pad(x, (0, factor - x.shape[-1]))  # noqa: E731
+        t = micro.select("old_log_probs", "advantages", "response_mask").to_padded_tensor()
+        assert t["response_mask"].shape[-1] < factor
+        want, _ = lp_reg_loss(
+            width(no_padding_2_padding(out["log_probs"], micro)),
+            width(t["old_log_probs"]),
+            width(no_padding_2_padding(out[PROXY_LOG_PROB], micro)),
+            width(t["advantages"]),
+            width(t["response_mask"].float()),
+            **settings.lp_reg_options(1.0, 9.0, agg).loss_kwargs(),
+        )
+        share = len(micro) / len(batch)  # verl's seq-mean over the mini-batch's rows
+        torch.testing.assert_close(loss, want * share, rtol=1e-6, atol=0)
+        assert metrics["actor/pg_loss"].aggregate() == pytest.approx(float(want), rel=1e-6)

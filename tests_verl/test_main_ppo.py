@@ -35,7 +35,7 @@ def world(tmp_path_factory):
     return root, model, data
 
 
-def _run(root, model, data, *extra, mode="divrl_sync", out=None, reward=None):
+def _run(root, model, data, *extra, mode="divrl_sync", out=None, reward=None, env=None):
     """One verl run; its console output and the per-step metrics verl's file logger wrote."""
     out = out or root / "checkpoints"
     metrics = Path(f"{out}.metrics.jsonl")
@@ -43,7 +43,7 @@ def _run(root, model, data, *extra, mode="divrl_sync", out=None, reward=None):
     cmd = e2e.command(model, data, out, f"trainer.v1.trainer_mode={mode}", *extra, reward=reward)
     proc = subprocess.run(
         ["timeout", "-k", "10", str(TIMEOUT_S), *cmd],
-        env=e2e.env(metrics),
+        env={**e2e.env(metrics), **(env or {})},
         cwd=root,
         capture_output=True,
         text=True,
@@ -51,43 +51,6 @@ def _run(root, model, data, *extra, mode="divrl_sync", out=None, reward=None):
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-6000:]
     return log, e2e.step_metrics(metrics)
-
-
-def test_lp_reg_trains_two_steps_in_verls_trainer(world):
-    root, model, data = world
-    _, steps = _run(
-        root,
-        model,
-        data,
-        "+divrl.policy_loss=lp_reg",
-        "actor_rollout_ref.actor.clip_ratio_low=1.0",
-        "actor_rollout_ref.actor.clip_ratio_high=9.0",
-    )
-    assert [s["step"] for s in steps] == [1.0, 2.0]
-    assert all("actor/lp_reg/mean_z" in s for s in steps)
-
-
-def test_dph_js_trains_two_steps_with_rehearsal_rows(world):
-    root, model, data = world
-    store = e2e.write_store(root / "store", model, data)
-    exploration = root / "exploration.parquet"
-    assert write_exploration_split(data, store, exploration) == 2
-    _, steps = _run(
-        root,
-        model,
-        exploration,
-        "+divrl.divergence=js",
-        "+divrl.divergence_coef=0.2",
-        "+divrl.divergence_weighting=paper",
-        f"+divrl.reference_store={store}",
-        "+divrl.reference_per_step=2",
-    )
-    assert [s["step"] for s in steps] == [1.0, 2.0]
-    for step in steps:
-        divergence = step["actor/dph/divergence"]
-        assert divergence == divergence  # the rehearsal rows reached the loss (not NaN)
-    # the store's log-probs are the initial model's: pi/pi_ref is 1 on them at step 1
-    assert abs(steps[0]["actor/dph/u_mean"] - 1.0) < 0.05
 
 
 #: fp32 parameters and fp32 compute (verl's FSDP engine computes in bf16 unless its
@@ -103,7 +66,139 @@ FP32_COMPUTE = (
 IDENTITY_METRICS = ("actor/pg_loss", "actor/grad_norm", "actor/entropy", "critic/score/mean")
 
 
-def test_divrl_sync_with_dph_and_lp_reg_off_is_verls_sync_run(world):
+def _dumps(folder: Path) -> list[dict]:
+    """The loss calls :mod:`tests_verl.loss_dump` saved from the workers."""
+    import torch
+
+    return [torch.load(f, weights_only=False) for f in sorted(folder.glob("*.pt"))]
+
+
+@pytest.fixture(scope="module")
+def vanilla_sync(world):
+    """verl's own sync run, fp32, the varied reward: (per-step metrics, checkpoint files)."""
+    root, model, data = world
+    out_dir = root / "identity_sync"
+    _, steps = _run(
+        root,
+        model,
+        data,
+        *FP32_COMPUTE,
+        "trainer.save_freq=2",
+        mode="sync",
+        out=out_dir,
+        reward=VARIED_REWARD,
+    )
+    return steps, e2e.checkpoint_files(out_dir / "global_step_2")
+
+
+#: Lp-Reg options under which the regulariser acts on the random tiny model: its next-token
+#: distributions are nearly flat (no probability below 0.5 x the largest one), so the
+#: default min-p ratio 0.02 filters nothing and the proxy equals the policy (nothing is
+#: below it); at 0.7 about a quarter of each row is filtered, and every negative-advantage
+#: token is selected
+LP_REG_ACTS = (
+    "+divrl.loss_options.rho=1.0",
+    "+divrl.loss_options.min_k=1",
+    "+divrl.loss_options.kappa=0.7",
+)
+
+
+def test_lp_reg_in_verls_trainer_is_lp_reg_loss_on_the_same_tensors(world, vanilla_sync):
+    """Lp-Reg inside main_ppo (fp32 compute): every update micro-batch's loss equals
+    divrl's standalone lp_reg_loss on the tensors of that call (log-probs of verl's forward,
+    pi_old's proxy from the old-log-prob pass), times its share of verl's token count; the
+    regulariser acts on some tokens, and the step's gradient differs from verl's vanilla
+    run's (same seed, same rollouts at step 1)."""
+    import torch
+
+    from divrl.algorithms import lp_reg_loss
+    from divrl.integrations.verl import keys
+
+    root, model, data = world
+    dump = root / "lp_reg_dump"
+    _, steps = _run(
+        root,
+        model,
+        data,
+        *FP32_COMPUTE,
+        "+divrl.policy_loss=lp_reg",
+        *LP_REG_ACTS,
+        "actor_rollout_ref.actor.clip_ratio_low=1.0",
+        "actor_rollout_ref.actor.clip_ratio_high=9.0",
+        reward=VARIED_REWARD,
+        env={"DIVRL_VERL_DUMP": str(dump)},
+    )
+    assert [s["step"] for s in steps] == [1.0, 2.0]
+    records, regularized = _dumps(dump), 0.0
+    assert len(records) >= 2  # one micro-batch of 4 rows a step
+    for r in records:
+        mask = r["response_mask"].to(r["log_prob"].dtype)
+        want, metrics = lp_reg_loss(
+            r["log_prob"],
+            r["old_log_probs"],
+            r[keys.PROXY_LOG_PROB],
+            r["advantages"],
+            mask,
+            rho=1.0,
+            min_k=1,
+            kappa=0.7,
+            clip_low=1.0,
+            clip_high=9.0,
+        )
+        share = float(mask.sum()) / float(r["batch_num_tokens"]) * int(r["dp_size"])
+        torch.testing.assert_close(r["loss"], want * share, rtol=1e-6, atol=0)
+        assert r["metrics"]["lp_reg/num_regularized"] == metrics["lp_reg/num_regularized"]
+        regularized += metrics["lp_reg/num_regularized"]
+    assert regularized > 0
+    vanilla, _ = vanilla_sync
+    assert steps[0]["critic/score/mean"] == pytest.approx(vanilla[0]["critic/score/mean"])
+    assert steps[0]["actor/grad_norm"] != pytest.approx(vanilla[0]["actor/grad_norm"], rel=1e-3)
+
+
+def test_dph_js_in_verls_trainer_is_reference_divergence_loss_on_the_same_tensors(world):
+    """DPH-JS inside main_ppo (fp32 compute), 2 rehearsal rows a step: the DPH term the
+    plugin computed on each micro-batch's rehearsal rows equals divrl's standalone
+    reference_divergence_loss on that call's tensors; u = pi / pi_ref is 1 at step 1 (the
+    store holds the tiny model's own log-probs)."""
+    import torch
+
+    from divrl.algorithms import reference_divergence_loss
+    from divrl.integrations.verl import keys
+
+    root, model, data = world
+    store = e2e.write_store(root / "store", model, data)
+    exploration = root / "exploration.parquet"
+    assert write_exploration_split(data, store, exploration) == 2
+    dump = root / "dph_dump"
+    _, steps = _run(
+        root,
+        model,
+        exploration,
+        *FP32_COMPUTE,
+        "+divrl.divergence=js",
+        "+divrl.divergence_coef=0.2",
+        "+divrl.divergence_weighting=paper",
+        f"+divrl.reference_store={store}",
+        "+divrl.reference_per_step=2",
+        env={"DIVRL_VERL_DUMP": str(dump)},
+    )
+    assert [s["step"] for s in steps] == [1.0, 2.0]
+    checked = 0
+    for r in _dumps(dump):
+        rows = r[keys.IS_REFERENCE].bool()
+        if not bool((r["response_mask"][rows] > 0).any()):
+            continue
+        mask = r["response_mask"].to(r["log_prob"].dtype)
+        want, _ = reference_divergence_loss(
+            r["log_prob"][rows], r[keys.REF_LOG_PROB][rows], mask[rows], "js", None
+        )
+        torch.testing.assert_close(r["reference_term"], want, rtol=1e-6, atol=0)
+        checked += 1
+    assert checked >= 2  # each step's rehearsal rows reached the loss
+    assert abs(steps[0]["actor/dph/u_mean"] - 1.0) < 1e-3
+
+
+def test_divrl_sync_with_dph_and_lp_reg_off_is_verls_sync_run(world, vanilla_sync):
     """divrl's trainer mode with eta = 0 and Lp-Reg off against verl's own sync trainer:
     same seed, 2 steps, fp32; the same per-step metrics to 1e-6 (relative) and the same
     checkpoint files (gen_batch_size and the replay buffer: test_sync_mode.py).
@@ -116,18 +211,20 @@ def test_divrl_sync_with_dph_and_lp_reg_off_is_verls_sync_run(world):
     rather than AdamW, whose first step divides each component by its own size, so step 2
     does not enlarge the rounding-size differences that remain."""
     root, model, data = world
-    fp32 = [*FP32_COMPUTE, "trainer.save_freq=2"]
-    runs = {}
-    for mode, extra in (
-        ("sync", []),
-        ("divrl_sync", ["+divrl.divergence=js", "+divrl.divergence_coef=0"]),
-    ):
-        out_dir = root / f"identity_{mode}"
-        _, steps = _run(
-            root, model, data, *fp32, *extra, mode=mode, out=out_dir, reward=VARIED_REWARD
-        )
-        runs[mode] = (steps, e2e.checkpoint_files(out_dir / "global_step_2"))
-    (verl_steps, verl_files), (ours, our_files) = runs["sync"], runs["divrl_sync"]
+    out_dir = root / "identity_divrl_sync"
+    _, ours = _run(
+        root,
+        model,
+        data,
+        *FP32_COMPUTE,
+        "trainer.save_freq=2",
+        "+divrl.divergence=js",
+        "+divrl.divergence_coef=0",
+        out=out_dir,
+        reward=VARIED_REWARD,
+    )
+    our_files = e2e.checkpoint_files(out_dir / "global_step_2")
+    verl_steps, verl_files = vanilla_sync
     assert [s["step"] for s in verl_steps] == [s["step"] for s in ours] == [1.0, 2.0]
     for theirs, mine in zip(verl_steps, ours, strict=True):
         for name in IDENTITY_METRICS:

@@ -16,8 +16,15 @@ from transformers import AutoTokenizer
 
 from divrl.data.fingerprint import model_fingerprint
 from divrl.data.reference_store import ReferenceStore, StoreExpectation
-from divrl.integrations.verl.data import write_exploration_split
-from divrl.integrations.verl.presample import PresampleRow, split_rows
+from divrl.integrations.verl.presample import (
+    EPOCH_PADDING,
+    EpochPadded,
+    PresampleRow,
+    check_coverage,
+    dataset_prompt_ids,
+    kept,
+    split_rows,
+)
 from tests_verl import e2e
 
 TIMEOUT_S = 600
@@ -47,6 +54,39 @@ def test_the_split_is_divrl_presamples():
         split_rows(rows[:4], k=2)
 
 
+def test_the_epoch_padded_to_whole_batches_reaches_every_prompt_once():
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    rows = [{"index": f"q{i}", "extra_info": {"index": f"q{i}"}} for i in range(5)]
+    padded = EpochPadded(rows, extra=-5 % 2)
+    assert len(padded) == 6 and padded[5]["index"] == f"{EPOCH_PADDING}q0"
+    seen = [
+        i
+        for b in StatefulDataLoader(padded, batch_size=2, drop_last=True, collate_fn=list)
+        for r in b
+        for i in [r["index"]]
+    ]
+    # verl's loader over the dataset alone (drop_last=True) yields 4 of the 5
+    assert len(list(StatefulDataLoader(rows, batch_size=2, drop_last=True, collate_fn=list))) == 2
+    assert sorted(i for i in seen if kept({}, i)) == ["q0", "q1", "q2", "q3", "q4"]
+    assert not kept({"is_padding": True}, "q0")  # verl's padding row copies a real index
+
+
+def test_prompt_ids_missing_duplicated_or_not_covered_are_refused():
+    assert dataset_prompt_ids([{"extra_info": {"index": 3}}, {"extra_info": {"index": "a"}}]) == [
+        "3",
+        "a",
+    ]
+    with pytest.raises(ValueError, match=r"row 1 of data.train_files has no extra_info.index"):
+        dataset_prompt_ids([{"extra_info": {"index": 3}}, {"extra_info": {}}])
+    with pytest.raises(ValueError, match=r"rows 0 and 2 of data.train_files share .*'a'"):
+        dataset_prompt_ids([{"extra_info": {"index": "a"}}, {"extra_info": {"index": "b"}}] * 2)
+    table = [{"prompt_id": "a"}, {"prompt_id": "b"}]
+    check_coverage(table, ["b", "a"])
+    with pytest.raises(ValueError, match=r"missing \['c'\], extra \[\]; no store was written"):
+        check_coverage(table, ["a", "b", "c"])
+
+
 def _run(root, model, data, out, *extra, reward=None) -> str:
     cmd = e2e.command(model, data, out, *extra, reward=reward)
     proc = subprocess.run(
@@ -63,11 +103,12 @@ def _run(root, model, data, out, *extra, reward=None) -> str:
 
 def test_presample_through_verl_then_train_from_it(tmp_path):
     model = e2e.build_model(tmp_path / "model")
-    # four prompts that fit data.max_prompt_length: verl's tokens of a longer one (math-1)
-    # are not its whole rendering, which is what divrl's check below compares
+    # five prompts that fit data.max_prompt_length: verl's tokens of a longer one (math-1)
+    # are not its whole rendering, which is what divrl's check below compares; five at
+    # data.train_batch_size=2: verl's dataloader (drop_last=True) alone would drop one
     data = tmp_path / "train.parquet"
-    rows = pd.read_parquet(e2e.write_data(data, n=5)).to_dict("records")
-    rows = [r for r in rows if r["extra_info"]["index"] != "math-1"]
+    rows = pd.read_parquet(e2e.write_data(data, n=7)).to_dict("records")
+    rows = [r for r in rows if r["extra_info"]["index"] not in ("math-1", "math-5")]
     pd.DataFrame(rows).to_parquet(data)
     store = tmp_path / "store"
     _run(
@@ -78,6 +119,7 @@ def test_presample_through_verl_then_train_from_it(tmp_path):
         "trainer.v1.trainer_mode=divrl_presample",
         f"+divrl.reference_store={store}",
         "trainer.total_epochs=1",
+        "trainer.total_training_steps=null",
         reward=SPLIT_REWARD,
     )
     # divrl train's checks: the model's and the prompts' fingerprints, the samples
@@ -101,8 +143,11 @@ def test_presample_through_verl_then_train_from_it(tmp_path):
     # where it came from: the prompts it was presampled for, by this checkout's code
     assert opened.manifest["provenance"]["data"] == expect.fingerprint()["prompts"]
     assert opened.manifest["provenance"]["versions"]["verl"] == __import__("verl").__version__
-    exploration = tmp_path / "exploration.parquet"
-    assert write_exploration_split(data, store, exploration) == 2
+    # every prompt split, the last partial batch's too; the exploration file written
+    assert opened.manifest["stats"]["prompts"] == 5
+    exploration = Path(f"{store}.exploration.parquet")
+    explored = pd.read_parquet(exploration)["extra_info"].map(lambda e: e["index"])
+    assert sorted(explored) == ["math-3", "math-4", "math-6"]
     # the plugin trains from it: the stored log-probs are verl's forward's
     log = _run(
         tmp_path,

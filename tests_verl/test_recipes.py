@@ -11,6 +11,7 @@ from hydra import compose, initialize_config_module
 from verl.utils.config import omega_conf_to_dataclass
 
 from divrl.integrations.verl.settings import DivRLVerlSettings
+from divrl.integrations.verl.startup import startup_errors
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "verl"
 OVERRIDE = re.compile(r"^\s+(\+?[A-Za-z_][\w.]*=\S*?)(\s+\\)?$")
@@ -54,6 +55,7 @@ def test_a_recipe_composes_with_verls_config(name):
     with initialize_config_module(config_module="verl.trainer.config", version_base=None):
         cfg = compose(config_name="ppo_trainer", overrides=args)
     assert cfg.trainer.v1.trainer_mode == "divrl_sync"
+    assert startup_errors(cfg) == []  # main_ppo's start-up gate lets it through
     actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
     settings = DivRLVerlSettings.from_mapping(cfg.divrl)
     if name.startswith("dph"):

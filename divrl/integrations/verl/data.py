@@ -13,6 +13,7 @@ reads it), so the file must be the one the store was presampled from.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 
 from divrl.data.loading import load_examples, write_examples
@@ -20,9 +21,13 @@ from divrl.data.reference_store import ReferenceStore
 
 
 def write_exploration_split(
-    train_path: str | Path, store_path: str | Path, out_path: str | Path, overwrite: bool = False
+    train_path: str | Path | Sequence[str | Path],
+    store_path: str | Path,
+    out_path: str | Path,
+    overwrite: bool = False,
 ) -> int:
-    """Write the exploration prompts of ``train_path`` to ``out_path``; their number.
+    """Write the exploration prompts of ``train_path`` (one file, or verl's list of
+    ``data.train_files``) to ``out_path``; their number.
 
     Raises:
         FileExistsError: ``out_path`` exists and ``overwrite`` is False.
@@ -32,7 +37,8 @@ def write_exploration_split(
     if out.exists() and not overwrite:
         raise FileExistsError(f"{out} exists: pass --overwrite to replace it")
     wanted = ReferenceStore(store_path).exploration_ids
-    examples = [ex for ex in load_examples(train_path) if str(ex.id) in wanted]
+    paths = [train_path] if isinstance(train_path, str | Path) else list(train_path)
+    examples = [ex for path in paths for ex in load_examples(path) if str(ex.id) in wanted]
     if not examples:
         raise ValueError(
             f"none of the prompts of {train_path} is in the exploration split of {store_path}: "

@@ -110,7 +110,9 @@ def divrl_vanilla_policy_loss(
     """verl's policy-loss signature over :func:`divrl.algorithms.policy_loss`.
 
     Equals ``policy_loss(...) * global_share(...)``: divrl's clipped surrogate aggregated
-    over this micro-batch, weighted by its share of verl's global count.
+    over this micro-batch, weighted by its share of verl's global count (and divided by
+    ``actor.loss_scale_factor`` instead of the padded length under
+    ``seq-mean-token-sum-norm``, as verl's aggregation does: :func:`horizon_scale`).
     """
     if config is None:
         raise ValueError("divrl_vanilla needs verl's actor config (clip_ratio_*, clip_ratio_c)")
@@ -124,17 +126,27 @@ def divrl_vanilla_policy_loss(
     loss, metrics = policy_loss(
         log_prob, old_log_prob, advantages, response_mask, **options.loss_kwargs()
     )
-    return loss * global_share(response_mask, loss_agg_mode, info), _verl_pg_metrics(metrics)
+    share = global_share(response_mask, loss_agg_mode, info)
+    share *= horizon_scale(config, loss_agg_mode, response_mask)
+    return loss * share, _verl_pg_metrics(metrics)
 
 
 def _batch_info(config: Any) -> dict:
-    info = dict(config.global_batch_info)
-    if info.get("loss_scale_factor") is not None:
-        raise ValueError(
-            "actor.loss_scale_factor is set: divrl's seq-mean-token-sum-norm divides by the "
-            "micro-batch's padded response length (verl's default); unset loss_scale_factor"
-        )
-    return info
+    return dict(config.global_batch_info)
+
+
+def horizon_scale(config: Any, agg: str, mask: torch.Tensor) -> float:
+    """The factor that turns divrl's ``seq-mean-token-sum-norm`` (divided by the padded
+    length ``T`` of the rows given) into verl's under ``actor.loss_scale_factor = L``
+    (divided by ``L``): ``T / L``; 1 for the other aggregations or without ``L``.
+
+    verl's ``agg_loss``: ``sum_i sum_t L_it m_it / (B * L)``; divrl's ``aggregate``:
+    ``sum_i sum_t L_it m_it / (B * T)``, so verl's = divrl's * ``T / L``.
+    """
+    factor = getattr(config, "loss_scale_factor", None)
+    if agg != "seq-mean-token-sum-norm" or factor is None:
+        return 1.0
+    return mask.shape[-1] / float(factor)
 
 
 def _stream_weights(
@@ -422,8 +434,10 @@ class DivRLLoss:
                 token_weights=t["rollout_is_weights"][rows] if "rollout_is_weights" in t else None,
                 **self.options.loss_kwargs(),
             )
+            loss = loss * horizon_scale(self.config, self.agg, mask)  # actor.loss_scale_factor
             # verl's own name for the policy loss too, where verl users' dashboards look
-            metrics = {**metrics, **_verl_pg_metrics(metrics), "actor/pg_loss": metrics["pg/loss"]}
+            pg = metrics["pg/loss"] * horizon_scale(self.config, self.agg, mask)
+            metrics = {**metrics, **_verl_pg_metrics(metrics), "actor/pg_loss": pg}
         else:
             weights = t["rollout_is_weights"][rows] if "rollout_is_weights" in t else None
             loss, metrics = verl_policy_term(self.config, lp, old, adv, mask, self.agg, weights)
@@ -432,11 +446,12 @@ class DivRLLoss:
             kld = kl_penalty(
                 logprob=lp, ref_logprob=t["ref_log_prob"][rows], kl_penalty=config.kl_loss_type
             )
-            kl = aggregate(kld, mask, self.agg)
+            kl = aggregate(kld, mask, self.agg) * horizon_scale(config, self.agg, mask)
             loss = loss + config.kl_loss_coef * kl
             metrics["kl_loss"] = float(kl.detach())
         if config.entropy_coeff and "entropy" in t:
             ent = aggregate(t["entropy"][rows], mask, self.agg)
+            ent = ent * horizon_scale(config, self.agg, mask)
             loss = loss - config.entropy_coeff * ent
             metrics["entropy_loss"] = float(ent.detach())
         return loss, metrics

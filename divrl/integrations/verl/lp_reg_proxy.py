@@ -27,6 +27,7 @@ import math
 import torch
 
 from divrl.algorithms.logits import FILTERED_LOG_PROB
+from divrl.integrations.verl.settings import MEGATRON_REFUSAL
 
 #: fp32 bytes worked on per logit of a chunk: the fp32 chunk and its boolean keep mask
 CHUNK_BYTES_PER_LOGIT = 5
@@ -140,13 +141,6 @@ def next_token_labels(
     labels = torch.roll(flat, -1)
     labels = torch.nn.functional.pad(labels, (0, positions - flat.shape[0]))
     return labels.reshape(lead).to(logits.device)
-
-
-MEGATRON_REFUSAL = (
-    "Lp-Reg's proxy under Megatron needs actor_rollout_ref.actor.megatron."
-    "tensor_model_parallel_size=1 and context_parallel_size=1 (its softmax, min-p and "
-    "label reductions are over the whole vocabulary and sequence), got TP={tp}, CP={cp}"
-)
 
 
 def check_megatron_layout(actor_config) -> None:

@@ -1,7 +1,10 @@
 """The ``verl.plugins`` entry point: verl imports this module when it starts.
 
-It registers ``divrl_vanilla`` in verl's policy-loss registry, ``divrl_grpo`` in its
-advantage-estimator registry (GRPO with unscorable responses left out), and the ``divrl_sync`` and
+It installs divrl's start-up gate in verl's ``validate_config``
+(:mod:`divrl.integrations.verl.startup`: a run whose divrl settings would not act stops
+before any worker starts), registers ``divrl_vanilla`` in verl's policy-loss registry,
+divrl's advantage estimators (``divrl_grpo``, ``divrl_rloo``, ...: unscorable responses
+left out) in its advantage-estimator registry, and the ``divrl_sync`` and
 ``divrl_presample`` v1 trainer modes (in the driver and in every worker, since each imports
 verl). verl swallows an entry point's exceptions at debug level, so an unsupported verl
 is reported here with a warning, and the losses are then left unregistered
@@ -18,7 +21,14 @@ logger = logging.getLogger(__name__)
 
 
 def register() -> bool:
-    """Register divrl's losses with verl; False (and a warning) on an unsupported verl."""
+    """Register divrl's losses with verl; False (and a warning) on an unsupported verl.
+
+    The start-up gate is installed first, on any verl release that has the function it
+    wraps: a run with divrl settings is checked even where the losses are not registered.
+    """
+    from divrl.integrations.verl.startup import install_startup_gate
+
+    install_startup_gate()
     try:
         check_verl_version()
     except UnsupportedVerlError as e:

@@ -34,9 +34,12 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+import torch.utils.data
 import transfer_queue as tq
 from omegaconf import open_dict
+from torchdata.stateful_dataloader import StatefulDataLoader
 from transfer_queue import KVBatchMeta
+from verl.trainer.ppo.utils import create_rl_sampler
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
@@ -46,8 +49,9 @@ from divrl.data.reference_store import (
     StoreExpectation,
     write_reference_store,
 )
-from divrl.data.store_files import check_store_target
+from divrl.integrations.verl.data import write_exploration_split
 from divrl.integrations.verl.settings import DivRLVerlSettings
+from divrl.integrations.verl.startup import check_startup, exploration_path
 from divrl.provenance import provenance
 from divrl.rewards import is_correct
 
@@ -57,6 +61,78 @@ TRAINER_MODE = "divrl_presample"
 #: what verl's own checks must see (the replay buffer, batch sizes and checkpoints of sync)
 VERL_MODE = "sync"
 FIELDS = ("prompts", "responses", "old_log_probs", "rm_scores", "index")
+#: the ``index`` of a copied prompt that completes the epoch's last batch
+EPOCH_PADDING = "divrl_epoch_padding:"
+
+
+class EpochPadded(torch.utils.data.Dataset):
+    """``dataset`` followed by copies of its first ``extra`` rows, their ``index`` marked
+    with :data:`EPOCH_PADDING`: verl's dataloader drops the last partial batch
+    (``drop_last=True``), so the presample pads the epoch to whole batches, and drops the
+    copies' responses."""
+
+    def __init__(self, dataset: Any, extra: int) -> None:
+        self.dataset, self.extra = dataset, extra
+
+    def __len__(self) -> int:
+        return len(self.dataset) + self.extra
+
+    def __getitem__(self, item: int) -> dict:
+        n = len(self.dataset)
+        if item < n:
+            return self.dataset[item]
+        row = dict(self.dataset[item - n])
+        row["index"] = f"{EPOCH_PADDING}{row['index']}"
+        return row
+
+
+def dataset_prompt_ids(dataset: Any) -> list[str]:
+    """Each row's prompt id (``extra_info.index``) of verl's dataset, after its filters.
+
+    Raises:
+        ValueError: a row without an index, or two rows sharing one (naming them).
+    """
+    frame = getattr(dataset, "dataframe", None)
+    extras = frame["extra_info"] if frame is not None else [r.get("extra_info") for r in dataset]
+    ids, seen = [], {}
+    for row, extra in enumerate(extras):
+        index = (extra or {}).get("index")
+        if index is None:
+            raise ValueError(
+                f"row {row} of data.train_files has no extra_info.index: the presample needs "
+                "one per row (the store's prompt id); add it to every row"
+            )
+        if str(index) in seen:
+            raise ValueError(
+                f"rows {seen[str(index)]} and {row} of data.train_files share extra_info.index "
+                f"{index!r}: every row needs its own (the store's prompt id)"
+            )
+        seen[str(index)] = row
+        ids.append(str(index))
+    return ids
+
+
+def kept(tag: dict, index: Any) -> bool:
+    """Whether a row of the update batch is a real response: not one of verl's padding
+    rows (dynamic batch sizes; they copy the first row's ``index``), not a response to a
+    prompt copied to complete the last batch (:class:`EpochPadded`)."""
+    return not tag.get("is_padding", False) and not str(index).startswith(EPOCH_PADDING)
+
+
+def check_coverage(table: list[dict[str, Any]], dataset_ids: list[str]) -> None:
+    """The split's prompts (near-perfect and exploration) are exactly the dataset's.
+
+    Raises:
+        ValueError: naming how many, and which, prompts are missing or extra.
+    """
+    split, data = {row["prompt_id"] for row in table}, set(dataset_ids)
+    missing, extra = sorted(data - split), sorted(split - data)
+    if missing or extra:
+        raise ValueError(
+            f"the presample split {len(split)} prompts but data.train_files holds "
+            f"{len(data)} after verl's filters: missing {missing[:5]}, extra {extra[:5]}; "
+            "no store was written"
+        )
 
 
 @dataclass
@@ -125,14 +201,9 @@ class DivRLPresampleTrainer(PPOTrainerSync):
     """verl's synchronous trainer that keeps one epoch of rollouts as a reference store."""
 
     def __init__(self, config):
+        check_startup(config)  # as main_ppo's validate_config did (rollout.n, the store path)
         self.divrl = DivRLVerlSettings.from_mapping(config.get("divrl"))
         self.divrl_k = presample_k(config)
-        if not self.divrl.reference_store:
-            raise ValueError(
-                f"trainer.v1.trainer_mode={TRAINER_MODE} writes the store at "
-                "divrl.reference_store: set +divrl.reference_store=PATH"
-            )
-        check_store_target(self.divrl.reference_store, flag="a new divrl.reference_store path")
         self.divrl_rows: list[PresampleRow] = []
         self.divrl_started = time.perf_counter()
         with open_dict(config):
@@ -147,7 +218,9 @@ class DivRLPresampleTrainer(PPOTrainerSync):
         prompts, responses = data["prompts"].unbind(), data["responses"].unbind()
         log_probs, scores = data["old_log_probs"].unbind(), data["rm_scores"].unbind()
         index = list(data["index"])
-        for i, key in enumerate(batch.keys):
+        real = [i for i in range(len(batch.keys)) if kept(batch.tags[i], index[i])]
+        for i in real:
+            key = batch.keys[i]
             self.divrl_rows.append(
                 PresampleRow(
                     str(key),
@@ -158,10 +231,33 @@ class DivRLPresampleTrainer(PPOTrainerSync):
                     float(scores[i].float().sum()),
                 )
             )
-        correct = sum(is_correct(float(s.float().sum())) for s in scores)
-        metrics["divrl_presample/accuracy"] = correct / max(1, len(scores))
+        correct = sum(is_correct(float(scores[i].float().sum())) for i in real)
+        metrics["divrl_presample/accuracy"] = correct / max(1, len(real))
         metrics["divrl_presample/rows"] = float(len(self.divrl_rows))
         return batch
+
+    def _init_dataloader(self):
+        """verl's dataloaders, the training one over the epoch padded to whole batches (and
+        the prompt ids checked) before any worker starts."""
+        super()._init_dataloader()
+        self.divrl_prompt_ids = dataset_prompt_ids(self.train_dataset)
+        size = int(self.config.data.train_batch_size)
+        extra = -len(self.train_dataset) % size
+        if not extra:
+            return
+        loader = self.train_dataloader
+        self.train_dataset = EpochPadded(self.train_dataset, extra)
+        self.train_dataloader = StatefulDataLoader(
+            dataset=self.train_dataset,
+            batch_size=loader.batch_size,
+            num_workers=loader.num_workers,
+            drop_last=True,
+            collate_fn=loader.collate_fn,
+            sampler=create_rl_sampler(self.config.data, self.train_dataset),
+        )
+        self.steps_per_epoch = len(self.train_dataset) // size
+        if self.config.trainer.total_training_steps is None:
+            self.total_training_steps = self.steps_per_epoch * self.config.trainer.total_epochs
 
     def fit(self, agent_loop_manager):
         super().fit(agent_loop_manager)
@@ -170,6 +266,7 @@ class DivRLPresampleTrainer(PPOTrainerSync):
     def write_store(self) -> dict[str, Any]:
         """Split the kept rows and write the store; returns its manifest."""
         table, references, presampled = split_rows(self.divrl_rows, self.divrl_k)
+        check_coverage(table, self.divrl_prompt_ids)
         samples = [
             ReferenceSample(
                 r.prompt_id,
@@ -186,10 +283,23 @@ class DivRLPresampleTrainer(PPOTrainerSync):
         )
         write_reference_store(self.divrl.reference_store, samples, table, manifest)
         near = sum(r["split"] == "near_perfect" for r in table)
+        exploration = exploration_path(self.divrl.reference_store)
+        files = self.config.data.train_files
+        files = [str(f) for f in files] if not isinstance(files, str) else files
+        written = 0
+        if len(table) > near:  # no file when every prompt is near-perfect
+            written = write_exploration_split(files, self.divrl.reference_store, exploration)
+        if written != len(table) - near:
+            raise ValueError(
+                f"{exploration} holds {written} prompts but the store's exploration split "
+                f"{len(table) - near}: data.train_files' ids (its id column, else "
+                "extra_info.index) are not verl's extra_info.index"
+            )
         # printed, as verl's trainer prints its final metrics (its logging shows warnings only)
         print(
             f"divrl presample: {len(samples)} reference samples, {near} near-perfect of "
-            f"{len(table)} prompts, at {self.divrl.reference_store}"
+            f"{len(table)} prompts, at {self.divrl.reference_store}; {written} exploration "
+            f"prompts (data.train_files of the training run) at {exploration}"
         )
         return manifest
 

@@ -1,7 +1,8 @@
 """divrl's verifiers as verl's custom reward function.
 
-Point verl at this file (``reward.custom_reward_function.path=<this file>``;
-``python -c "import divrl.integrations.verl.reward as r; print(r.__file__)"`` prints it) with ``name=compute_score`` for verl's ``naive`` reward
+Point verl at this module by name (``reward.custom_reward_function.path=
+pkg://divrl.integrations.verl.reward``: verl imports ``pkg://`` paths as modules) with
+``name=compute_score`` for verl's ``naive`` reward
 manager, or ``name=compute_score_batch`` with ``reward.reward_manager.name=batch``. Both
 score through :func:`divrl.rewards.score_batch`: cheap decisions in the caller, the rest in
 divrl's pool of verifier processes, each item under a hard time limit after which its

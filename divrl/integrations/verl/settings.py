@@ -292,7 +292,7 @@ def _choice(name: str, value: Any, valid: tuple[str, ...]) -> None:
         raise VerlSettingsError(f"{SECTION}.{name}={value!r}; valid: {', '.join(valid)}")
 
 
-def _get(config: Mapping[str, Any], dotted: str, default: Any = None) -> Any:
+def config_value(config: Mapping[str, Any], dotted: str, default: Any = None) -> Any:
     """``config``'s value at a dotted key (a DictConfig or nested dicts), else ``default``."""
     node: Any = config
     for part in dotted.split("."):
@@ -304,64 +304,144 @@ def _get(config: Mapping[str, Any], dotted: str, default: Any = None) -> Any:
     return node
 
 
+#: the aggregations divrl's losses implement (verl's ``token-sum`` is not one)
+DIVRL_AGGS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+#: Megatron FP8 recipes under which verl pads each packed sequence to a multiple of 16
+FP8_PADDED = ("e4m3", "hybrid")
+MEGATRON_REFUSAL = (
+    "Lp-Reg's proxy under Megatron needs actor_rollout_ref.actor.megatron."
+    "tensor_model_parallel_size=1 and context_parallel_size=1 (its softmax, min-p and "
+    "label reductions are over the whole vocabulary and sequence), got TP={tp}, CP={cp}"
+)
+ACTOR = "actor_rollout_ref.actor"
+
+
 def composition_errors(config: Mapping[str, Any], settings: DivRLVerlSettings) -> list[str]:
     """What in a verl config cannot stand beside divrl's loss (one line per key), or [].
 
-    Called at start-up (the trainer mode's constructor), before Ray starts any worker, so a
-    run that would drop one of the user's settings stops at once instead of at step 400.
+    Called at start-up (:mod:`divrl.integrations.verl.startup`'s gate in verl's
+    ``validate_config``, and the trainer mode's constructor), before Ray starts any worker,
+    so a run that would drop one of the user's settings stops at once instead of at step 400.
     Nothing is refused when divrl's loss is off (verl's own ``ppo_loss`` runs).
     """
     if not settings.replaces_loss:
         return []
-    actor = "actor_rollout_ref.actor"
     errors = []
-    if _get(config, "distillation.enabled", False):
+    if config_value(config, "distillation.enabled", False):
         errors.append(
             "distillation.enabled=True: verl's distillation loss is the actor loss that "
             f"{SECTION}'s DPH-RL / Lp-Reg loss replaces; switch one of them off"
         )
-    mode = _get(config, f"{actor}.policy_loss.loss_mode", "vanilla")
-    if settings.policy_loss == "lp_reg" and mode != "vanilla":
+    if settings.policy_loss == "lp_reg":
+        errors += _lp_reg_errors(config, settings)
+    if settings.dph:
+        errors += _dph_errors(config, settings)
+    return errors
+
+
+def _lp_reg_errors(config: Mapping[str, Any], settings: DivRLVerlSettings) -> list[str]:
+    """What cannot stand beside Lp-Reg (its proxy needs each position's whole logits row)."""
+    errors = []
+    mode = config_value(config, f"{ACTOR}.policy_loss.loss_mode", "vanilla")
+    if mode != "vanilla":
         errors.append(
-            f"{actor}.policy_loss.loss_mode={mode}: Lp-Reg ({SECTION}.policy_loss=lp_reg) is "
+            f"{ACTOR}.policy_loss.loss_mode={mode}: Lp-Reg ({SECTION}.policy_loss=lp_reg) is "
             "the policy term itself and cannot stand beside another loss mode; set it to vanilla"
         )
-    if settings.dph and mode not in COMPOSED_LOSS_MODES:
-        why = REFUSED_LOSS_MODES.get(mode, "it is not one divrl has checked")
+    agg = config_value(config, f"{ACTOR}.loss_agg_mode", "token-mean")
+    if agg not in DIVRL_AGGS:
         errors.append(
-            f"{actor}.policy_loss.loss_mode={mode}: cannot be DPH-RL's rollout term ({why}); "
-            f"use one of {', '.join(COMPOSED_LOSS_MODES)}"
+            f"{ACTOR}.loss_agg_mode={agg}: divrl's Lp-Reg aggregates with "
+            f"{', '.join(DIVRL_AGGS)}; set one of them"
         )
-    replay = _get(config, f"{actor}.megatron.router_replay.mode", "disabled")
-    if settings.dph and replay != "disabled":
-        errors.append(
-            f"{actor}.megatron.router_replay.mode={replay}: the rehearsal rows have no recorded "
-            "expert routes to replay; set it to disabled for DPH-RL"
-        )
-    if settings.policy_loss == "lp_reg" and _get(
-        config, "actor_rollout_ref.model.use_fused_kernels"
-    ):
+    if config_value(config, "actor_rollout_ref.model.use_fused_kernels"):
         errors.append(
             "actor_rollout_ref.model.use_fused_kernels=True: fused kernels never materialise "
             "the logits Lp-Reg's proxy is computed from; set it to False"
         )
-    sp = _get(config, f"{actor}.ulysses_sequence_parallel_size", 1)
-    if settings.policy_loss == "lp_reg" and sp > 1:
+    for key in ("ulysses_sequence_parallel_size", "fsdp_config.ulysses_sequence_parallel_size"):
+        sp = config_value(config, f"{ACTOR}.{key}", 1)
+        if sp > 1:
+            errors.append(
+                f"{ACTOR}.{key}={sp}: Lp-Reg's proxy needs each position's whole logits row, "
+                "which Ulysses splits; set it to 1"
+            )
+    for key in ("pad_to_length", "fsdp_config.pad_to_length", "megatron.pad_to_length"):
+        if config_value(config, f"{ACTOR}.{key}", False):
+            errors.append(
+                f"{ACTOR}.{key}=True: verl's engine gives no logits hook to a padded-to-length "
+                "forward (it is the top-K distillation path), and Lp-Reg's proxy is computed "
+                "there; set it to False"
+            )
+            break  # the engine's keys default to the actor's: one line for one setting
+    if config_value(config, f"{ACTOR}.strategy", "fsdp") == "megatron":
+        tp = int(config_value(config, f"{ACTOR}.megatron.tensor_model_parallel_size", 1) or 1)
+        cp = int(config_value(config, f"{ACTOR}.megatron.context_parallel_size", 1) or 1)
+        if tp > 1 or cp > 1:
+            errors.append(MEGATRON_REFUSAL.format(tp=tp, cp=cp))
+        fp8 = config_value(config, f"{ACTOR}.megatron.override_transformer_config.fp8")
+        if fp8 in FP8_PADDED and config_value(config, f"{ACTOR}.megatron.use_remove_padding", True):
+            errors.append(
+                f"{ACTOR}.megatron.override_transformer_config.fp8={fp8}: verl pads each packed "
+                "sequence to a multiple of 16 under FP8, and Lp-Reg's next-token labels assume "
+                "sequences packed end to end; unset fp8 for Lp-Reg"
+            )
+    return errors
+
+
+def _dph_errors(config: Mapping[str, Any], settings: DivRLVerlSettings) -> list[str]:
+    """What cannot stand beside DPH-RL's rehearsal rows and stream weights."""
+    errors = []
+    mode = config_value(config, f"{ACTOR}.policy_loss.loss_mode", "vanilla")
+    if mode not in COMPOSED_LOSS_MODES:
+        why = REFUSED_LOSS_MODES.get(mode, "it is not one divrl has checked")
         errors.append(
-            f"{actor}.ulysses_sequence_parallel_size={sp}: Lp-Reg's proxy needs each "
-            "position's whole logits row, which Ulysses splits; set it to 1"
+            f"{ACTOR}.policy_loss.loss_mode={mode}: cannot be DPH-RL's rollout term ({why}); "
+            f"use one of {', '.join(COMPOSED_LOSS_MODES)}"
         )
-    if settings.dph and _get(config, f"{actor}.loss_agg_mode", "token-mean") != "token-mean":
+    replay = config_value(config, f"{ACTOR}.megatron.router_replay.mode", "disabled")
+    if replay != "disabled":
         errors.append(
-            f"{actor}.loss_agg_mode={_get(config, f'{actor}.loss_agg_mode')}: DPH-RL's stream "
-            "weights count tokens; set it to token-mean"
+            f"{ACTOR}.megatron.router_replay.mode={replay}: the rehearsal rows have no recorded "
+            "expert routes to replay; set it to disabled for DPH-RL"
         )
-    if settings.dph and _get(config, f"{actor}.shuffle", False):
+    agg = config_value(config, f"{ACTOR}.loss_agg_mode", "token-mean")
+    if agg != "token-mean":
         errors.append(
-            f"{actor}.shuffle=True: verl would regroup the rows after the rehearsal join; "
+            f"{ACTOR}.loss_agg_mode={agg}: DPH-RL's stream weights count tokens; set it to "
+            "token-mean"
+        )
+    if config_value(config, f"{ACTOR}.shuffle", False):
+        errors.append(
+            f"{ACTOR}.shuffle=True: verl would regroup the rows after the rehearsal join; "
             "set it to False"
         )
+    sync_step = int(config_value(config, "trainer.v1.sync.parameter_sync_step", 1) or 1)
+    if sync_step > 1:
+        errors.append(
+            f"trainer.v1.sync.parameter_sync_step={sync_step}: each of a step's sub-updates "
+            "would draw a whole step's rehearsal rows (and move the rehearsal controller); "
+            "set it to 1 for DPH-RL"
+        )
+    errors += _layout_errors(config, settings)
     return errors
+
+
+def _layout_errors(config: Mapping[str, Any], settings: DivRLVerlSettings) -> list[str]:
+    """The ``authors`` weighting's layout from verl's batch sizes (the trainer's own sums)."""
+    try:
+        batch = int(config_value(config, "data.train_batch_size"))
+        n = int(config_value(config, "actor_rollout_ref.rollout.n", 1))
+        mini = int(config_value(config, f"{ACTOR}.ppo_mini_batch_size"))
+    except (TypeError, ValueError):
+        return []  # verl's own validation names these
+    if mini <= 0:
+        return []
+    try:
+        settings.authors_layout(batch * n, batch // mini)
+    except VerlSettingsError as e:
+        return [str(e)]
+    return []
 
 
 def check_composition(config: Mapping[str, Any], settings: DivRLVerlSettings) -> None:

@@ -56,7 +56,8 @@ from divrl.integrations.verl import keys
 from divrl.integrations.verl import losses as verl_losses
 from divrl.integrations.verl import rehearsal as verl_rehearsal
 from divrl.integrations.verl.metrics import pass_at_k_metrics
-from divrl.integrations.verl.settings import DivRLVerlSettings, check_composition
+from divrl.integrations.verl.settings import DivRLVerlSettings
+from divrl.integrations.verl.startup import check_startup
 
 logger = logging.getLogger(__name__)
 
@@ -243,9 +244,10 @@ class DivRLPPOTrainer(PPOTrainerSync):
 
     def __init__(self, config):
         # divrl's settings, their composition with verl's and the store: checked before
-        # verl starts any worker
+        # verl starts any worker (main_ppo's validate_config ran the same checks already;
+        # this covers a trainer built by other code)
+        check_startup(config)
         self.divrl = DivRLVerlSettings.from_mapping(config.get("divrl"))
-        check_composition(config, self.divrl)
         self.divrl_source = None
         if self.divrl.dph:
             self.divrl_source = verl_rehearsal.RehearsalSource(
