@@ -5,6 +5,7 @@ changed optimiser settings must set again.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,9 @@ from typing import Any
 from divrl.checkpoint.resume import load_latest
 from divrl.checkpoint.strategies import CheckpointStrategy, PlainCheckpoints, ShardedCheckpoints
 from divrl.runs import Checkpoint, RunDir
+from divrl.training.run_session import RunDirError
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["CheckpointStage", "apply_optimizer_changes", "is_due"]
 
@@ -91,3 +95,17 @@ class CheckpointStage:
         policy and AdamW themselves, on any number of processes) or plain (through
         accelerate). A run sharded over several processes refuses a plain checkpoint."""
         return load_latest(self.run, self._strategies(), refuse_others=self.models.sharded)
+
+
+def load_rehearsal_state(controller: Any, state: dict[str, Any], path: Path) -> None:
+    """Restore the rehearsal controller's eta from checkpoint ``state`` (read from ``path``);
+    a checkpoint without it restarts eta with a warning, and a saved eta outside bounds
+    changed under ``--resume-with-changes`` stops the resume with one line."""
+    saved = state.get("rehearsal_control")
+    if saved is None:
+        logger.warning("the checkpoint has no rehearsal controller state: eta restarts")
+        return
+    try:
+        controller.load_state_dict(saved)
+    except ValueError as exc:
+        raise RunDirError(f"--resume: {path}: {exc}") from None

@@ -57,7 +57,7 @@ from divrl.training.metrics import (
     reduce_step_metrics,
 )
 from divrl.training.presample import open_reference_store
-from divrl.training.run_session import RunDirError, RunSession
+from divrl.training.run_session import RunSession
 from divrl.training.update import PolicyUpdate
 
 __all__ = ["TIME_KEYS", "RewardFn", "Trainer", "overlong_penalty"]
@@ -286,14 +286,7 @@ class Trainer:
             self.ref_sampler.load_state_dict(state["reference_cursor"])
         self.step = int(state["step"])
         if self.rehearsal is not None:
-            saved = state.get("rehearsal_control")
-            if saved is None:
-                logger.warning("the checkpoint has no rehearsal controller state: eta restarts")
-            else:
-                try:
-                    self.rehearsal.load_state_dict(saved)
-                except ValueError as exc:  # bounds changed under --resume-with-changes
-                    raise RunDirError(f"--resume: {ckpt.path}: {exc}") from None
+            checkpointing.load_rehearsal_state(self.rehearsal, state, ckpt.path)
         checkpointing.apply_optimizer_changes(
             self.optimizer, self.scheduler, self.config.optim, self.session.changes
         )
