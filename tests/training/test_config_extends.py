@@ -18,9 +18,7 @@ def _write(path: Path, data: dict) -> Path:
 def test_an_extends_list_merges_left_to_right_and_the_file_overrides_all(tmp_path):
     _write(tmp_path / "a.yaml", {"train": {"total_steps": 3, "seed": 7}, "optim": {"lr": 0.5}})
     _write(tmp_path / "b.yaml", {"train": {"total_steps": 5}, "data": {"limit": 4}})
-    top = _write(
-        tmp_path / "top.yaml", {"extends": ["a.yaml", "b.yaml"], "optim": {"lr": 0.25}}
-    )
+    top = _write(tmp_path / "top.yaml", {"extends": ["a.yaml", "b.yaml"], "optim": {"lr": 0.25}})
     cfg = load_config(top)
     # b over a (total_steps), a kept where b is silent (seed), the file over both (lr)
     assert (cfg.train.total_steps, cfg.train.seed, cfg.data.limit) == (5, 7, 4)
