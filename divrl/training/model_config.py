@@ -4,7 +4,7 @@ path means the toy world's, filled by ``divrl.commands.train.with_toy_defaults``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from divrl.training.config_io import ConfigError, choice, help_field, positive
@@ -44,10 +44,12 @@ class DataConfig:
         None,
     )
     db_dir: str | None = help_field("SQLite databases of SQL tasks (null = the toy world's)", None)
-    eval_paths: dict[str, str] = help_field(
-        "eval sets of `divrl eval --config`, {name: path} (JSONL/Parquet, verl schema); names "
-        "become folder names under the eval output; not read by training",
+    eval_paths: dict[str, str] = field(
         default_factory=dict,
+        metadata={
+            "help": "eval sets of `divrl eval --config`, {name: path} (JSONL/Parquet, verl "
+            "schema); names become folder names under the eval output; not read by training"
+        },
     )
     template: str = help_field("prompt template passed to divrl.data.render_prompt", "plain")
     limit: int | None = help_field("use only the first N training examples", None)
