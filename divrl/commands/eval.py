@@ -36,25 +36,7 @@ SET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}$")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from divrl.rollout import engine_summaries
 
-    parser.add_argument(
-        "--config",
-        help="a divrl train config (YAML): evaluate its run (the newest checkpoint under its "
-        "logging.output_dir) with its data.template and data.db_dir on its data.eval_paths "
-        "(or --data), writing to <logging.output_dir>/eval unless --out; an option given "
-        "here wins over the config",
-    )
-    parser.add_argument(
-        "--base-model",
-        action="store_true",
-        help="with --config: evaluate the config's model.path (the model before training) "
-        "instead of its run, writing to <logging.output_dir>/eval unless --out",
-    )
-    parser.add_argument(
-        "overrides",
-        nargs="*",
-        metavar="KEY=VALUE",
-        help="with --config: dotted overrides of the config, as for divrl train",
-    )
+    _add_config_arguments(parser)
     parser.add_argument(
         "--model",
         help="model directory, checkpoint (step_N/) or training run directory (newest "
@@ -129,6 +111,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "an unknown one is refused naming them)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--config CONFIG [KEY=VALUE ...]`` and ``--base-model`` (:func:`apply_config`)."""
+    parser.add_argument(
+        "--config",
+        help="a divrl train config (YAML): evaluate its run (the newest checkpoint under its "
+        "logging.output_dir) with its data.template and data.db_dir on its data.eval_paths "
+        "(or --data), writing to <logging.output_dir>/eval unless --out; an option given "
+        "here wins over the config",
+    )
+    parser.add_argument(
+        "--base-model",
+        action="store_true",
+        help="with --config: evaluate the config's model.path (the model before training) "
+        "instead of its run, writing to <logging.output_dir>/eval unless --out",
+    )
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="with --config: dotted overrides of the config, as for divrl train",
+    )
 
 
 def _data_sets(specs: list[str], toy_size: str) -> list[tuple[str, str]]:
