@@ -46,5 +46,5 @@ def test_a_config_or_an_explicit_place_keeps_its_store():
 
 def test_a_key_given_both_ways_is_refused():
     args = _args(["model.path=a", "--model", "b"])
-    with pytest.raises(UsageError, match="give --model or model.path=..., not both"):
+    with pytest.raises(UsageError, match=r"give --model or model\.path=\.\.\., not both"):
         flag_overrides(args)
