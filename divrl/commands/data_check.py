@@ -47,11 +47,17 @@ def run_check(args: argparse.Namespace) -> int:
         return 2
     result = CheckResult()
     # the loader's "skipped N invalid rows" warning: every one of them is listed below
-    logging.getLogger("divrl.data.loading").setLevel(logging.ERROR)
-    examples = check_rows(args.file, config.data.db_dir, result)
-    check_databases(examples, result)
-    check_answers(examples, result, unusable=_unusable_by_equivalence)
-    _check_lengths(config, examples, result)
+    # (quiet during the check only: the level is the process's, other callers log it)
+    loader_log = logging.getLogger("divrl.data.loading")
+    level = loader_log.level
+    loader_log.setLevel(logging.ERROR)
+    try:
+        examples = check_rows(args.file, config.data.db_dir, result)
+        check_databases(examples, result)
+        check_answers(examples, result, unusable=_unusable_by_equivalence)
+        _check_lengths(config, examples, result)
+    finally:
+        loader_log.setLevel(level)
     print(f"{args.file}:")
     for line in result.lines:
         print(f"  {line}")
