@@ -36,6 +36,7 @@ SET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}$")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from divrl.rollout import engine_summaries
 
+    _add_config_arguments(parser)
     parser.add_argument(
         "--model",
         help="model directory, checkpoint (step_N/) or training run directory (newest "
@@ -49,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="eval set (JSONL/Parquet, verl schema); repeat for several; NAME defaults to the "
         "file stem; 'toy' = the eval splits of the toy SQL world (every split but train)",
     )
-    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--out", help="output directory (required without --config)")
     parser.add_argument(
         "--reuse", action="store_true", help="re-score existing samples in --out, no sampling"
     )
@@ -87,7 +88,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="an option of the engine (repeatable; YAML values), e.g. "
         "gpu_memory_utilization=0.8 for vllm; an option the engine does not take is an error",
     )
-    parser.add_argument("--template", default="plain", help="prompt template (divrl.data)")
+    parser.add_argument(
+        "--template", help="prompt template (divrl.data); default data.template or plain"
+    )
     parser.add_argument("--db-dir", help="SQLite databases of SQL eval sets")
     parser.add_argument(
         "--limit", type=positive_int, help="evaluate only the first N prompts per set"
@@ -108,6 +111,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "an unknown one is refused naming them)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--config CONFIG [KEY=VALUE ...]`` and ``--base-model`` (:func:`apply_config`)."""
+    parser.add_argument(
+        "--config",
+        help="a divrl train config (YAML): evaluate its run (the newest checkpoint under its "
+        "logging.output_dir) with its data.template and data.db_dir on its data.eval_paths "
+        "(or --data), writing to <logging.output_dir>/eval unless --out; an option given "
+        "here wins over the config",
+    )
+    parser.add_argument(
+        "--base-model",
+        action="store_true",
+        help="with --config: evaluate the config's model.path (the model before training) "
+        "instead of its run, writing to <logging.output_dir>/eval unless --out",
+    )
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="with --config: dotted overrides of the config, as for divrl train",
+    )
 
 
 def _data_sets(specs: list[str], toy_size: str) -> list[tuple[str, str]]:
@@ -315,9 +341,55 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
 
 
+def apply_config(args: argparse.Namespace) -> None:
+    """Fill what ``args`` leaves unset from ``--config`` (and its overrides): the model (the
+    run folder), the eval sets, the template, the databases and the output folder; without
+    ``--config`` only ``--out`` is checked."""
+    if args.config is None:
+        if args.base_model:
+            raise ValueError("--base-model needs --config CONFIG (whose model.path it evaluates)")
+        if args.overrides:
+            raise ValueError(
+                f"KEY=VALUE overrides ({args.overrides[0]}) need --config CONFIG; without a "
+                "config give the settings as options (divrl eval --help)"
+            )
+        if args.out is None:
+            raise ValueError("give --out DIR (or --config CONFIG to write under its run folder)")
+        args.template = args.template or "plain"
+        return
+    from divrl.training.config import load_config
+
+    config = load_config(args.config, args.overrides)
+    run_dir = Path(config.logging.output_dir)
+    if args.base_model and args.model is not None:
+        raise ValueError("give --base-model or --model, not both")
+    if args.base_model and not args.reuse:
+        if config.model.path is None:
+            raise ValueError(f"--base-model: {args.config} sets no model.path")
+        args.model = config.model.path
+    elif args.model is None and not args.reuse:
+        if not run_dir.is_dir():
+            raise ValueError(
+                f"--config {args.config}: its run folder {run_dir} does not exist yet; train "
+                f"it first (divrl train {args.config}) or give --model"
+            )
+        args.model = str(run_dir)
+    if not args.data and not args.reuse:
+        args.data = [f"{name}={path}" for name, path in config.data.eval_paths.items()]
+        if not args.data:
+            raise ValueError(
+                f"--config {args.config} names no eval sets: set data.eval_paths "
+                "({name: path}) in it or give --data [NAME=]PATH"
+            )
+    args.template = args.template or config.data.template
+    args.db_dir = args.db_dir or config.data.db_dir
+    args.out = args.out or str(run_dir / "eval")
+
+
 def _run(args: argparse.Namespace) -> int:
     from divrl.evaluation.runner import SAMPLES_FILE, evaluate
 
+    apply_config(args)
     out = Path(args.out)
     if args.reuse and not args.data:
         sets = [(p.parent.name, None) for p in sorted(out.glob(f"*/{SAMPLES_FILE}"))]

@@ -13,7 +13,9 @@ import argparse
 import json
 import logging
 import shlex
+from pathlib import Path
 
+from divrl.cli import UsageError
 from divrl.commands.train import load_config_arg, with_toy_defaults
 
 
@@ -32,6 +34,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(the paper's text; the authors' code keeps it out of both); the same as "
         "reference.failed_to_exploration=true",
     )
+    trl = parser.add_argument_group(
+        "without a config file (TRL-style names; each is the same as the override it names)"
+    )
+    trl.add_argument("--model", help="model folder or hub id: model.path=MODEL")
+    trl.add_argument(
+        "--dataset",
+        help="training prompts (JSONL/Parquet; TRL's prompt column or the verl schema): "
+        "data.train_path=DATASET",
+    )
+    trl.add_argument(
+        "--template",
+        help="prompt template: data.template=NAME ('chat' applies the tokenizer's chat "
+        "template, as TRL does for conversational prompts)",
+    )
+    trl.add_argument(
+        "--store",
+        help="where the store goes: reference.store=DIR (default with --dataset and no "
+        "config: runs/<dataset file stem>/reference)",
+    )
     parser.add_argument(
         "--overwrite",
         action="store_true",
@@ -40,7 +61,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+#: flag -> the override it stands for
+FLAG_KEYS = {
+    "model": "model.path",
+    "dataset": "data.train_path",
+    "template": "data.template",
+    "store": "reference.store",
+}
+
+
+def flag_overrides(args: argparse.Namespace) -> None:
+    """Append the overrides the TRL-style flags stand for to ``args.overrides`` (a key set
+    both ways is refused: one of them would be ignored)."""
+    words = ([args.config] if args.config else []) + list(args.overrides)
+    given = {w.split("=", 1)[0] for w in words if "=" in w}
+    flags = {key: getattr(args, flag) for flag, key in FLAG_KEYS.items()}
+    config_file = args.config is not None and args.config.endswith((".yaml", ".yml"))
+    dataset = flags["data.train_path"]
+    placed = flags["reference.store"] or given & {"reference.store", "logging.output_dir"}
+    if dataset and not config_file and not placed:
+        flags["reference.store"] = f"runs/{Path(dataset).stem}/reference"
+    for key, value in flags.items():
+        if value is None:
+            continue
+        if key in given:
+            flag = next(f for f, k in FLAG_KEYS.items() if k == key)
+            raise UsageError(f"give --{flag} or {key}=..., not both")
+        args.overrides = [*args.overrides, f"{key}={value}"]
+
+
 def run(args: argparse.Namespace) -> int:
+    flag_overrides(args)
     config = load_config_arg(args, "presample")
     if config is None:
         return 2

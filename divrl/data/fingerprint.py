@@ -15,6 +15,8 @@ the data a training run uses, without hashing gigabytes of weights:
   is fingerprinted by the name.
 - :func:`prompts_fingerprint` hashes every prompt's id and token ids, in any order (the
   token ids cover the text, the template and the tokenizer).
+- :func:`prompt_key` hashes one prompt as the data file writes it (text or messages),
+  recorded per prompt in the store for datasets without divrl's ids.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
-__all__ = ["SAMPLE_BYTES", "model_fingerprint", "prompts_fingerprint"]
+__all__ = ["SAMPLE_BYTES", "model_fingerprint", "prompt_key", "prompts_fingerprint"]
 
 #: bytes hashed at each end of a weight file
 SAMPLE_BYTES = 1 << 20
@@ -72,6 +75,19 @@ def model_fingerprint(path: str | Path) -> str:
     for file in sorted(p for p in root.iterdir() if p.suffix in _WEIGHT_SUFFIXES):
         _hash_file_ends(digest, file)
     return f"sha256:{digest.hexdigest()}"
+
+
+def prompt_key(prompt: Any) -> str:
+    """``sha256:<hex>`` of one prompt as its data file writes it, before any template: a
+    string, or chat messages (only each message's ``role`` and ``content`` count). The
+    reference store records it per prompt, so a dataset without divrl's ids (a TRL user's)
+    finds its rows in the store by the prompt itself."""
+    if isinstance(prompt, list | tuple):
+        canonical: Any = [[str(m.get("role")), str(m.get("content"))] for m in prompt]
+    else:
+        canonical = str(prompt)
+    text = json.dumps(canonical, ensure_ascii=False)
+    return f"sha256:{hashlib.sha256(text.encode()).hexdigest()}"
 
 
 def prompts_fingerprint(prompts: Iterable[tuple[str, Sequence[int]]]) -> str:

@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from divrl.data.fingerprint import prompt_key
 from divrl.data.loading import load_examples
 from divrl.data.templates import render_prompt
 
@@ -44,6 +45,8 @@ class PromptItem:
     data_source: str
     ground_truth: Any
     extra_info: dict[str, Any] | None = None
+    #: the prompt's :func:`divrl.data.fingerprint.prompt_key` (the store records it)
+    key: str | None = None
 
 
 TRUNCATIONS = ("error", "drop", "left")
@@ -107,7 +110,16 @@ def load_prompts(
             if data.truncation == "drop":
                 continue
             ids = ids[-data.max_prompt_length :]  # 'left' (verl's truncation='left')
-        items.append(PromptItem(str(ex.id), ids, ex.data_source, ex.ground_truth, ex.extra_info))
+        items.append(
+            PromptItem(
+                str(ex.id),
+                ids,
+                ex.data_source,
+                ex.ground_truth,
+                ex.extra_info,
+                prompt_key(ex.prompt),
+            )
+        )
     if too_long and data.truncation == "error":
         raise PromptLengthError(
             f"{len(too_long)} of {len(examples)} prompts in {path} are longer than "

@@ -33,6 +33,7 @@ from divrl.data.store_checks import (
     GENERATION,
     GENERATION_METADATA,
     PROMPT_COLUMNS,
+    PROMPT_KEY,
     SAMPLE_COLUMNS,
     empty_store_message,
     file_problems,
@@ -132,6 +133,9 @@ def _write_tables(
             "has_reference": pa.array([bool(p["has_reference"]) for p in prompts], pa.bool_()),
         }
     )
+    if prompts and all(p.get("prompt_key") for p in prompts):  # trl_data finds rows by it
+        keys = pa.array([p["prompt_key"] for p in prompts], pa.string())
+        prompt_table = prompt_table.append_column(PROMPT_KEY, keys)
     pq.write_table(prompt_table.replace_schema_metadata(metadata), tmp / PROMPTS)
 
 
@@ -372,7 +376,7 @@ class ReferenceStore:
                     raise FileNotFoundError(_no_store_message(self.path))
                 self.manifest: dict[str, Any] = read_manifest(self.path / MANIFEST)
                 self._read_samples(load_samples)
-                prompts = read_table(self.path / PROMPTS, PROMPT_COLUMNS)
+                prompts = read_table(self.path / PROMPTS, PROMPT_COLUMNS, optional=(PROMPT_KEY,))
             schema = self._table if self.samples_file is None else self._schema_table()
             tables = {self.path / SAMPLES: schema, self.path / PROMPTS: prompts}
             mixed = mixed_generations(self.manifest, tables)

@@ -22,6 +22,7 @@ from divrl.data.store_files import ReferenceStoreError
 
 __all__ = [
     "PROMPT_COLUMNS",
+    "PROMPT_KEY",
     "SAMPLE_COLUMNS",
     "empty_store_message",
     "file_problems",
@@ -35,6 +36,9 @@ __all__ = [
 
 SAMPLE_COLUMNS = ("prompt_id", "prompt_ids", "response_ids", "ref_log_probs", "text")
 PROMPT_COLUMNS = ("prompt_id", "n_correct", "split", "has_reference")
+#: the optional column of every prompt's fingerprint (divrl.data.fingerprint.prompt_key);
+#: stores written before it lack it
+PROMPT_KEY = "prompt_key"
 AGAIN = "presample again: `divrl presample CONFIG --overwrite`"
 
 
@@ -83,9 +87,10 @@ def _absent(path: Path, names: Sequence[str], columns: Sequence[str]) -> None:
         raise ReferenceStoreError(f"{path}: no column {', '.join(absent)}; {AGAIN}")
 
 
-def read_table(path: Path, columns: Sequence[str]) -> pa.Table:
-    """The parquet file's ``columns``; a missing, damaged or truncated file, or a missing
-    column, is a :class:`ReferenceStoreError` naming the file."""
+def read_table(path: Path, columns: Sequence[str], optional: Sequence[str] = ()) -> pa.Table:
+    """The parquet file's ``columns`` (and those of ``optional`` it has); a missing, damaged
+    or truncated file, or a missing column, is a :class:`ReferenceStoreError` naming the
+    file."""
     try:
         table = pq.read_table(path)
     except FileNotFoundError:
@@ -93,7 +98,7 @@ def read_table(path: Path, columns: Sequence[str]) -> pa.Table:
     except (pa.ArrowException, OSError) as exc:
         raise _damaged(path, exc) from None
     _absent(path, table.column_names, columns)
-    return table.select(list(columns))
+    return table.select([*columns, *(c for c in optional if c in table.column_names)])
 
 
 def open_parquet(path: Path, columns: Sequence[str]) -> pq.ParquetFile:

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
+from divrl.data.fingerprint import prompt_key
 from divrl.data.prompts import PromptSettings, load_prompts
 from divrl.data.reference_store import ReferenceStore
+from divrl.data.store_checks import PROMPT_KEY
 
 __all__ = [
     "UNSCORABLE_METRIC",
@@ -94,21 +97,21 @@ def exploration_dataset(
 ) -> Any:
     """The rows of ``dataset`` whose ``id_column`` is an exploration prompt of ``store``.
 
-    The store is read once and each row is one set lookup (batched ``filter``).
+    A dataset without ``id_column`` (a TRL dataset of its own, with a ``prompt`` column of
+    text or chat messages) is matched by the prompt itself: each row's
+    :func:`divrl.data.fingerprint.prompt_key` against the one the store records per prompt
+    (presample the same file). The store is read once and each row is one dict or set
+    lookup (batched ``filter``). Prints how many rows it keeps and why the others go.
 
     Raises:
         ValueError: no row of ``dataset`` is in the store (another data set, or ids that
-            are not divrl's: build the dataset with :func:`trl_dataset`).
+            are not divrl's: build the dataset with :func:`trl_dataset`), or the dataset
+            has neither ``id_column`` nor ``prompt``, or the store records no prompt keys.
     """
     if not isinstance(store, ReferenceStore):
         store = ReferenceStore(store)
-    if id_column not in dataset.column_names:
-        raise ValueError(
-            f"the dataset has no {id_column!r} column: build it with "
-            "divrl.integrations.trl.trl_dataset (divrl's prompt ids) or pass id_column="
-        )
     keep, known = store.exploration_ids, set(store.prompts["prompt_id"])
-    ids = [str(pid) for pid in dataset[id_column]]
+    ids, id_column = _row_ids(dataset, store, id_column)
     unknown = sum(pid not in known for pid in ids)
     if unknown == len(ids):
         raise ValueError(
@@ -124,19 +127,44 @@ def exploration_dataset(
             len(ids),
             store.path,
         )
+    if id_column not in dataset.column_names:  # derived: add it, as trl_dataset writes it
+        dataset = dataset.add_column(id_column, ids)
     kept = dataset.filter(
         lambda batch: [str(pid) in keep for pid in batch[id_column]], batched=True
     )
-    logger.info(
-        "DPH-RL keeps %d of the dataset's %d rows (the store's exploration prompts): %d are "
-        "near-perfect prompts of %s (rehearsed from the store, not rolled out), %d not in it",
-        len(kept),
-        len(ids),
-        len(ids) - len(kept) - unknown,
-        store.path,
-        unknown,
+    line = (
+        f"DPH-RL keeps {len(kept)} of the dataset's {len(ids)} rows (the store's exploration "
+        f"prompts): {len(ids) - len(kept) - unknown} are near-perfect prompts of {store.path} "
+        f"(rehearsed from the store, not rolled out), {unknown} not in it"
     )
+    logger.info(line)
+    print(f"divrl: {line}", file=sys.stderr)
     return kept
+
+
+def _row_ids(dataset: Any, store: ReferenceStore, id_column: str) -> tuple[list[str], str]:
+    """Every row's prompt id in the store and the column to hold them: ``id_column`` as
+    the dataset has it, else ids derived from the ``prompt`` column by the store's
+    per-prompt keys (a row whose prompt the store lacks gets its key, which no id equals),
+    for the caller to add as ``id_column``."""
+    if id_column in dataset.column_names:
+        return [str(pid) for pid in dataset[id_column]], id_column
+    if "prompt" not in dataset.column_names:
+        raise ValueError(
+            f"the dataset has neither a {id_column!r} column (divrl's prompt ids) nor a "
+            "'prompt' column to find its rows in the reference store by: build it with "
+            "divrl.integrations.trl.trl_dataset or pass id_column="
+        )
+    keys = store.prompts.get(PROMPT_KEY)
+    if keys is None:
+        raise ValueError(
+            f"the reference store {store.path} records no per-prompt keys (written by an "
+            f"older divrl), so a dataset without a {id_column!r} column cannot be matched to "
+            "it: presample again (divrl presample ... --overwrite)"
+        )
+    by_key = dict(zip(keys, (str(p) for p in store.prompts["prompt_id"]), strict=True))
+    ids = [by_key.get(key, key) for key in map(prompt_key, dataset["prompt"])]
+    return ids, id_column
 
 
 def rollout_arguments(args: tuple, kwargs: dict[str, Any], id_column: str = "prompt_id") -> tuple:
@@ -158,11 +186,13 @@ def rollout_arguments(args: tuple, kwargs: dict[str, Any], id_column: str = "pro
     dph = getattr(config, "divergence", None) is not None
     if not dph or getattr(config, "rollout_prompts", "all") != "exploration" or data is None:
         return args
-    if id_column not in (getattr(data, "column_names", None) or []):
+    columns = getattr(data, "column_names", None) or []
+    if id_column not in columns and "prompt" not in columns:
         raise ValueError(
             "DPH-RL rolls out only the reference store's exploration prompts, found by the "
-            f"dataset's {id_column!r} column (divrl's prompt ids), which train_dataset lacks: "
-            "build it with divrl.integrations.trl.trl_dataset (or add the column), or set "
+            f"dataset's {id_column!r} column (divrl's prompt ids) or its 'prompt' column, "
+            "both of which train_dataset lacks: build it with "
+            "divrl.integrations.trl.trl_dataset (or add the column), or set "
             "rollout_prompts='all' to roll out every row"
         )
     kept = exploration_dataset(data, config.reference_store, id_column=id_column)

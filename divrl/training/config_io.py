@@ -200,15 +200,52 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     raw = _safe_load(text, str(path)) or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be a mapping")
-    parent = raw.pop("extends", None)
-    if parent is not None:
-        if not isinstance(parent, str) or not parent.strip():
-            raise ConfigError(
-                f"{path}: extends: {parent!r} must be the path of another config file (a "
-                "string, relative to this file), e.g. extends: base.yaml"
-            )
-        raw = _merge(_read_yaml(path.parent / parent, (*seen, path)), raw)
-    return raw
+    parents = raw.pop("extends", None)
+    if parents is None:
+        return raw
+    if isinstance(parents, str):
+        parents = [parents]
+    if (
+        not isinstance(parents, list)
+        or not parents
+        or not all(isinstance(p, str) and p.strip() for p in parents)
+    ):
+        raise ConfigError(
+            f"{path}: extends: {parents!r} must be the path of another config file or a list "
+            "of them (relative to this file), e.g. extends: [../configs/dph_js.yaml, mine.yaml]"
+        )
+    merged: dict[str, Any] = {}
+    for parent in parents:  # later files override earlier ones, this file overrides all
+        merged = _merge(merged, _read_yaml(path.parent / parent, (*seen, path)))
+    return _merge(merged, raw)
+
+
+def _own_keys(path: Path) -> dict[str, Any]:
+    """The mapping ``path`` itself writes (its ``extends`` not followed)."""
+    raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    return raw if isinstance(raw, dict) else {}
+
+
+def _sets(raw: dict[str, Any], section: str, key: str) -> bool:
+    part = raw.get(section)
+    return isinstance(part, dict) and key in part
+
+
+def _per_file_defaults(path: Path, raw: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """A config file that does not set ``logging.output_dir`` itself runs in
+    ``runs/<file stem>`` (whatever the files it extends set; an override wins), and its
+    reference store is then ``<its run folder>/reference`` unless the file or an override
+    sets ``reference.store``: two config files never share a run folder or a store by
+    default."""
+    own = _own_keys(path)
+    if _sets(own, "logging", "output_dir"):
+        return raw
+    defaults: dict[str, Any] = {}
+    if not _sets(over, "logging", "output_dir"):
+        defaults["logging"] = {"output_dir": f"runs/{path.stem}"}
+    if not (_sets(own, "reference", "store") or _sets(over, "reference", "store")):
+        defaults["reference"] = {"store": None}
+    return _merge(raw, defaults)
 
 
 def _safe_load(text: str, where: str, fix: str = "fix the syntax there") -> Any:
@@ -317,8 +354,10 @@ def read_config_mapping(
     overrides: typing.Sequence[str] = (),
     config_cls: type | None = None,
 ) -> dict[str, Any]:
-    """The nested mapping of a YAML config (``extends`` followed; empty when ``path`` is
-    None) with ``overrides`` merged over it, before any type check (``config_cls``: the
+    """The nested mapping of a YAML config (``extends`` followed: one file or a list, later
+    entries over earlier ones, the file's own keys over all; empty when ``path`` is None)
+    with ``overrides`` merged over it and the file's own run folder and store
+    (:func:`_per_file_defaults`), before any type check (``config_cls``: the
     config class whose field types say which override values are text,
     :func:`parse_override`)."""
     preset = _read_yaml(Path(path)) if path is not None else {}
@@ -331,6 +370,7 @@ def read_config_mapping(
     raw = _merge(preset, over)
     if path is not None:
         _refuse_stale_loss_options(path, preset, over, raw)
+        raw = _per_file_defaults(Path(path), raw, over)
     return raw
 
 

@@ -4,10 +4,10 @@ path means the toy world's, filled by ``divrl.commands.train.with_toy_defaults``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
-from divrl.training.config_io import choice, help_field, positive
+from divrl.training.config_io import ConfigError, choice, help_field, positive
 
 __all__ = ["DataConfig", "ModelConfig"]
 
@@ -44,6 +44,13 @@ class DataConfig:
         None,
     )
     db_dir: str | None = help_field("SQLite databases of SQL tasks (null = the toy world's)", None)
+    eval_paths: dict[str, str] = field(
+        default_factory=dict,
+        metadata={
+            "help": "eval sets of `divrl eval --config`, {name: path} (JSONL/Parquet, verl "
+            "schema); names become folder names under the eval output; not read by training"
+        },
+    )
     template: str = help_field("prompt template passed to divrl.data.render_prompt", "plain")
     limit: int | None = help_field("use only the first N training examples", None)
     shuffle: bool = help_field("reshuffle the prompts every epoch (seeded by train.seed)", True)
@@ -70,3 +77,9 @@ class DataConfig:
             positive("data.limit", self.limit)
         positive("data.max_prompt_length", self.max_prompt_length)
         choice("data.template", self.template, template_names())
+        for name, path in self.eval_paths.items():
+            if not isinstance(name, str) or not isinstance(path, str) or not path:
+                raise ConfigError(
+                    f"data.eval_paths: {name!r}: {path!r} must be a set name and a file path, "
+                    "e.g. data.eval_paths: {test: data/test.jsonl}"
+                )

@@ -146,6 +146,7 @@ def _split_rows(prompts, n_correct, threshold, has_ref, failed_to_exploration) -
                 "n_correct": n_correct[i],
                 "split": split,
                 "has_reference": p.id in has_ref,
+                "prompt_key": p.key,
             }
         )
     return rows

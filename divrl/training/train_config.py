@@ -140,7 +140,9 @@ class OptimConfig:
 @dataclass
 class LoggingConfig:
     output_dir: str = help_field(
-        "run directory: metrics.jsonl, checkpoints/, tensorboard/", "runs/run"
+        "run directory: metrics.jsonl, checkpoints/, tensorboard/ (a config file that does not "
+        "set it itself runs in runs/<file stem>; runs/run without a config file)",
+        "runs/run",
     )
     tensorboard: bool = help_field(
         "also write TensorBoard events (if tensorboard is installed)", True

@@ -4,6 +4,7 @@ gives exit 2 and one line naming the problem (docs/data.md, "Checking a file")."
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 from pathlib import Path
 
@@ -66,6 +67,8 @@ def test_without_a_model_lengths_are_said_to_be_unchecked(tmp_path, capsys):
     code, lines, _ = _check(capsys, _write(tmp_path / "d.jsonl", [_math("a")]))
     assert code == 0
     assert any(x.startswith("prompt lengths: not checked") for x in lines)
+    # the loader's warnings are quiet during the check only, not for the rest of the process
+    assert logging.getLogger("divrl.data.loading").level == logging.NOTSET
 
 
 @pytest.mark.parametrize(

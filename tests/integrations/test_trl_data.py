@@ -66,8 +66,10 @@ def test_exploration_dataset_refuses_foreign_ids_and_warns_on_some(tmp_path, cap
     store = _split_store(tmp_path / "store", 4)
     with pytest.raises(ValueError, match="none of the dataset's 2 prompt ids is in the reference"):
         exploration_dataset(Dataset.from_dict({"prompt_id": ["a", "b"]}), store)
-    with pytest.raises(ValueError, match="no 'prompt_id' column"):
-        exploration_dataset(Dataset.from_dict({"prompt": ["a"]}), store)
+    with pytest.raises(ValueError, match=r"records no per-prompt keys .* presample again"):
+        exploration_dataset(Dataset.from_dict({"prompt": ["a"]}), store)  # an older store
+    with pytest.raises(ValueError, match="neither a 'prompt_id' column"):
+        exploration_dataset(Dataset.from_dict({"text": ["a"]}), store)
     mixed = Dataset.from_dict({"prompt_id": ["q0", "q1", "zz"]})
     with caplog.at_level(logging.INFO, logger="divrl.integrations.trl_data"):
         assert exploration_dataset(mixed, store)["prompt_id"] == ["q1"]
@@ -75,6 +77,39 @@ def test_exploration_dataset_refuses_foreign_ids_and_warns_on_some(tmp_path, cap
     # the rows kept, and why the others went, in one line
     assert "DPH-RL keeps 1 of the dataset's 3 rows" in caplog.text
     assert "1 are near-perfect prompts of" in caplog.text and "1 not in it" in caplog.text
+
+
+def test_a_dataset_without_ids_is_matched_by_its_prompts(tmp_path, capsys):
+    from datasets import Dataset
+
+    from divrl.data.fingerprint import prompt_key
+
+    chat = [{"role": "user", "content": "What is 6 * 12?"}]
+    prompts = ["a", chat, "c"]
+    rows = [
+        {"prompt_id": f"q{i}", "n_correct": n, "split": split, "has_reference": n > 0}
+        for i, (n, split) in enumerate(
+            [(4, "near_perfect"), (0, "exploration"), (0, "exploration")]
+        )
+    ]
+    for row, prompt in zip(rows, prompts, strict=True):
+        row["prompt_key"] = prompt_key(prompt)
+    store = write_reference_store(
+        tmp_path / "s",
+        [ReferenceSample("q0", [1], [3], [-0.5])],
+        rows,
+        {"log_prob_temperature": 1.0},
+    )
+    # the chat prompt as TRL holds it (extra keys do not count); "d" is not in the store
+    own = [{"content": "What is 6 * 12?", "role": "user", "name": None}]
+    data = Dataset.from_list([{"prompt": "a"}, {"prompt": "d"}, {"prompt": "c"}])
+    kept = exploration_dataset(data, store)
+    assert kept["prompt_id"] == ["q2"] and kept["prompt"] == ["c"]
+    err = capsys.readouterr().err
+    assert "DPH-RL keeps 1 of the dataset's 3 rows" in err and "1 not in it" in err
+    messages = Dataset.from_list([{"prompt": own}])
+    assert exploration_dataset(messages, store)["prompt_id"] == ["q1"]
+    assert prompt_key("a") != prompt_key("c") and prompt_key(chat) != prompt_key("What is 6 * 12?")
 
 
 def test_trl_dataset_has_divrl_ids_and_prompts_and_the_verifier_scores_them(

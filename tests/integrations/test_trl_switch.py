@@ -51,8 +51,10 @@ def test_dph_rolls_out_only_the_stores_exploration_prompts(tmp_path, split_store
     assert kept["prompt_id"] == exploration
     everything = trainer(make_args(tmp_path, **dph), prompt_dataset(with_ids=True))
     assert len(everything.train_dataset) == len(PROMPTS)  # rollout_prompts="all"
+    # a dataset of prompts alone: found in the store by the prompts themselves
+    assert trainer(args, prompt_dataset()).train_dataset["prompt_id"] == exploration
     with pytest.raises(ValueError, match=r"'prompt_id' column .* rollout_prompts='all'"):
-        trainer(args, prompt_dataset())
+        trainer(args, prompt_dataset().rename_column("prompt", "text"))
     with pytest.raises(ValueError, match="rollout_prompts='bogus': use one of"):
         make_args(tmp_path, rollout_prompts="bogus")
 

@@ -98,6 +98,10 @@ def write_store(
         {"prompt_id": s.prompt_id, "n_correct": 0, "split": "exploration", "has_reference": False}
         for s in samples[near:]
     ]
+    from divrl.data.fingerprint import prompt_key
+
+    for row, prompt in zip(prompts, PROMPTS, strict=True):  # as presample records them
+        row["prompt_key"] = prompt_key(prompt)
     samples = samples[:near]
     manifest = {"model": "tiny", "log_prob_temperature": temperature}
     return write_reference_store(path, samples, prompts, manifest)

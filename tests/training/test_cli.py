@@ -48,6 +48,16 @@ def test_presample_then_train_through_the_cli(tiny_world, tmp_path, capsys, capl
     manifest = json.loads((store / "manifest.json").read_text())
     assert manifest["stats"]["prompts"] == 16
     assert manifest["stats"]["near_perfect"] + manifest["stats"]["exploration"] == 16
+    # every prompt's key, by which a TRL dataset of the same file without ids finds its rows
+    import pyarrow.parquet as pq
+
+    from divrl.data import load_examples
+    from divrl.data.fingerprint import prompt_key
+
+    train = next(c.split("=", 1)[1] for c in common if c.startswith("data.train_path="))
+    stored = pq.read_table(store / "prompts.parquet").to_pydict()
+    keys = dict(zip(stored["prompt_id"], stored["prompt_key"], strict=True))
+    assert keys == {str(ex.id): prompt_key(ex.prompt) for ex in load_examples(train)}
     # presample ends with the command that trains on the store: run that command
     next_line = capsys.readouterr().out.strip().splitlines()[-1]
     assert next_line.startswith("next: divrl train ")
