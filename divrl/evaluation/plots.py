@@ -33,7 +33,9 @@ def _pyplot():
 
 
 def _grid(n: int) -> tuple[int, int]:
-    cols = min(n, 3)
+    """(rows, cols) for ``n`` panels, at most 3 columns, the fewest blank cells: one row up
+    to 3 panels, then as square as fits (4 panels: 2 x 2, not 2 x 3 with two blanks)."""
+    cols = n if n <= 3 else min(3, math.ceil(math.sqrt(n)))
     return math.ceil(n / cols), cols
 
 
