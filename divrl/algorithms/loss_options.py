@@ -44,7 +44,8 @@ class LossOptions(Options):
     - ``SCOPED_SELECTION``: the loss selects a share of tokens (options ``rho``, ``min_k``)
       and takes a ``selected`` mask chosen over a wider population
       (``algorithm.lp_reg_scope``) instead of each micro-batch;
-    - ``NEEDS_OLD_LOG_PROBS``: the ratio to pi_old (False: the loss reads only ``log_prob``);
+    - ``NEEDS_OLD_LOG_PROBS``: the ratio to pi_old (False: the loss reads only ``log_prob``,
+      and ``divrl train`` hands it the current policy's log-probs as ``old_log_prob``);
     - :attr:`needs_full_logits`: ``[batch, len, vocab]`` rows no trainer computes (refused
       with :attr:`FULL_LOGITS_REFUSED`).
     """

@@ -229,7 +229,10 @@ class PolicyUpdate:
         cfg = self.config
         temp = cfg.rollout.temperature
         lp_reg = self.loss_options.NEEDS_PROXY  # pi_old's proxy beside its log-probs
-        if not cfg.train.on_policy:
+        # a loss that declares it reads no pi_old skips this pass (unless the proxy or the
+        # rollout correction needs it); its old_log_prob is then the current policy's
+        needs_old = self.loss_options.NEEDS_OLD_LOG_PROBS or cfg.algorithm.rollout_correction
+        if not cfg.train.on_policy and (needs_old or lp_reg):
             policy = self.accelerator.unwrap_model(self.model)
             exp.old_log_probs = torch.zeros(exp.responses.shape)
             if lp_reg:
@@ -389,6 +392,7 @@ class PolicyUpdate:
                 proxy, log_z = stats.proxy_log_prob, stats.log_normalizer
         else:
             old = stored(exp.old_log_probs)
+            old = lp.detach() if old is None else old  # the loss reads no pi_old
             proxy, log_z = stored(exp.proxy_log_probs), stored(exp.log_normalizers)
         rollout_lp = stored(exp.rollout_log_probs)
         weights, is_metrics = self._rollout_weights(old, rollout_lp, mask)

@@ -59,3 +59,46 @@ def test_a_new_loss_declaring_needs_proxy_gets_it(registered, off_policy, tiny_w
     kept = first["proxy_log_prob"] > FILTERED_LOG_PROB
     assert kept.any() and (first["proxy_log_prob"][kept] >= first["lp"][kept] - 1e-4).all()
     assert all(torch.isfinite(s["log_normalizer"]).all() for s in SEEN)
+
+
+@dataclass(frozen=True)
+class NoOldOptions(LossOptions):
+    LOSS: ClassVar[str] = "no_old_test"
+    NEEDS_OLD_LOG_PROBS: ClassVar[bool] = False
+    agg: str = option("token-mean", "aggregation")
+
+
+GAPS: list[float] = []
+
+
+def no_old(log_prob, old_log_prob, advantages, mask, agg="token-mean"):
+    GAPS.append(float((log_prob.detach() - old_log_prob).abs().max()))
+    return policy_loss(log_prob, old_log_prob, advantages, mask, agg=agg)
+
+
+@pytest.mark.parametrize("needs_old", [True, False])
+def test_a_loss_that_reads_no_old_log_probs_skips_their_pass(needs_old, tiny_world, tmp_path):
+    options = (
+        NoOldOptions
+        if not needs_old
+        else type("NeedsOld", (NoOldOptions,), {"NEEDS_OLD_LOG_PROBS": True})
+    )
+    POLICY_LOSSES.register("no_old_test")(no_old)
+    POLICY_LOSS_OPTIONS["no_old_test"] = options
+    try:
+        GAPS.clear()
+        over = tiny_overrides(
+            tiny_world,
+            tmp_path,
+            **{
+                "train.total_steps": 1,
+                "train.mini_batch_size": 2,  # off-policy: two optimiser steps on the batch
+                "algorithm.policy_loss": "no_old_test",
+            },
+        )
+        Trainer(load_config(None, over), reward_fn=sevens_reward).train()
+    finally:
+        del POLICY_LOSSES["no_old_test"], POLICY_LOSS_OPTIONS["no_old_test"]
+    # with pi_old the second mini-batch's log-probs have moved away from it; without, the
+    # loss gets the current policy's (no no-grad pass over the batch was made for it)
+    assert (max(GAPS) > 0) == needs_old

@@ -126,6 +126,23 @@ def test_train_reweighs_a_separate_samplers_tokens(tiny_world, tmp_path, shifted
     assert masked["actor/grad_norm"] == 0.0
 
 
+def test_train_reweighs_lp_regs_term_too(tiny_world, tmp_path, shifted_engine):
+    # Lp-Reg (regularised tokens included) carries the same per-token weight, as in the TRL
+    # adapter; rho 0.5 and kappa 0.8 so that tokens are regularised (12 here) in the tiny
+    # model's flat distributions
+    lp_reg = {
+        "rollout.engine": shifted_engine,
+        "algorithm.policy_loss": "lp_reg",
+        "algorithm.loss_options.rho": 0.5,
+        "algorithm.loss_options.min_k": 1,
+        "algorithm.loss_options.kappa": 0.8,
+    }
+    _, on = _first_step(tiny_world, tmp_path / "on", **lp_reg)
+    _, off = _first_step(tiny_world, tmp_path / "off", **lp_reg, **{"algorithm.rollout_is": None})
+    assert on["lp_reg/num_regularized"] > 0
+    assert on["pg/loss"] == pytest.approx(math.exp(0.5) * off["pg/loss"], rel=1e-4)
+
+
 def test_correction_is_off_for_the_policys_own_engine_and_refused_without_weights(tiny_world):
     over = tiny_overrides(tiny_world, "/tmp/unused")
     assert load_config(None, [*over, "rollout.engine=hf"]).algorithm.rollout_is is None
