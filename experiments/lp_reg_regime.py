@@ -458,6 +458,11 @@ def summarise(found: dict[Cell, list[dict]]) -> list[dict]:
     return rows
 
 
+def long_tail(cell: dict) -> str:
+    filler = cell.get("filler", FILLER)
+    return "" if filler == FILLER else f" ({filler} filler)"
+
+
 def report_table(rows: list[dict]) -> str:
     lines = [
         "| mode | method | Z | P | beta | predicted | measured | log(p_T/p_0) | GRPO's | gap vs"
@@ -471,7 +476,8 @@ def report_table(rows: list[dict]) -> str:
         gt = r["grpo_trend"]
         d = r["diagnostics"]
         lines.append(
-            f"| {c['mode']} | {c['method']} | {c['z']} | {c['pass_rate']} | {c['beta']} | "
+            f"| {c['mode']} | {c['method']}{long_tail(c)} | {c['z']} | {c['pass_rate']} | "
+            f"{c['beta']} | "
             f"{r['predicted']} | {r['measured']} | {t:+.2f} ± {tsd:.2f} | "
             f"{gt[0]:+.2f} | {g[0]:+.2f} ± {g[1]:.2f} | "
             f"{r['predicted_net_push']:+.2f} / {d['lp_reg/net_push_mean']:+.2f}"
