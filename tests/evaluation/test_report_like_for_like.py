@@ -54,7 +54,7 @@ def test_a_stale_evaluation_is_refused_or_marked(dirs, capsys):  # noqa: F811
     _eval_config(grpo / "eval", str(grpo / "checkpoints" / "step_000020" / "model"))
     assert _report(tmp, base, grpo, dph) == 2
     err = capsys.readouterr().err
-    assert "grpo: `test` evaluated step 20 (its eval_config.json names step_000020)" in err
+    assert "grpo: `ood_math`, `test` evaluated step 20 (eval_config.json names step_000020)" in err
     assert "the run has trained 40 steps" in err and "--allow-mismatch" in err
     assert "Traceback" not in err and err.count("\n") == 1
     assert not (tmp / "r" / "report.md").exists()
