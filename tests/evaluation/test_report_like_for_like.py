@@ -18,6 +18,8 @@ from divrl.evaluation.report import headline_table, load_model_eval
 from divrl.evaluation.report_checks import check_like_for_like
 from divrl.evaluation.report_doc import ModelEval
 from divrl.evaluation.report_seeds import mean_se, seed_mean_row
+from divrl.provenance import git_state, provenance
+from divrl.runs import RunDir
 
 
 def _report(tmp, base, *runs, flag=False):
@@ -145,10 +147,15 @@ def test_seeds_mean_row_caption_and_a_marked_stale_seed(dirs):  # noqa: F811
         shutil.rmtree(root / "ood_math")  # one eval set: half the plots to draw
     _checkpoints(grpo, 20, 40)
     _eval_config(grpo / "eval", str(grpo / "checkpoints" / "step_000020" / "model"))
+    RunDir(dph).add_provenance({"event": "start", **provenance(data="sha256:" + "c" * 64)})
     assert _report(tmp, base, f"m={grpo},{dph}", flag=True) == 0
     md = (tmp / "r" / "report.md").read_text()
     assert "## Not like for like" in md and "- m #1: `test` evaluated step 20" in md
     assert "(40 steps, evaluated at step 20)" in md
+    table = md.split("## Provenance")[1].split("##")[0]
+    commit = git_state()["commit"][:10] if git_state() else "no checkout"
+    assert f"| m #2 | {commit}" in table and "| cccccccccccc |" in table
+    assert "| m #1 ⚠ | not recorded |" in table  # a run from before provenance was written
     assert json.loads((tmp / "r" / "provenance.json").read_text())["models"]["m #2"]["steps"] == 40
     headline = md.split("## Headline")[1].split("##")[0]
     p1 = [
