@@ -17,6 +17,7 @@ from divrl.commands.report import _seeds
 from divrl.evaluation.report import headline_table, load_model_eval
 from divrl.evaluation.report_checks import check_like_for_like
 from divrl.evaluation.report_doc import ModelEval
+from divrl.evaluation.report_reading import is_grpo
 from divrl.evaluation.report_seeds import mean_se, seed_mean_row
 from divrl.provenance import git_state, provenance
 from divrl.runs import RunDir
@@ -111,6 +112,7 @@ def test_mean_and_standard_error_across_seeds_by_hand():
     mean, se = mean_se([0.2, 0.4, 0.6])  # sd 0.2, se 0.2 / sqrt(3)
     assert math.isclose(mean, 0.4) and math.isclose(se, 0.2 / math.sqrt(3))
     assert mean_se([0.5]) is None
+    assert is_grpo(ModelEval("grpo #2", eval_dir=None, group="grpo"))  # a seed of GRPO
 
     def seed(p1):
         summary = {"ks": [1, 8], "pass@k": {"1": p1, "8": 2 * p1}, "greedy_accuracy": p1}
