@@ -21,8 +21,9 @@ store's ``manifest.json``, an experiment's summary, a report) records :func:`pro
 - ``host`` and ``time`` (seconds since the epoch).
 
 It is cheap: git runs once per process and checkout (cached), the versions come from the
-already imported modules or the installed metadata, and torch is not imported here (the
-threads and device are read from torch only when the caller imported it).
+already imported modules or the installed metadata (read once per process), and torch is
+not imported here (the threads and device are read from torch only when the caller
+imported it).
 
 This module imports nothing from divrl but the version, so any layer may use it.
 """
@@ -100,12 +101,19 @@ def package_versions() -> dict[str, str]:
         module = sys.modules.get(name)
         version = getattr(module, "__version__", None) if module is not None else None
         if version is None:
-            try:
-                version = importlib.metadata.version(name)
-            except importlib.metadata.PackageNotFoundError:
-                continue
-        out[name] = str(version)
+            version = _installed_version(name)
+        if version is not None:
+            out[name] = str(version)
     return out
+
+
+@functools.cache
+def _installed_version(name: str) -> str | None:
+    """The installed distribution's version (cached: the metadata scan is the slow part)."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 @functools.lru_cache(maxsize=1)

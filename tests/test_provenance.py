@@ -64,3 +64,23 @@ def test_config_hash_is_canonical_and_tells_configs_apart():
     assert prov.config_hash({"b": 1, "a": 2}) == prov.config_hash({"a": 2, "b": 1})
     assert prov.config_hash(C(a=2)) != prov.config_hash(C())
     assert prov.records_fingerprint([1, 2]) != prov.records_fingerprint([2, 1])
+
+
+def test_a_runs_sessions_and_an_experiment_summary_carry_the_records(tmp_path):
+    from divrl.evaluation.report_provenance import experiment_provenance
+    from divrl.runs import RunDir
+
+    run = RunDir(tmp_path / "run")
+    run.root.mkdir()
+    assert run.provenance() == []  # a run from before provenance.json: none, no error
+    run.add_provenance({"event": "start", "data": "sha256:a"})
+    run.add_provenance({"event": "resume", "data": "sha256:a"})
+    assert [p["event"] for p in run.provenance()] == ["start", "resume"]
+    assert run.provenance_path in run.run_files()  # --overwrite deletes it with the run
+    (tmp_path / "eval" / "test").mkdir(parents=True)
+    record = {"provenance": {"data": "sha256:e"}}
+    (tmp_path / "eval" / "test" / "eval_config.json").write_text(json.dumps(record))
+    summary = experiment_provenance(run.root, tmp_path / "eval", ["test", "absent"])
+    assert summary["training"] == run.provenance()
+    assert summary["eval"] == {"test": {"data": "sha256:e"}, "absent": None}
+    assert summary["summary"]["git"] == prov.git_state()

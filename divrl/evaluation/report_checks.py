@@ -92,19 +92,20 @@ def evaluated_step(model: ModelEval, split: str) -> tuple[int | None, str | None
 
 
 def _checkpoint(model: ModelEval) -> list[str]:
-    out = []
+    out, stale = [], {}
     trained = model.steps
-    for split in model.summaries:
+    for split in sorted(model.summaries):
         step, other = evaluated_step(model, split)
         if other:
             out.append(other)
         elif step is not None and trained is not None and step != trained:
-            out.append(
-                f"`{split}` evaluated step {step} (its eval_config.json names "
-                f"step_{step:06d}) but the run has trained {trained} steps: evaluate the "
-                f"last checkpoint again (`divrl eval --model {model.run_dir} --out "
-                f"{model.eval_dir} ...`)"
-            )
+            stale.setdefault(step, []).append(f"`{split}`")
+    for step, splits in sorted(stale.items()):
+        out.append(
+            f"{', '.join(splits)} evaluated step {step} (eval_config.json names "
+            f"step_{step:06d}) but the run has trained {trained} steps: evaluate its last "
+            f"checkpoint again (`divrl eval --model {model.run_dir} --out {model.eval_dir} ...`)"
+        )
     return out
 
 

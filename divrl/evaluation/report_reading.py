@@ -31,8 +31,9 @@ Metric = tuple[str, Callable[[list[dict[str, Any]]], np.ndarray]]
 
 
 def is_grpo(model: ModelEval) -> bool:
-    """Whether ``model`` is the plain GRPO baseline (by its name or its run folder's)."""
-    names = {model.name, model.run_dir.name if model.run_dir else ""}
+    """Whether ``model`` is the plain GRPO baseline (by its name, its method's when it is
+    one of several seeds, or its run folder's)."""
+    names = {model.name, model.method, model.run_dir.name if model.run_dir else ""}
     return any(n.lower().replace("-", "_") == "grpo" for n in names)
 
 

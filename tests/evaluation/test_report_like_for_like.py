@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import yaml
 from test_report import dirs  # noqa: F401 (the fixture)
@@ -16,7 +17,10 @@ from divrl.commands.report import _seeds
 from divrl.evaluation.report import headline_table, load_model_eval
 from divrl.evaluation.report_checks import check_like_for_like
 from divrl.evaluation.report_doc import ModelEval
+from divrl.evaluation.report_reading import is_grpo
 from divrl.evaluation.report_seeds import mean_se, seed_mean_row
+from divrl.provenance import git_state, provenance
+from divrl.runs import RunDir
 
 
 def _report(tmp, base, *runs, flag=False):
@@ -34,7 +38,7 @@ def _marked(base, *runs):
 
 
 def _eval_config(eval_dir, model=None, data=None):
-    for split in ("test", "ood_math"):
+    for split in [p.name for p in eval_dir.iterdir() if p.is_dir()]:
         meta = {"model": model, "resolved_model": model, "config": {"n": 8}}
         if data:
             meta["provenance"] = {"data": data}
@@ -53,7 +57,7 @@ def test_a_stale_evaluation_is_refused_or_marked(dirs, capsys):  # noqa: F811
     _eval_config(grpo / "eval", str(grpo / "checkpoints" / "step_000020" / "model"))
     assert _report(tmp, base, grpo, dph) == 2
     err = capsys.readouterr().err
-    assert "grpo: `test` evaluated step 20 (its eval_config.json names step_000020)" in err
+    assert "grpo: `ood_math`, `test` evaluated step 20 (eval_config.json names step_000020)" in err
     assert "the run has trained 40 steps" in err and "--allow-mismatch" in err
     assert "Traceback" not in err and err.count("\n") == 1
     assert not (tmp / "r" / "report.md").exists()
@@ -108,6 +112,7 @@ def test_mean_and_standard_error_across_seeds_by_hand():
     mean, se = mean_se([0.2, 0.4, 0.6])  # sd 0.2, se 0.2 / sqrt(3)
     assert math.isclose(mean, 0.4) and math.isclose(se, 0.2 / math.sqrt(3))
     assert mean_se([0.5]) is None
+    assert is_grpo(ModelEval("grpo #2", eval_dir=None, group="grpo"))  # a seed of GRPO
 
     def seed(p1):
         summary = {"ks": [1, 8], "pass@k": {"1": p1, "8": 2 * p1}, "greedy_accuracy": p1}
@@ -140,12 +145,19 @@ def test_seed_lists_and_repeated_names_make_one_method(tmp_path):
 
 def test_seeds_mean_row_caption_and_a_marked_stale_seed(dirs):  # noqa: F811
     tmp, base, grpo, dph = dirs
+    for root in (base, grpo / "eval", dph / "eval"):
+        shutil.rmtree(root / "ood_math")  # one eval set: half the plots to draw
     _checkpoints(grpo, 20, 40)
     _eval_config(grpo / "eval", str(grpo / "checkpoints" / "step_000020" / "model"))
+    RunDir(dph).add_provenance({"event": "start", **provenance(data="sha256:" + "c" * 64)})
     assert _report(tmp, base, f"m={grpo},{dph}", flag=True) == 0
     md = (tmp / "r" / "report.md").read_text()
     assert "## Not like for like" in md and "- m #1: `test` evaluated step 20" in md
     assert "(40 steps, evaluated at step 20)" in md
+    table = md.split("## Provenance")[1].split("##")[0]
+    commit = git_state()["commit"][:10] if git_state() else "no checkout"
+    assert f"| m #2 | {commit}" in table and "| cccccccccccc |" in table
+    assert "| m #1 ⚠ | not recorded |" in table  # a run from before provenance was written
     assert json.loads((tmp / "r" / "provenance.json").read_text())["models"]["m #2"]["steps"] == 40
     headline = md.split("## Headline")[1].split("##")[0]
     p1 = [

@@ -31,7 +31,16 @@ def _reuse(out):
 
 
 def test_complete_samples_are_reused(evaluated):
-    assert _reuse(evaluated)["n_prompts"] == 4
+    from divrl.evaluation.runner import read_jsonl
+    from divrl.evaluation.summary import eval_data_fingerprint
+
+    summary = _reuse(evaluated)
+    assert summary["n_prompts"] == 4
+    # sampling and rescoring record the same prompts' fingerprint in their provenance
+    expected = eval_data_fingerprint(read_jsonl(evaluated / "samples.jsonl"))
+    meta = json.loads((evaluated / "eval_config.json").read_text())
+    assert meta["provenance"]["data"] == summary["provenance"]["data"] == expected
+    assert meta["provenance"]["prompts"] == 4 and meta["provenance"]["engine"] == "auto"
 
 
 def test_samples_cut_at_a_line_boundary_are_refused(evaluated, capsys):
@@ -73,16 +82,3 @@ def test_a_bad_line_before_the_last_names_the_line(evaluated):
     path.write_text("".join(lines))
     with pytest.raises(IncompleteSamplesError, match=r"samples\.jsonl: line 2: not a JSON record"):
         _reuse(evaluated)
-
-
-def test_sampling_and_rescoring_record_the_same_prompts_fingerprint(evaluated):
-    from divrl.evaluation.runner import read_jsonl
-    from divrl.evaluation.summary import eval_data_fingerprint
-
-    meta = json.loads((evaluated / "eval_config.json").read_text())
-    expected = eval_data_fingerprint(read_jsonl(evaluated / "samples.jsonl"))
-    assert meta["provenance"]["data"] == expected
-    assert meta["provenance"]["prompts"] == 4 and meta["provenance"]["engine"] == "auto"
-    summary = json.loads((evaluated / "summary.json").read_text())
-    assert summary["provenance"]["data"] == expected
-    assert _reuse(evaluated)["provenance"]["data"] == expected

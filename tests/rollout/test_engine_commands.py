@@ -202,5 +202,6 @@ def test_vllm_engine_runs_train_presample_and_eval(world, tmp_path, monkeypatch)
         assert main([*_eval_args(world, out, engine), "--temperature", "0.001"]) == 0
         summaries[engine] = json.loads((out / "set" / "summary.json").read_text())
         summaries[engine].pop("timings")
+        summaries[engine]["provenance"] = summaries[engine]["provenance"]["data"]  # same prompts
     assert summaries["hf"] == summaries["vllm"]
     assert fake_vllm.INSTANCES[-1].requests == 6  # 3 sampled prompts (one seed each), 3 greedy

@@ -13,6 +13,7 @@ from train_helpers import build_tiny_lm, parity_reward, tiny_overrides
 from divrl.data.fingerprint import model_fingerprint, prompts_fingerprint
 from divrl.data.reference_store import MANIFEST, StoreMismatchError
 from divrl.training.config import load_config
+from divrl.training.loading import run_provenance
 from divrl.training.presample import presample
 from divrl.training.trainer import Trainer
 
@@ -60,6 +61,10 @@ def test_a_matching_store_trains_and_logs_the_exploration_prompts(
         trainer = Trainer(_config(tiny_world, tmp_path, reference_store))
     assert len(trainer.prompts) == 8  # the odd prompts: parity_reward's exploration set
     assert "rolling out 8 exploration prompts of 16" in caplog.text
+    # provenance: the store's and the run's name all 16 prompts, not the 8 rolled out
+    assert manifest["provenance"]["data"] == manifest["fingerprint"]["prompts"]
+    recorded = run_provenance(trainer.config, trainer.prompts, trainer.reference_store)
+    assert (recorded["data"], recorded["prompts"]) == (manifest["fingerprint"]["prompts"], 16)
 
 
 def test_store_presampled_on_a_data_limit_is_refused_for_the_full_data(tiny_world, tmp_path):
