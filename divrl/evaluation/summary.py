@@ -65,7 +65,9 @@ def per_prompt_arrays(results: Sequence[dict[str, Any]]) -> dict[str, np.ndarray
         "n": np.array([len(r["correct"]) for r in results], dtype=np.int64),
         "c": np.array([sum(r["correct"]) for r in results], dtype=np.int64),
         "u": np.array(
-            [sum(x in UNSCORABLE_REASONS for x in r["reasons"]) for r in results], dtype=np.int64
+            # results written before reasons were recorded count none
+            [sum(x in UNSCORABLE_REASONS for x in r.get("reasons", ())) for r in results],
+            dtype=np.int64,
         ),
         "greedy": np.array(
             [float(r["greedy"]["correct"]) if r.get("greedy") else math.nan for r in results]

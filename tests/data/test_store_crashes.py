@@ -92,11 +92,11 @@ def test_a_reader_never_mixes_two_stores(tmp_path, monkeypatch):
     real_read_table = reference_store.read_table
     writer = threading.Thread(target=_store, args=(store, "b", 3))
 
-    def read_table_while_a_writer_swaps(path, columns):
+    def read_table_while_a_writer_swaps(path, columns, optional=()):
         if not writer.is_alive() and writer.ident is None:
             writer.start()
             time.sleep(1.0)  # time enough to write and swap the tiny store, if it may
-        return real_read_table(path, columns)
+        return real_read_table(path, columns, optional)
 
     monkeypatch.setattr(reference_store, "read_table", read_table_while_a_writer_swaps)
     opened = ReferenceStore(store)  # reads the manifest, then samples and prompts

@@ -151,6 +151,7 @@ def test_config_validation_messages(tmp_path, store):
         "rollout_prompts",
         "rehearsal_control",
         "advantage",
+        "max_unscorable",
         "lp_reg",
         "loss_options",
     }

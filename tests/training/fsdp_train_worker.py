@@ -64,7 +64,7 @@ def _stand_in_vllm(received: list) -> None:
 
     vllm = types.ModuleType("vllm")
     vllm.LLM, vllm.SamplingParams = FakeLLM, object
-    vllm.__version__ = "0.11.0"
+    vllm.__version__ = "0.34.0"  # within the supported range (pyproject's vllm extra)
     sys.modules["vllm"] = vllm
 
 
