@@ -63,12 +63,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=30, help="timed calls per case")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     args = ap.parse_args(argv)
+    from benchmarks.common import markdown_table, write_results
+
     torch.set_num_threads(1)
-    print("| rho | regularised tokens | without (ms) | with (ms) | overhead |")
-    print("|---|---|---|---|---|")
+    rows, cases = [], []
     for rho in (0.01, 1.0):
         off, on, n = case(args.rows, args.length, rho, args.repeats, args.device)
-        print(f"| {rho} | {n:.0f} | {off * 1e3:.2f} | {on * 1e3:.2f} | {on / off - 1:+.1%} |")
+        rows.append(
+            [rho, f"{n:.0f}", f"{off * 1e3:.2f}", f"{on * 1e3:.2f}", f"{on / off - 1:+.1%}"]
+        )
+        cases.append({"rho": rho, "regularised": n, "without_s": off, "with_s": on})
+    headers = ["rho", "regularised tokens", "without (ms)", "with (ms)", "overhead"]
+    write_results(
+        "lp_reg_diagnostics", {"args": vars(args), "cases": cases}, markdown_table(headers, rows)
+    )
     return 0
 
 

@@ -12,7 +12,16 @@ from __future__ import annotations
 import sys
 import time
 
-from benchmarks import bucketing, fsdp, fsdp_trainer, logits, rollout, step_time, trl_compare
+from benchmarks import (
+    bucketing,
+    fsdp,
+    fsdp_trainer,
+    logits,
+    lp_reg_diagnostics,
+    rollout,
+    step_time,
+    trl_compare,
+)
 from benchmarks.common import RESULTS_DIR, machine
 
 BENCHMARKS = {
@@ -23,6 +32,7 @@ BENCHMARKS = {
     "bucketing": (bucketing.main, ["--steps", "3", "--repeats", "2"]),
     "fsdp": (fsdp.main, ["--steps", "3"]),
     "fsdp_trainer": (fsdp_trainer.main, ["--steps", "2"]),
+    "lp_reg_diagnostics": (lp_reg_diagnostics.main, ["--repeats", "20"]),
 }
 
 
