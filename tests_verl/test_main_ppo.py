@@ -141,7 +141,6 @@ def test_lp_reg_in_verls_trainer_is_lp_reg_loss_on_the_same_tensors(world, vanil
             mask,
             rho=1.0,
             min_k=1,
-            kappa=0.7,
             clip_low=1.0,
             clip_high=9.0,
         )

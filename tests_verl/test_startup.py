@@ -245,7 +245,7 @@ def test_the_trainer_modes_refuse_the_same_settings_when_built_by_other_code():
     assert DivRLVerlSettings.from_mapping(_config(None, LP_REG).divrl).policy_loss == "lp_reg"
 
 
-def test_python_m_main_ppo_exits_2_with_one_line_before_ray():
+def test_python_m_main_ppo_exits_2_with_one_line_before_ray(tmp_path):
     """A verl user's first mistake, as they would make it: divrl keys without the mode."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     run = subprocess.run(
@@ -253,7 +253,7 @@ def test_python_m_main_ppo_exits_2_with_one_line_before_ray():
         capture_output=True,
         text=True,
         env=env,
-        cwd=ROOT,
+        cwd=tmp_path,  # Hydra's outputs/ folder
         timeout=300,
     )
     assert run.returncode == 2, run.stderr[-2000:]
