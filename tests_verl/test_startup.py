@@ -293,3 +293,25 @@ def test_the_documented_commands_pass_the_gate_and_find_the_reward(model):
         assert startup_errors(config) == []
     fn = get_custom_reward_fn(config)
     assert fn.args[0] is compute_score  # verl's partial over the function it loaded
+
+
+def test_divrl_reward_beside_verls_own_estimator_is_a_warning():
+    from divrl.integrations.verl.startup import startup_warnings
+
+    def config(estimator, **kwargs):
+        reward = {"path": "pkg://divrl.integrations.verl.reward", "name": "compute_score"}
+        if kwargs:
+            reward["reward_kwargs"] = kwargs
+        return {
+            "algorithm": {"adv_estimator": estimator},
+            "reward": {"custom_reward_function": reward},
+        }
+
+    (line,) = startup_warnings(config("grpo"))
+    assert line.startswith("algorithm.adv_estimator=grpo: divrl's reward scores")
+    assert "algorithm.adv_estimator=divrl_grpo" in line and "unscorable_score=0.0" in line
+    assert startup_warnings(config("divrl_grpo")) == []
+    assert startup_warnings(config("grpo", unscorable_score=0.0)) == []
+    other = config("grpo")
+    other["reward"]["custom_reward_function"]["path"] = "/home/me/my_reward.py"
+    assert startup_warnings(other) == []

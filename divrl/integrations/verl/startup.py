@@ -23,6 +23,9 @@ What it refuses:
 - the presample's own needs (``rollout.n >= 2``, ``divrl.reference_store``, single-turn
   rollouts).
 
+What it warns about (one ``divrl: warning:`` line, the run goes on): divrl's reward
+function beside one of verl's own advantage estimators (:func:`startup_warnings`).
+
 This module imports neither torch nor verl (the gate's install imports verl lazily).
 """
 
@@ -198,6 +201,32 @@ def startup_errors(config: Mapping[str, Any]) -> list[str]:
     return composition_errors(config, settings)
 
 
+#: how a config names divrl's reward function (verl's loader takes a module or a file)
+DIVRL_REWARD = ("pkg://divrl.integrations.verl.reward", "divrl/integrations/verl/reward.py")
+
+
+def startup_warnings(config: Mapping[str, Any]) -> list[str]:
+    """What acts, but not as a divrl user would want (printed, the run goes on): divrl's
+    reward with one of verl's own advantage estimators, which spread the NaN score of an
+    unscorable response over its group (verl then skips the update: its gradient norm is
+    not finite)."""
+    path = str(config_value(config, "reward.custom_reward_function.path", "") or "")
+    if not path.endswith(DIVRL_REWARD):
+        return []
+    kwargs = "reward.custom_reward_function.reward_kwargs"
+    if config_value(config, f"{kwargs}.unscorable_score") is not None:
+        return []
+    estimator = str(config_value(config, "algorithm.adv_estimator", "gae"))
+    if estimator.startswith("divrl_"):
+        return []
+    return [
+        f"algorithm.adv_estimator={estimator}: divrl's reward scores a response it cannot "
+        "score (a verifier timeout, a crashed worker) NaN, which verl's own estimators spread "
+        "over the response's group; set algorithm.adv_estimator=divrl_grpo (or another "
+        f"divrl_<name>), or +{kwargs}.unscorable_score=0.0 to score such responses 0"
+    ]
+
+
 def check_startup(config: Mapping[str, Any]) -> None:
     """Raise :class:`VerlSettingsError` with the first of :func:`startup_errors`."""
     errors = startup_errors(config)
@@ -212,6 +241,8 @@ def stop_unless_divrl_acts(config: Mapping[str, Any]) -> None:
         for line in errors:
             print(f"divrl: {line}", file=sys.stderr)
         raise SystemExit(2)
+    for line in startup_warnings(config):
+        print(f"divrl: warning: {line}", file=sys.stderr)
 
 
 def install_startup_gate() -> bool:
