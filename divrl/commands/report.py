@@ -1,5 +1,8 @@
 """``divrl report RUN_DIR... --base BASE_EVAL_DIR --out REPORT_DIR``: compare runs.
 
+A run may be named by the YAML config it was trained with (the run folder that config
+resolves to).
+
 A run directory holds ``metrics.jsonl`` (``divrl train``) and its evaluation in ``eval/``
 (``divrl eval --out RUN_DIR/eval``); an eval directory alone works too. Writes
 ``report.md``, ``report.html`` and PNG plots. See docs/evaluation.md.
@@ -17,8 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "runs",
         nargs="+",
         metavar="[NAME=]RUN_DIR[,RUN_DIR...]",
-        help="training run directories (with eval/) or eval directories; NAME defaults to "
-        "the directory name. Several runs of one method (its seeds): NAME=RUN1,RUN2,RUN3 or "
+        help="training run directories (with eval/), eval directories, or the YAML configs "
+        "the runs were trained with (their logging.output_dir); NAME defaults to the "
+        "directory name (a config's file name). Several runs of one method (its seeds): NAME=RUN1,RUN2,RUN3 or "
         "NAME repeated; each seed keeps its row and the method gets a mean ± s.e. row",
     )
     parser.add_argument("--base", help="eval directory of the base model ([NAME=]DIR)")
@@ -96,6 +100,18 @@ def _seeds(specs: list[str]) -> list[tuple[str | None, str, str | None]]:
     return out
 
 
+def _run_of_config(path: str, name: str | None) -> tuple[str, str | None]:
+    """A YAML config file stands for its run: the folder ``divrl train`` wrote with it
+    (``logging.output_dir``, as the config resolves it), named after the file by default."""
+    from pathlib import Path
+
+    if Path(path).suffix not in (".yaml", ".yml") or not Path(path).is_file():
+        return path, name
+    from divrl.training.config import load_config
+
+    return str(load_config(path, []).logging.output_dir), name or Path(path).stem
+
+
 def run(args: argparse.Namespace) -> int:
     """Input errors propagate to divrl.cli's handler (one paragraph, exit code 2)."""
     from divrl.cli import UsageError
@@ -104,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
 
     runs = []
     for name, path, method in _seeds(args.runs):
+        path, name = _run_of_config(path, name)
         runs.append(load_model_eval(path, name))
         runs[-1].group = method
     base = None
