@@ -59,6 +59,7 @@ METHODS: dict[str, str] = {
     "kl_cov": "KL-Cov",
     "clip_cov": "Clip-Cov",
     "dph_js_lp_reg": "DPH-JS + Lp-Reg",
+    "grpo_passk": "GRPO with the Pass@4 advantage",
 }
 #: eval split -> heading, in the report's order; a world's other splits follow, by name
 SPLITS: dict[str, str] = {

@@ -101,6 +101,17 @@ EXPECTED = {
         "algorithm.kl_coef": 0.0,
         "train.micro_batch_tokens": 32384,
     },
+    # divrl's own: GRPO's settings, the Pass@k advantage of the Pass@k Training paper
+    "grpo_passk.yaml": {
+        **DPH_COMMON,
+        "algorithm.clip_high": 0.2,
+        "algorithm.kl_coef": 0.0,
+        "train.micro_batch_tokens": 32384,
+        "algorithm.advantage": "grpo_passk",
+        "algorithm.advantage_options.k": 4,
+        "algorithm.advantage_options.threshold": 0.5,
+        "algorithm.advantage_options.form": "analytic",
+    },
     "dapo.yaml": {
         **DPH_COMMON,
         "algorithm.clip_high": 0.28,
