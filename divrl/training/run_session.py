@@ -6,7 +6,8 @@
   reported and taken over (:class:`divrl.runs.RunLock`);
 * on ``--resume`` the config is compared with the run's ``config.yaml``: a change to a
   setting the checkpoint fixes (everything but :data:`FREE_ON_RESUME`) is refused unless
-  ``--resume-with-changes`` lists its key; accepted changes go to ``history.jsonl``;
+  ``--resume-with-changes`` lists its key; accepted changes go to ``history.jsonl``, and
+  so do settings the saved config lacks (added by a newer divrl), with a warning;
 * ``run.json`` (the run's id, which its checkpoints carry) and ``config.yaml`` are written
   atomically, under the lock.
 
@@ -35,7 +36,14 @@ from divrl.runs import Checkpoint, RunDir, RunLock
 from divrl.training.config import Config, dump_config
 from divrl.training.metrics import truncate_metrics
 
-__all__ = ["FREE_ON_RESUME", "RunDirError", "RunSession", "config_changes", "config_keys"]
+__all__ = [
+    "FREE_ON_RESUME",
+    "RunDirError",
+    "RunSession",
+    "config_added",
+    "config_changes",
+    "config_keys",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +101,20 @@ def config_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> dict
                 del changes[k]
             changes[key] = [a, b]
     return dict(sorted(changes.items()))
+
+
+def config_added(saved: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, Any]:
+    """``{dotted key: current value}`` for every setting ``saved`` does not have (added by
+    a newer divrl since the run was saved), except those free on resume. A resumed run
+    takes them at their current values; they are reported and recorded, not assumed to
+    be what the run trained with before."""
+    old, new = _flatten(saved), _flatten(current)
+    inside_old = set(_mappings(saved))
+    return {
+        k: v
+        for k, v in sorted(new.items())
+        if k not in old and not _is_free(k) and not any(k.startswith(f"{m}.") for m in inside_old)
+    }
 
 
 def config_keys(config: Mapping[str, Any]) -> set[str]:
@@ -157,6 +179,8 @@ class RunSession:
         self.resume, self.overwrite = resume, overwrite
         self.allowed = tuple(allowed_changes)
         self.changes: dict[str, list] = {}
+        #: settings the resumed run's config.yaml lacks, at the values it continues with
+        self.added: dict[str, Any] = {}
         self.run_id = uuid.uuid4().hex
         self.lock = RunLock(run.lock_path)
         self.claimed = False  # begin() ran once: a later train() call continues the run
@@ -203,6 +227,17 @@ class RunSession:
                 "start a new run in another folder"
             )
         self.changes = changes
+        self.added = config_added(saved, self.config.to_dict())
+        if self.added:
+            listed = " ".join(f"{k}={_override_text(v)}" for k, v in self.added.items())
+            logger.warning(
+                "--resume: %s has no value for %d setting(s) this divrl has (added since the "
+                "run was saved); the run continues with %s (recorded in %s)",
+                self.run.config_path,
+                len(self.added),
+                listed,
+                self.run.history_path.name,
+            )
 
     def _extends(self, key: str, change: list) -> bool:
         """A finished run (its newest checkpoint at its ``train.total_steps``) may be
@@ -280,7 +315,9 @@ class RunSession:
                 self._write_identity()
             if self.changes:
                 event["changes"] = self.changes
-            if self.changes or not run.config_path.is_file():
+            if self.added:
+                event["added"] = self.added
+            if self.changes or self.added or not run.config_path.is_file():
                 atomic_write_text(run.config_path, dump_config(self.config))
             return event
         present = run.run_files()

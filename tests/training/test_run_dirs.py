@@ -323,3 +323,23 @@ def test_every_process_reads_the_lock_before_the_main_process_takes_it(tmp_path)
     for t in threads:
         t.join(60)
     assert not errors, errors
+
+
+def test_resume_records_settings_the_saved_config_lacks(tiny_world, tmp_path, caplog):
+    # a run saved by a divrl without algorithm.rollout_is / algorithm.advantage_options
+    # (both added later): its resume continues with today's values, says so and records it
+    Trainer(_resumable(tiny_world, tmp_path), reward_fn=sevens_reward).train()
+    saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    rollout_is = saved["algorithm"].pop("rollout_is")
+    del saved["algorithm"]["advantage_options"]
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
+    extended = _resumable(tiny_world, tmp_path, **{"train.total_steps": 3})
+    with caplog.at_level("WARNING"):
+        Trainer(extended, reward_fn=sevens_reward, resume=True).train()
+    resume_event = _history(tmp_path)[2]
+    assert resume_event["event"] == "resume"
+    assert resume_event["added"]["algorithm.rollout_is"] == rollout_is
+    assert resume_event["added"]["algorithm.advantage_options.eps"] == 1e-6
+    assert "algorithm.rollout_is=" in caplog.text and "has no value for" in caplog.text
+    now = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    assert now["algorithm"]["rollout_is"] == rollout_is  # config.yaml says what runs now
