@@ -1,4 +1,4 @@
-"""``divrl data check FILE [--config CONFIG] [KEY=VALUE ...]``: every row validated, the
+"""``divrl data check [FILE] [--config CONFIG] [KEY=VALUE ...]``: every row validated, the
 databases opened read-only, the ground truths read by their profiles, and, when the config
 names a model, the prompts' lengths against its ``data.*`` settings (docs/data.md).
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 PROG = "divrl data check"
 
@@ -24,7 +25,13 @@ def add_check_arguments(sub) -> None:
         "model) measure its prompts against data.max_prompt_length / data.truncation / "
         "data.template. Exit 0 with a summary, or 2 with one line per problem.",
     )
-    check.add_argument("file", help="the .jsonl / .parquet file or datasets folder to check")
+    check.add_argument(
+        "file",
+        nargs="?",
+        default=None,
+        help="the .jsonl / .parquet file or datasets folder to check (default: the config's "
+        "data.train_path)",
+    )
     check.add_argument(
         "--config",
         default=None,
@@ -40,11 +47,23 @@ def run_check(args: argparse.Namespace) -> int:
     from divrl.data.check import CheckResult, check_answers, check_databases, check_rows
     from divrl.training.config import ConfigError, load_config
 
+    if args.file is not None and "=" in args.file and not Path(args.file).exists():
+        # no FILE, overrides only: argparse gave the first override to the optional FILE
+        args.overrides, args.file = [args.file, *args.overrides], None
     try:
         config = load_config(args.config, list(args.overrides))
     except ConfigError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
+    if args.file is None:
+        if config.data.train_path is None:
+            print(
+                f"{PROG}: no file to check: name one (divrl data check FILE) or pass a "
+                "--config that sets data.train_path",
+                file=sys.stderr,
+            )
+            return 2
+        args.file = str(config.data.train_path)
     result = CheckResult()
     # the loader's "skipped N invalid rows" warning: every one of them is listed below
     loader = logging.getLogger("divrl.data.loading")

@@ -127,3 +127,21 @@ def test_a_missing_chat_template_is_a_problem_line(tmp_path, capsys):
     data = _write(tmp_path / "d.jsonl", [_math("a")])
     code, _, problems = _check(capsys, data, f"model.path={TOY_MODEL}", "data.template=chat")
     assert code == 2 and any("has no chat template" in p for p in problems)
+
+
+def test_without_a_file_the_configs_train_path_is_checked(tmp_path, capsys):
+    data = _write(tmp_path / "mine.jsonl", [_math("a"), {"id": "b", "question": "?"}])
+    config = tmp_path / "mine.yaml"
+    config.write_text(f"data:\n  train_path: {data}\n")
+    code, lines, problems = _check(capsys, "--config", config)
+    assert code == 2 and lines[0] == f"{data}:"
+    assert "rows: 2 read, 1 valid (math 1)" in lines
+    # overrides alone (no FILE) are overrides, not a file name
+    code, lines, _ = _check(capsys, "--config", config, f"model.path={TOY_MODEL}")
+    assert lines[0] == f"{data}:" and any(x.startswith("over the limit:") for x in lines)
+    # neither a FILE nor data.train_path: one line saying what to pass
+    code, _, problems = _check(capsys)
+    assert code == 2 and problems == [
+        "divrl data check: no file to check: name one (divrl data check FILE) or pass a "
+        "--config that sets data.train_path"
+    ]
