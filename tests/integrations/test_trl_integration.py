@@ -131,7 +131,9 @@ def test_config_validation_messages(tmp_path, store):
         make_args(tmp_path, lp_reg=True, loss_options={"lp_reg_rho": 0.5})
     with pytest.raises(ValueError, match="neither `divrl train` nor the TRL adapter"):
         make_args(tmp_path, lp_reg=True, loss_options={"full_vocab": True})
-    assert make_args(tmp_path, lp_reg=True, loss_options={"min_k": 1}).policy_loss_options.min_k == 1
+    assert (
+        make_args(tmp_path, lp_reg=True, loss_options={"min_k": 1}).policy_loss_options.min_k == 1
+    )
     with pytest.raises(ValueError, match="divergence_weighting"):
         make_args(tmp_path, divergence="js", reference_store=str(store), divergence_weighting="x")
     args = make_args(tmp_path, divergence="alpha", divergence_alpha=0.5, reference_store=str(store))
