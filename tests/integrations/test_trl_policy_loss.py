@@ -16,7 +16,14 @@ from trl_helpers import make_args, prompt_dataset, tiny_model, tiny_tokenizer, v
 
 pytest.importorskip("trl")
 
-from divrl.algorithms import POLICY_LOSS_OPTIONS, POLICY_LOSSES, aggregate
+from divrl.algorithms import (
+    POLICY_LOSS_OPTIONS,
+    POLICY_LOSSES,
+    aggregate,
+    minp_log_normalizer,
+    policy_loss_spec,
+    proxy_log_prob,
+)
 from divrl.algorithms.loss_options import LossOptions
 from divrl.algorithms.options import option
 from divrl.algorithms.policy_loss import clipped_surrogate
@@ -97,31 +104,91 @@ def build(args):
     )
 
 
-def test_a_registered_loss_runs_and_equals_its_own_function(registered, tmp_path):
-    """On-policy, bnpo, GA 1: TRL's loss with the adapter is the registered function on the
-    log-probs and entropies of a plain logits forward (value and gradient), then one
-    train() step runs and logs the loss's metrics."""
-    args = make_args(tmp_path, policy_loss=NAME, loss_type="bnpo", loss_options={"gamma": 0.5})
-    assert args.loss_options == {"gamma": 0.5}  # the clip range and agg are TRL's
-    trainer = build(args)
+def batch_and_loss(trainer, seed: int = 3):
+    """One generation batch (2 prompts) through TRL, and the adapter's loss on it (bnpo,
+    GA 1: TRL's reduction is divrl's token-mean) with its gradients."""
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1
-    torch.manual_seed(3)
-    rows = [{"prompt": p} for p in ("1+2=", "3+4=") for _ in range(args.num_generations)]
+    torch.manual_seed(seed)
+    rows = [{"prompt": p} for p in ("1+2=", "3+4=") for _ in range(trainer.args.num_generations)]
     batch = trainer._generate_and_score_completions(rows)
     trainer.model.zero_grad()
+    torch.manual_seed(seed)  # a loss drawing random tokens (clip_cov) draws the same ones
     loss = trainer.compute_loss(trainer.model, batch)
     loss.backward()
-    grads = [p.grad.clone() for p in trainer.model.parameters()]
+    return batch, loss, [p.grad.clone() for p in trainer.model.parameters()]
 
-    model = trainer.model
-    model.eval()  # HF skips the gradient checkpointing TRL turns on; dropout is off
+
+def plain_forward(model, batch):
+    """Logits of the completion tokens from a plain forward (eval mode: HF skips the
+    gradient checkpointing TRL turns on; dropout is off), their log-probs and entropies."""
+    model.eval()
     ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
     attention = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
     k = batch["completion_ids"].shape[1]
     logits = model(input_ids=ids, attention_mask=attention).logits[:, -(k + 1) : -1].float()
     lp = logits.log_softmax(-1).gather(-1, batch["completion_ids"].unsqueeze(-1)).squeeze(-1)
     entropy = -(logits.softmax(-1) * logits.log_softmax(-1)).sum(-1)
+    return logits, lp, entropy
+
+
+#: options that make a selecting loss (Lp-Reg) select tokens of the tiny batch
+SELECT_MORE = {"rho": 0.5, "min_k": 1}
+
+
+@pytest.mark.parametrize("name", sorted(POLICY_LOSSES))
+def test_every_registered_loss_runs_and_equals_its_own_function(tmp_path, name):
+    """Each loss of the registry, as registered: off-policy (TRL's old log-probs, then the
+    weights moved, so r != 1), TRL's loss with the adapter equals the loss's function on a
+    plain forward's tensors (the inputs its options declare; the proxy of pi_old), with TRL's
+    clip range and bnpo's token-mean."""
+    more = {k: v for k, v in SELECT_MORE.items() if k in POLICY_LOSS_OPTIONS[name].names()}
+    args = make_args(
+        tmp_path, policy_loss=name, loss_type="bnpo", num_iterations=2, loss_options=more
+    )
+    trainer = build(args)
+    options = trainer.args.policy_loss_options
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    torch.manual_seed(3)
+    rows = [{"prompt": p} for p in ("1+2=", "3+4=") for _ in range(args.num_generations)]
+    batch = trainer._generate_and_score_completions(rows)
+    kappa = getattr(options, "kappa", 0.0)
+    with torch.no_grad():
+        old_logits, _, _ = plain_forward(trainer.model, batch)
+        for p in trainer.model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+        _, lp, entropy = plain_forward(trainer.model, batch)
+    trainer.model.train()
+    torch.manual_seed(5)  # a loss drawing random tokens (clip_cov) draws the same ones
+    loss = trainer.compute_loss(trainer.model, batch)
+    available = {
+        "entropy": entropy,
+        "proxy_log_prob": proxy_log_prob(old_logits, batch["completion_ids"], kappa),
+        "log_normalizer": minp_log_normalizer(old_logits, kappa),
+    }
+    torch.manual_seed(5)
+    expected, _ = policy_loss_spec(name).fn(
+        log_prob=lp,
+        old_log_prob=batch["old_per_token_logps"],
+        advantages=batch["advantages"],
+        mask=batch["completion_mask"],
+        **options.loss_kwargs(),
+        **{k: available[k] for k in options.INPUTS if k in available},
+    )
+    assert float(loss) == pytest.approx(float(expected), abs=1e-6)
+
+
+def test_a_registered_loss_runs_and_equals_its_own_function(registered, tmp_path):
+    """A loss registered in this file: TRL's loss with the adapter is its function on the
+    log-probs and entropies of a plain logits forward (value and gradient), then one
+    train() step runs and logs the loss's metrics."""
+    args = make_args(tmp_path, policy_loss=NAME, loss_type="bnpo", loss_options={"gamma": 0.5})
+    assert args.loss_options == {"gamma": 0.5}  # the clip range and agg are TRL's
+    trainer = build(args)
+    batch, loss, grads = batch_and_loss(trainer)
+    model = trainer.model
+    _, lp, entropy = plain_forward(model, batch)
     mask = batch["completion_mask"]
     expected, _ = entropy_weighted(
         lp, lp.detach(), batch["advantages"], mask, entropy=entropy.detach(), gamma=0.5
