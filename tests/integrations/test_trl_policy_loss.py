@@ -132,15 +132,16 @@ def plain_forward(model, batch):
     return logits, lp, entropy
 
 
-#: options that make a selecting loss (Lp-Reg) select tokens of the tiny batch
-SELECT_MORE = {"rho": 0.5, "min_k": 1}
+#: options (by name, for the losses declaring them) that make a loss acting on a share of
+#: tokens (Lp-Reg's selection, Clip-Cov's cut) act on some of the tiny batch's
+SELECT_MORE = {"rho": 0.5, "min_k": 1, "clip_ratio": 0.5, "clip_cov_lb": -100.0}
 
 
 @pytest.mark.parametrize("name", sorted(POLICY_LOSSES))
 def test_every_registered_loss_runs_and_equals_its_own_function(tmp_path, name):
     """Each loss of the registry, as registered: off-policy (TRL's old log-probs, then the
-    weights moved, so r != 1), TRL's loss with the adapter equals the loss's function on a
-    plain forward's tensors (the inputs its options declare; the proxy of pi_old), with TRL's
+    weights moved, so r != 1), TRL's loss with the adapter and its gradient equal the loss's
+    function on a plain forward's tensors (the inputs its options declare; the proxy of pi_old), with TRL's
     clip range and bnpo's token-mean."""
     more = {k: v for k, v in SELECT_MORE.items() if k in POLICY_LOSS_OPTIONS[name].names()}
     args = make_args(
@@ -154,16 +155,21 @@ def test_every_registered_loss_runs_and_equals_its_own_function(tmp_path, name):
     rows = [{"prompt": p} for p in ("1+2=", "3+4=") for _ in range(args.num_generations)]
     batch = trainer._generate_and_score_completions(rows)
     kappa = getattr(options, "kappa", 0.0)
+    model = trainer.model
     with torch.no_grad():
-        old_logits, _, _ = plain_forward(trainer.model, batch)
-        for p in trainer.model.parameters():
+        old_logits, _, _ = plain_forward(model, batch)
+        for p in model.parameters():
             p.add_(0.05 * torch.randn_like(p))
-        _, lp, entropy = plain_forward(trainer.model, batch)
-    trainer.model.train()
+    model.train()
+    model.zero_grad()
     torch.manual_seed(5)  # a loss drawing random tokens (clip_cov) draws the same ones
-    loss = trainer.compute_loss(trainer.model, batch)
+    loss = trainer.compute_loss(model, batch)
+    loss.backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    _, lp, entropy = plain_forward(model, batch)
     available = {
-        "entropy": entropy,
+        "entropy": entropy.detach(),
         "proxy_log_prob": proxy_log_prob(old_logits, batch["completion_ids"], kappa),
         "log_normalizer": minp_log_normalizer(old_logits, kappa),
     }
@@ -177,6 +183,9 @@ def test_every_registered_loss_runs_and_equals_its_own_function(tmp_path, name):
         **{k: available[k] for k in options.INPUTS if k in available},
     )
     assert float(loss) == pytest.approx(float(expected), abs=1e-6)
+    expected.backward()  # the gradient too (clip_cov changes only the gradient)
+    for g, p in zip(grads, model.parameters(), strict=True):
+        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-6)
 
 
 def test_a_registered_loss_runs_and_equals_its_own_function(registered, tmp_path):
