@@ -1,17 +1,20 @@
-"""DPH-RL and Lp-Reg inside TRL's ``GRPOTrainer`` (optional extra ``divrl[trl]``).
+"""DPH-RL, Lp-Reg and divrl's other policy losses inside TRL's ``GRPOTrainer`` (optional
+extra ``divrl[trl]``).
 
 Switch a TRL script from ``GRPOConfig``/``GRPOTrainer`` to :class:`DivRLGRPOConfig` /
-:class:`DivRLGRPOTrainer` and set the ``divergence*`` / ``reference_*`` or ``lp_reg*`` fields. The trainer calls
-TRL's own code for rollouts, rewards, advantages and the policy loss, and adds:
+:class:`DivRLGRPOTrainer` and set the ``divergence*`` / ``reference_*`` or ``policy_loss`` /
+``loss_options`` fields. The trainer calls TRL's own code for rollouts, rewards, advantages
+and the policy loss, and adds:
 
 - **DPH-RL**: ``divergence_coef * D_f`` on reference samples of the initial policy read from a divrl
   reference store (``divrl presample``), in the same ``compute_loss`` call, scaled like TRL's
   entropy bonus (a per-micro-batch token mean divided by the gradient-accumulation steps).
   No reference model is loaded: the store holds the initial policy's log-probs.
-- **Lp-Reg**: the min-p proxy log-probs are computed under no-grad from the hidden states of
-  a forward TRL already runs (the old-log-prob forward when TRL computes one, otherwise the
-  policy forward of the loss) and :func:`divrl.algorithms.lp_reg_loss` replaces TRL's
-  per-token loss on the selected negative-advantage low-probability tokens.
+- **a registered policy loss** (``policy_loss``): the loss replaces TRL's clipped per-token
+  loss (:func:`divrl.integrations.trl_loss.loss_replacement`), given the inputs its options
+  declare. For a loss that needs the min-p proxy (Lp-Reg), the proxy log-probs are computed
+  under no-grad from the hidden states of a forward TRL already runs (the old-log-prob
+  forward when TRL computes one, otherwise the policy forward of the loss).
 
 Which TRL internals are used, and how their change is caught, is listed in
 :data:`TRL_HOOKS` and checked by :func:`check_trl_internals`; docs/trl.md has the details.
@@ -19,8 +22,9 @@ Which TRL internals are used, and how their change is caught, is listed in
 This module holds the trainer; its pieces live beside it: ``trl_hooks`` (the TRL internals
 relied on and their checks), ``trl_config`` (:class:`DivRLGRPOConfig`), ``trl_data``
 (datasets with divrl's prompt ids, the exploration filter, the verifier reward), ``trl_dph`` (the
-reference-sample stream) and ``trl_lp_reg`` (the proxy from captured hidden states). Every
-public name is importable from here.
+reference-sample stream), ``trl_lp_reg`` (the proxy from captured hidden states),
+``trl_loss`` (what a loss needs and the replacement term) and ``trl_provenance`` (the run's
+provenance record). Every public name is importable from here.
 """
 
 from __future__ import annotations
@@ -32,11 +36,7 @@ from typing import Any
 import torch
 from trl import GRPOTrainer
 
-from divrl.algorithms import (
-    lp_reg_loss,
-    policy_loss,
-    reference_divergence_loss,
-)
+from divrl.algorithms import reference_divergence_loss
 from divrl.distributed import Collective, release_process_group, warn_if_ddp_wrappers_live
 from divrl.integrations.trl_config import LP_REG_LOSS_TYPES, DivRLGRPOConfig
 from divrl.integrations.trl_control import TrlRehearsalControl
@@ -59,6 +59,7 @@ from divrl.integrations.trl_hooks import (
     internal_problem,
     raise_on_internal_problems,
 )
+from divrl.integrations.trl_loss import TRL_LOSS_INPUTS, loss_replacement, loss_type_scale
 from divrl.integrations.trl_lp_reg import (
     LOG_Z_KEY,
     PROXY_CHUNK_LOGITS,
@@ -71,6 +72,7 @@ from divrl.integrations.trl_lp_reg import (
     refuse_sharded_training,
     unwrapped_causal_lm,
 )
+from divrl.integrations.trl_provenance import ProvenanceCallback, trl_provenance
 from divrl.rewards.types import UnscorableShareError, unscorable_share_message
 from divrl.rollout import pad_token_id
 
@@ -85,12 +87,15 @@ __all__ = [
     "REQUIRED_TRAINER_ATTRIBUTES",
     "TESTED_TRL_VERSIONS",
     "TRL_HOOKS",
+    "TRL_LOSS_INPUTS",
     "DivRLGRPOConfig",
     "DivRLGRPOTrainer",
+    "ProvenanceCallback",
     "check_trl_internals",
     "check_trl_version",
     "exploration_dataset",
     "trl_dataset",
+    "trl_provenance",
     "verifier_reward",
 ]
 
@@ -117,14 +122,16 @@ def end_at_exit(trainer: DivRLGRPOTrainer) -> None:
 
 
 class DivRLGRPOTrainer(GRPOTrainer):
-    """TRL's ``GRPOTrainer`` with DPH-RL and/or Lp-Reg; takes a :class:`DivRLGRPOConfig`.
+    """TRL's ``GRPOTrainer`` with DPH-RL and/or a divrl policy loss; takes a
+    :class:`DivRLGRPOConfig`.
 
     Same constructor as ``GRPOTrainer``. Overrides, each calling ``super()``:
-    ``_get_per_token_logps_and_entropies`` (records log-probs and the Lp-Reg proxy from the
-    forward TRL runs), ``_generate_and_score_completions`` (adds the off-policy proxy to the
-    batch; stops when more than ``max_unscorable`` of it was unscorable) and
-    ``_compute_loss`` (adds the Lp-Reg replacement and the DPH term). Metrics go to TRL's
-    logger under ``divrl/``.
+    ``_get_per_token_logps_and_entropies`` (records log-probs, entropies and the proxy from
+    the forward TRL runs), ``_generate_and_score_completions`` (adds the off-policy proxy to
+    the batch; stops when more than ``max_unscorable`` of it was unscorable) and
+    ``_compute_loss`` (adds the policy loss's replacement and the DPH term). Metrics go to
+    TRL's logger under ``divrl/``; the run's provenance goes to ``output_dir``
+    (:class:`ProvenanceCallback`).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -157,7 +164,8 @@ class DivRLGRPOTrainer(GRPOTrainer):
                 vocab_size=getattr(lm.config.get_text_config(), "vocab_size", None),
             )
             self._reference_seeked = False
-        if self.args.lp_reg:
+        self.add_callback(ProvenanceCallback(self.train_dataset))
+        if self._needs_proxy:
             refuse_sharded_training(self.accelerator)
             config = unwrapped_causal_lm(self.accelerator, self.model).config
             text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
@@ -174,9 +182,16 @@ class DivRLGRPOTrainer(GRPOTrainer):
             ]
             if scaled:
                 raise ValueError(
-                    f"lp_reg does not support models whose logits are rescaled ({scaled}): the "
-                    "proxy projects hidden states through the LM head alone"
+                    f"{self.args.policy_loss_options.label()} does not support models whose "
+                    f"logits are rescaled ({scaled}): the proxy projects hidden states through "
+                    "the LM head alone"
                 )
+
+    @property
+    def _needs_proxy(self) -> bool:
+        """The policy loss declares it needs the min-p proxy (NEEDS_PROXY)."""
+        options = self.args.policy_loss_options
+        return options is not None and options.NEEDS_PROXY
 
     def end(self) -> None:
         """transformers' ``Trainer.end`` (finish the trackers, destroy the process group),
@@ -209,7 +224,7 @@ class DivRLGRPOTrainer(GRPOTrainer):
             out = super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
             )
-            cap.log_probs = out[0]
+            cap.log_probs, cap.entropies = out[0], out[1]
             return out
         lm = unwrapped_causal_lm(self.accelerator, model)
         tokens = input_ids[:, -logits_to_keep:]
@@ -237,6 +252,7 @@ class DivRLGRPOTrainer(GRPOTrainer):
         try:
             if cap.error is None:
                 self._capture_proxy(cap, out[0], parts, attention_mask, logits_to_keep)
+                cap.entropies = out[1]
         except Exception as exc:
             cap.error = exc
         return out
@@ -244,7 +260,7 @@ class DivRLGRPOTrainer(GRPOTrainer):
     def _proxy(self, head, hidden: torch.Tensor, tokens: torch.Tensor):
         """Proxy log-prob, log Z and plain log-prob of ``tokens`` from ``hidden`` through
         ``head`` (:func:`lm_head_projection`: whole, or gathered from FSDP2 / ZeRO-3 shards)."""
-        kappa, autocast = self.args.lp_reg_options.kappa, self.accelerator.autocast
+        kappa, autocast = self.args.policy_loss_options.kappa, self.accelerator.autocast
         return proxy_from_hidden(head, hidden, tokens, kappa, self.temperature, autocast)
 
     def _capture_proxy(self, cap, logps, parts, attention_mask, logits_to_keep):
@@ -287,7 +303,7 @@ class DivRLGRPOTrainer(GRPOTrainer):
 
     def _scored_completions(self, inputs):
         """TRL's batch, with the off-policy Lp-Reg proxy added."""
-        if not (self.args.lp_reg and self.model.training):
+        if not (self._needs_proxy and self.model.training):
             return super()._generate_and_score_completions(inputs)
         # TRL computes old log-probs (off-policy) with a no-grad forward of self.model here:
         # the proxy comes from that forward, i.e. from pi_old.
@@ -313,9 +329,9 @@ class DivRLGRPOTrainer(GRPOTrainer):
             raise_on_internal_problems([f"the GRPO batch no longer has the keys {missing}"])
         train = self.model.training
         cap = None
-        if self.args.lp_reg and train:
+        if self.args.policy_loss_options is not None and train:
             # On-policy TRL computes no old log-probs: take the proxy from this forward.
-            cap = HiddenCapture(want_proxy=PROXY_KEY not in inputs)
+            cap = HiddenCapture(want_proxy=self._needs_proxy and PROXY_KEY not in inputs)
             self._divrl_capture = cap
         try:
             loss = super()._compute_loss(model, inputs)
@@ -331,7 +347,7 @@ class DivRLGRPOTrainer(GRPOTrainer):
             if cap is not None and error is None:
                 if cap.log_probs is None:
                     raise_on_internal_problems(["_compute_loss no longer computes log-probs"])
-                terms.append(self._lp_reg_replacement(inputs, cap))
+                terms.append(self._loss_replacement(inputs, cap))
             if self._reference is not None and train and error is None:
                 reference = self._draw_reference()
         except Exception as exc:
@@ -376,64 +392,47 @@ class DivRLGRPOTrainer(GRPOTrainer):
     def _grad_accum(self) -> float:
         return float(self.current_gradient_accumulation_steps)
 
-    def _lp_reg_replacement(
+    def _loss_replacement(
         self, inputs: dict[str, Any], cap: HiddenCapture
     ) -> tuple[torch.Tensor, dict[str, float]]:
-        """``L_lp_reg - L_clipped`` under TRL's reduction of ``self.loss_type``.
+        """``L_loss - L_clipped`` under TRL's reduction of ``self.loss_type``
+        (:func:`divrl.integrations.trl_loss.loss_replacement`).
 
         TRL's loss already holds the clipped surrogate on every token; adding the difference
-        replaces it by Lp-Reg's term on the regularised tokens and changes nothing elsewhere
-        (both divrl losses share one clipped surrogate with TRL's epsilons). With vLLM's
-        importance-sampling correction each token's difference carries TRL's weight.
+        replaces it by the policy loss's term and, for a loss that changes only some tokens
+        (Lp-Reg), changes nothing elsewhere. With vLLM's importance-sampling correction each
+        token of both terms carries TRL's weight (the config refuses a loss that takes none).
         """
+        options = self.args.policy_loss_options
         lp = cap.log_probs
         old = inputs.get("old_per_token_logps")
         old = lp.detach() if old is None else old  # on-policy: r = 1
         if PROXY_KEY in inputs:  # from the old-log-prob forward at rollout time
             proxy, log_z = inputs[PROXY_KEY], inputs[LOG_Z_KEY]
-        else:  # from this forward
+        else:  # from this forward (None when the loss needs no proxy)
             proxy, log_z = cap.proxy, cap.log_z
         mask = inputs["completion_mask"]
         if "tool_mask" in inputs:
             mask = mask * inputs["tool_mask"]
-        agg = LP_REG_LOSS_TYPES[self.loss_type]
-        clip = {"clip_low": self.epsilon_low, "clip_high": self.epsilon_high, "agg": agg}
         # TRL multiplies its per-token loss by the truncated vLLM/trainer importance
         # weights before reducing it; both divrl terms get the same factor per token.
+        weights = None
         if self.use_vllm and self.vllm_importance_sampling_correction:
-            clip["token_weights"] = inputs["importance_sampling_ratio"]
-        lp_loss, metrics = lp_reg_loss(
-            lp,
-            old,
-            proxy,
-            inputs["advantages"],
-            mask,
-            rho=self.args.lp_reg_options.rho,
-            beta=self.args.lp_reg_options.beta,
-            min_k=self.args.lp_reg_options.min_k,
-            log_normalizer=log_z,
-            **clip,
+            weights = inputs["importance_sampling_ratio"]
+        entropies = None if cap.entropies is None else cap.entropies.detach()
+        available = {  # TRL_LOSS_INPUTS: what the adapter hands a loss
+            "proxy_log_prob": proxy,
+            "log_normalizer": log_z,
+            "entropy": entropies,
+            "token_weights": weights,
+            "selected": None,
+        }
+        scale = loss_type_scale(self, mask.float(), inputs["num_items_in_batch"])
+        clip = (self.epsilon_low, self.epsilon_high)
+        replacement, metrics = loss_replacement(
+            options, lp, old, inputs["advantages"], mask, available, clip, scale
         )
-        pg_loss, _ = policy_loss(lp, old, inputs["advantages"], mask, **clip)
-        mask = mask.float()
-        rows = mask.shape[0]
-        ga = self._grad_accum()
-        # TRL's reductions (grpo_trainer._compute_loss) expressed as scale * divrl's `agg`.
-        if self.loss_type == "grpo":  # divrl leaves out empty rows, TRL counts them as 0
-            scale = float((mask.sum(-1) > 0).sum()) / rows / ga
-        elif self.loss_type == "bnpo":
-            scale = 1.0 / ga
-        elif self.loss_type == "dr_grpo":
-            scale = float(mask.sum()) / (rows * self.max_completion_length) / ga
-        else:  # dapo: token sum over the accumulated global batch's token count
-            normalizer = (
-                inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
-            )
-            normalizer = normalizer * ga / self.args.steps_per_generation
-            scale = float(mask.sum() / normalizer)
-        replacement = (lp_loss - pg_loss) * scale
-        metrics = {k: v for k, v in metrics.items() if k.startswith("lp_reg/")}
-        metrics["lp_reg/replacement"] = float(replacement.detach()) * ga
+        metrics[f"{options.LOSS}/replacement"] = float(replacement.detach()) * self._grad_accum()
         return replacement, metrics
 
     def _dph_scale(self, rollouts: int) -> float:

@@ -1,4 +1,4 @@
-"""``DivRLGRPOConfig``: TRL's ``GRPOConfig`` plus the DPH-RL and Lp-Reg fields."""
+"""``DivRLGRPOConfig``: TRL's ``GRPOConfig`` plus the DPH-RL and policy-loss fields."""
 
 from __future__ import annotations
 
@@ -12,47 +12,51 @@ from divrl.algorithms import (
     ADVANTAGE_ESTIMATORS,
     ADVANTAGE_OPTIONS,
     DIVERGENCES,
+    POLICY_LOSSES,
     LpRegOptions,
     divergence_generator,
     divergence_summaries,
 )
-from divrl.algorithms.loss_options import FULL_VOCAB_REFUSED
+from divrl.algorithms.loss_options import LossOptions
 from divrl.algorithms.rehearsal_control import RehearsalControlOptions
+from divrl.integrations.trl_loss import REPLACEMENT_LOSS_TYPES, TRL_SETS, resolve_loss_options
 
-__all__ = ["LP_REG_LOSS_TYPES", "TRL_DPH_WEIGHTINGS", "TRL_SETS", "DivRLGRPOConfig"]
+__all__ = [
+    "LOSS_SWITCHES",
+    "LP_REG_LOSS_TYPES",
+    "TRL_DPH_WEIGHTINGS",
+    "TRL_SETS",
+    "DivRLGRPOConfig",
+]
 
 # which dataset rows a DPH-RL run rolls out (DivRLGRPOConfig.rollout_prompts)
 ROLLOUT_PROMPTS = ("exploration", "all")
 # divrl's DPH stream weightings the adapter offers (docs/trl.md)
 TRL_DPH_WEIGHTINGS = ("authors", "paper")
 
-# Loss types whose per-token loss is the clipped surrogate Lp-Reg replaces, with the divrl
-# aggregation mode that matches TRL's reduction (a further scale is applied in the trainer).
-LP_REG_LOSS_TYPES = {
-    "grpo": "seq-mean-token-mean",
-    "bnpo": "token-mean",
-    "dr_grpo": "token-mean",
-    "dapo": "token-mean",
-}
+#: the loss types a policy_loss runs with (the older name of REPLACEMENT_LOSS_TYPES)
+LP_REG_LOSS_TYPES = REPLACEMENT_LOSS_TYPES
 
-#: Lp-Reg options TRL's own settings give (divrl's name -> TRL's): not in loss_options
-TRL_SETS = {"clip_low": "epsilon", "clip_high": "epsilon_high", "agg": "loss_type"}
-#: the Lp-Reg options loss_options takes (and holds, resolved, after validation)
-LP_REG_OPTION_NAMES = tuple(n for n in LpRegOptions.names() if n not in (*TRL_SETS, "full_vocab"))
+#: boolean fields kept from before policy_loss, each the old spelling of one loss
+#: (field -> the registered loss it turns on)
+LOSS_SWITCHES = {"lp_reg": LpRegOptions.LOSS}
 
 # --------------------------------------------------------------------------- config
 
 
 @dataclass
 class DivRLGRPOConfig(GRPOConfig):
-    """TRL's ``GRPOConfig`` plus the DPH-RL and Lp-Reg fields (see docs/trl.md).
+    """TRL's ``GRPOConfig`` plus the DPH-RL and policy-loss fields (see docs/trl.md).
 
-    DPH-RL is on when ``divergence`` is set, Lp-Reg when ``lp_reg`` is true; both may
-    be on together. Everything else is TRL's own configuration. ``loss_options`` is one of
-    TRL's dict fields (``_VALID_DICT_FIELDS``): ``HfArgumentParser`` / ``TrlParser`` take it
-    as a JSON string (``--loss_options '{"rho": 0.02}'``) or a YAML mapping, and after
-    validation it holds every Lp-Reg option with its value, so ``to_dict()`` /
-    ``to_json_string()`` (what TRL logs and saves with a run) carry the options the run used.
+    DPH-RL is on when ``divergence`` is set; ``policy_loss`` names a loss of divrl's
+    registry that replaces TRL's clipped surrogate (``lp_reg=True`` is the older spelling of
+    ``policy_loss="lp_reg"``); both may be on together. Everything else is TRL's own
+    configuration. ``loss_options`` is one of TRL's dict fields (``_VALID_DICT_FIELDS``):
+    ``HfArgumentParser`` / ``TrlParser`` take it as a JSON string (``--loss_options
+    '{"rho": 0.02}'``) or a YAML mapping, and after validation it holds every option of the
+    loss with its value, so ``to_dict()`` / ``to_json_string()`` (what TRL logs and saves
+    with a run) carry the options the run used; ``policy_loss_options`` holds them typed
+    (None without a policy_loss).
     """
 
     _VALID_DICT_FIELDS: ClassVar[list[str]] = [
@@ -136,22 +140,35 @@ class DivRLGRPOConfig(GRPOConfig):
             "computes the advantages itself. None (default): TRL's scale_rewards as set.",
         },
     )
+    policy_loss: str | None = field(
+        default=None,
+        metadata={
+            "help": "divrl's policy loss by its `divrl train` name (algorithm.policy_loss), "
+            f"one of divrl.algorithms.POLICY_LOSSES ({', '.join(sorted(POLICY_LOSSES))}; a "
+            "loss registered in your code is taken too): it replaces TRL's clipped "
+            "per-token loss, reduced as loss_type reduces it. A loss needing what TRL's "
+            "GRPOTrainer does not compute (the full-vocabulary logits, an input the adapter "
+            "cannot give) is refused, naming it. None (default): TRL's own loss.",
+        },
+    )
     lp_reg: bool = field(
         default=False,
         metadata={
-            "help": "Turn Lp-Reg on: regularise the lowest-probability negative-advantage tokens "
-            "toward a min-p proxy of the policy. The authors also set epsilon=1.0 and "
-            "epsilon_high=9.0 (the clip range of every other token).",
+            "help": "Deprecated: the older spelling of policy_loss='lp_reg' (Lp-Reg: "
+            "regularise the lowest-probability negative-advantage tokens toward a min-p "
+            "proxy of the policy); set policy_loss instead. True with another policy_loss "
+            "is refused. The authors also set epsilon=1.0 and epsilon_high=9.0 (the clip "
+            "range of every other token).",
         },
     )
     loss_options: dict[str, Any] | str | None = field(
         default_factory=dict,
         metadata={
-            "help": "Lp-Reg's options by `divrl train`'s names (algorithm.loss_options with "
-            "policy_loss=lp_reg; divrl.algorithms.LpRegOptions): rho, beta, kappa, min_k, "
-            "as a dict or, on the command line, a JSON string ('{\"rho\": 0.02}'). Unset "
-            "ones keep LpRegOptions' defaults and are filled in after validation; clip_low, "
-            "clip_high and agg come from TRL's epsilon, epsilon_high and loss_type.",
+            "help": "The policy loss's options by `divrl train`'s names (algorithm.loss_options; "
+            "e.g. Lp-Reg's rho, beta, kappa, min_k), as a dict or, on the command line, a "
+            "JSON string ('{\"rho\": 0.02}'). Unset ones keep the loss's defaults and are "
+            "filled in after validation; clip_low, clip_high and agg come from TRL's "
+            "epsilon, epsilon_high and loss_type.",
         },
     )
 
@@ -188,13 +205,7 @@ class DivRLGRPOConfig(GRPOConfig):
         self._apply_advantage()
         self._validate_dph()
         self.control_options = self._control_options()
-        self.lp_reg_options = self._lp_reg_options()
-        if self.lp_reg:
-            self._validate_lp_reg()
-            # every option with its value, so the serialised config names what the run used
-            self.loss_options = {
-                name: getattr(self.lp_reg_options, name) for name in LP_REG_OPTION_NAMES
-            }
+        self.policy_loss_options = self._policy_loss_options()
 
     def _apply_advantage(self) -> None:
         """``advantage``: an estimator TRL computes natively becomes its scale_rewards."""
@@ -287,8 +298,24 @@ class DivRLGRPOConfig(GRPOConfig):
         self.rehearsal_control = options.as_dict()
         return options
 
-    def _lp_reg_options(self) -> LpRegOptions:
-        """The typed Lp-Reg options (their bounds checked once, by LpRegOptions)."""
+    def _switched_loss(self) -> str | None:
+        """``policy_loss``, or the loss an old boolean switch (:data:`LOSS_SWITCHES`) turns
+        on; refused when the two name different losses."""
+        name = self.policy_loss
+        for switch, loss in LOSS_SWITCHES.items():
+            if not getattr(self, switch):
+                continue
+            if name is not None and name != loss:
+                raise ValueError(
+                    f"{switch}=True (the older spelling of policy_loss={loss!r}) and "
+                    f"policy_loss={name!r} disagree: drop {switch}"
+                )
+            name = loss
+        return name
+
+    def _policy_loss_options(self) -> LossOptions | None:
+        """The typed options of the policy loss (None: TRL's own loss); the field
+        ``loss_options`` is rewritten to every option but TRL's with its value."""
         if self.loss_options is None:
             self.loss_options = {}
         if isinstance(self.loss_options, str):  # a path or other non-JSON text
@@ -296,31 +323,47 @@ class DivRLGRPOConfig(GRPOConfig):
                 f"loss_options={self.loss_options!r}: give a dict, or on the command line a "
                 """JSON object such as '{"rho": 0.02}'"""
             )
-        options = dict(self.loss_options)
-        taken = sorted(set(options) & set(TRL_SETS))
-        if taken:
+        name = self._switched_loss()
+        if name is None:
+            if self.loss_options:
+                raise ValueError(
+                    f"loss_options {sorted(self.loss_options)} are a policy loss's options: "
+                    "set policy_loss (one of "
+                    f"{sorted(POLICY_LOSSES)}), or drop loss_options"
+                )
+            return None
+        if name not in POLICY_LOSSES:
+            raise ValueError(f"policy_loss={name!r}: use one of {sorted(POLICY_LOSSES)}")
+        self.policy_loss = name
+        self._validate_replacement(name)
+        high = self.epsilon if self.epsilon_high is None else self.epsilon_high
+        trl_values = {
+            "clip_low": self.epsilon,
+            "clip_high": high,
+            "agg": REPLACEMENT_LOSS_TYPES[self.loss_type],
+        }
+        options = resolve_loss_options(name, dict(self.loss_options), trl_values)
+        if self._vllm_weights() and not options.takes_token_weights:
             raise ValueError(
-                f"loss_options {taken}: set them through TRL's "
-                f"{[TRL_SETS[k] for k in taken]} (the Lp-Reg loss reads them from there)"
+                f"policy_loss={name!r} takes no token_weights, which TRL's "
+                "vllm_importance_sampling_correction multiplies its per-token loss by: set "
+                "vllm_importance_sampling_correction=False or use a loss that takes them"
             )
-        if options.get("full_vocab"):
-            raise ValueError(f"loss_options: {FULL_VOCAB_REFUSED}")
-        if options and not self.lp_reg:
-            raise ValueError(f"loss_options {sorted(options)} are Lp-Reg's: set lp_reg=True")
-        try:
-            return LpRegOptions(**options)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(
-                f"loss_options: {exc} (Lp-Reg's options here: {list(LP_REG_OPTION_NAMES)})"
-            ) from exc
+        # every option with its value, so the serialised config names what the run used
+        self.loss_options = {n: getattr(options, n) for n in options.names() if n not in TRL_SETS}
+        return options
 
-    def _validate_lp_reg(self) -> None:
-        # Lp-Reg replaces TRL's clipped per-token loss on a few tokens; the settings below
-        # change that per-token loss in ways the replacement would not reproduce.
-        if self.loss_type not in LP_REG_LOSS_TYPES:
+    def _vllm_weights(self) -> bool:
+        """TRL multiplies its per-token loss by vLLM importance weights (TRL's condition)."""
+        return bool(self.use_vllm and self.vllm_importance_sampling_correction)
+
+    def _validate_replacement(self, name: str) -> None:
+        # The loss replaces TRL's clipped per-token loss; the settings below change that
+        # per-token loss in ways the replacement would not reproduce.
+        if self.loss_type not in REPLACEMENT_LOSS_TYPES:
             raise ValueError(
-                f"lp_reg needs a clipped-surrogate loss_type, one of {sorted(LP_REG_LOSS_TYPES)}; "
-                f"got {self.loss_type!r}"
+                f"policy_loss={name!r} needs a clipped-surrogate loss_type, one of "
+                f"{sorted(REPLACEMENT_LOSS_TYPES)}; got {self.loss_type!r}"
             )
         unsupported = {
             "importance_sampling_level='sequence' (set 'token')": (
@@ -331,6 +374,6 @@ class DivRLGRPOConfig(GRPOConfig):
             is not None,
             "top_entropy_quantile < 1 (set 1.0)": self.top_entropy_quantile < 1.0,
         }
-        bad = [name for name, on in unsupported.items() if on]
+        bad = [setting for setting, on in unsupported.items() if on]
         if bad:
-            raise ValueError("lp_reg does not support " + "; ".join(bad))
+            raise ValueError(f"policy_loss={name!r} does not support " + "; ".join(bad))

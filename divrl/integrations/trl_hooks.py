@@ -50,18 +50,18 @@ TRL_HOOKS: dict[str, tuple[str, ...]] = {
 }
 # Every statement of TRL's `_compute_loss` that changes the per-token loss after computing
 # it (`per_token_loss = f(per_token_loss, ...)`), as `ast.unparse` writes it, with the
-# condition it runs under, and what the Lp-Reg replacement does about it. A TRL release that
+# condition it runs under, and what the policy-loss replacement does about it. A TRL release that
 # adds, drops or rewrites one fails check_trl_internals: the replacement would no longer
 # reproduce TRL's per-token loss.
 TRL_LOSS_MODIFIERS: dict[tuple[str, str], str] = {
     (
         "per_token_loss * off_policy_mask",
         "self.off_policy_mask_threshold is not None",
-    ): "refused with lp_reg (off_policy_mask_threshold=None)",
+    ): "refused with a policy_loss (off_policy_mask_threshold=None)",
     (
         "per_token_loss * entropy_mask",
         "entropy_mask is not None",
-    ): "refused with lp_reg (top_entropy_quantile=1.0)",
+    ): "refused with a policy_loss (top_entropy_quantile=1.0)",
     (
         "per_token_loss * inputs['importance_sampling_ratio']",
         "self.use_vllm and self.vllm_importance_sampling_correction and "
@@ -143,7 +143,7 @@ def check_trl_internals(trainer_cls: type = GRPOTrainer) -> list[str]:
         for statement, condition in sorted(found - known):
             problems.append(
                 f"{trainer_cls.__name__}._compute_loss changes the per-token loss in a way "
-                f"the Lp-Reg replacement does not know: `per_token_loss = {statement}` "
+                f"the policy-loss replacement does not know: `per_token_loss = {statement}` "
                 f"(if {condition or 'always'})"
             )
         for statement, condition in sorted(known - found):

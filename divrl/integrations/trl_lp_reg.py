@@ -40,6 +40,7 @@ class HiddenCapture:
     log_probs: torch.Tensor | None = None  # [B, K], with grad when the forward had it
     proxy: torch.Tensor | None = None  # [B, K] log proxy(token), detached
     log_z: torch.Tensor | None = None  # [B, K] log Z of the proxy, detached
+    entropies: torch.Tensor | None = None  # [B, K] TRL's per-token entropies (when computed)
     done: bool = False
     error: BaseException | None = None  # raised by the caller, on every rank
 

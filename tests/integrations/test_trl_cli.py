@@ -25,8 +25,8 @@ def test_loss_options_parse_as_json_with_hf_argument_parser(tmp_path):
     parser = HfArgumentParser(DivRLGRPOConfig)
     flags = ["--output_dir", str(tmp_path), "--lp_reg", "--loss_options", '{"rho": 0.02}']
     (args,) = parser.parse_args_into_dataclasses([*flags, *CPU])
-    assert args.lp_reg_options.rho == 0.02
-    assert args.lp_reg_options.kappa == LpRegOptions.kappa  # unset ones keep the defaults
+    assert args.policy_loss_options.rho == 0.02
+    assert args.policy_loss_options.kappa == LpRegOptions.kappa  # unset ones keep the defaults
     with pytest.raises(ValueError, match=r"loss_options: .*kappa=2\.0 must be in"):
         parser.parse_args_into_dataclasses(
             [*flags[:-1], '{"kappa": 2.0}', *CPU]  # out of bounds: the bound's message
@@ -42,31 +42,31 @@ def test_trl_parser_reads_divrl_fields_from_yaml_and_flags_override(tmp_path):
         "epsilon_high: 9.0\nuse_cpu: true\nbf16: false\nreport_to: none\n"
     )
     (args,) = TrlParser(DivRLGRPOConfig).parse_args_and_config(["--config", str(config)])
-    assert (args.lp_reg_options.rho, args.lp_reg_options.beta) == (0.05, 0.5)
+    assert (args.policy_loss_options.rho, args.policy_loss_options.beta) == (0.05, 0.5)
     assert args.epsilon_high == 9.0
     (args,) = TrlParser(DivRLGRPOConfig).parse_args_and_config(
         ["--config", str(config), "--loss_options", '{"rho": 0.1}']
     )
-    assert (args.lp_reg_options.rho, args.lp_reg_options.beta) == (0.1, LpRegOptions.beta)
+    assert (args.policy_loss_options.rho, args.policy_loss_options.beta) == (0.1, LpRegOptions.beta)
 
 
-def test_the_config_serialises_the_lp_reg_options_it_runs_with(tmp_path):
+def test_the_config_serialises_the_policy_loss_options_it_runs_with(tmp_path):
     from transformers import HfArgumentParser
 
     args = DivRLGRPOConfig(
         output_dir=str(tmp_path), lp_reg=True, loss_options={"rho": 0.03}, use_cpu=True, bf16=False
     )
     saved = json.loads(args.to_json_string())
-    expected = {"rho": 0.03, "beta": 1.0, "kappa": 0.02, "min_k": 2}
+    expected = {"rho": 0.03, "beta": 1.0, "kappa": 0.02, "min_k": 2, "full_vocab": False}
     assert saved["loss_options"] == expected  # the defaults the run used, written out
-    assert saved["lp_reg"] is True
+    assert saved["lp_reg"] is True and saved["policy_loss"] == "lp_reg"
     # the saved options rebuild the same ones (TRL's own fields do not round-trip through
     # to_dict: generation_batch_size and steps_per_generation are both written out)
     flags = ["--output_dir", str(tmp_path), "--lp_reg", *CPU]
     (again,) = HfArgumentParser(DivRLGRPOConfig).parse_args_into_dataclasses(
         [*flags, "--loss_options", json.dumps(saved["loss_options"])]
     )
-    assert again.lp_reg_options == args.lp_reg_options
+    assert again.policy_loss_options == args.policy_loss_options
     with pytest.raises(ValueError, match="JSON object"):
         DivRLGRPOConfig(
             output_dir=str(tmp_path), lp_reg=True, loss_options="rho=0.1", use_cpu=True, bf16=False
@@ -137,7 +137,7 @@ def test_launch_script_trains_with_its_yaml(tmp_path, config):
         assert trainer.train_dataset["prompt_id"] == ["p4", "p5"]  # the store's exploration
         assert "divrl/dph/divergence" in logged
     else:
-        assert trainer.args.lp_reg_options.rho == 0.5  # the flag over the YAML's 0.01
-        assert trainer.args.lp_reg_options.kappa == 0.02 and trainer.epsilon_high == 9.0
+        assert trainer.args.policy_loss_options.rho == 0.5  # the flag over the YAML's 0.01
+        assert trainer.args.policy_loss_options.kappa == 0.02 and trainer.epsilon_high == 9.0
         assert "divrl/lp_reg/num_selected" in logged
     assert (tmp_path / "out" / "model.safetensors").is_file()  # saved by the script

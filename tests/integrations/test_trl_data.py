@@ -155,7 +155,11 @@ def test_the_adapter_takes_divrl_trains_names_and_defaults(tmp_path, store):
 
     args = make_args(tmp_path, divergence="js", reference_store=str(store))
     assert args.divergence_coef == AlgorithmConfig().divergence_coef
-    assert args.lp_reg_options == LpRegOptions()  # no copied defaults
+    assert args.policy_loss_options is None  # TRL's own loss
+    options = make_args(tmp_path, policy_loss="lp_reg").policy_loss_options
+    own = [n for n in LpRegOptions.names() if n not in ("clip_low", "clip_high", "agg")]
+    # no copied defaults: the loss's own (the clip range and aggregation are TRL's)
+    assert [getattr(options, n) for n in own] == [getattr(LpRegOptions(), n) for n in own]
     for old in ("dph_eta", "dph_divergence", "lp_reg_rho", "lp_reg_kappa", "lp_reg_beta"):
         with pytest.raises(TypeError, match=old):
             make_args(tmp_path, **{old: 0.1})

@@ -125,13 +125,15 @@ def test_config_validation_messages(tmp_path, store):
         make_args(tmp_path, lp_reg=True, loss_options={"rho": 1.5})
     with pytest.raises(ValueError, match=r"through TRL's \['epsilon'\]"):
         make_args(tmp_path, lp_reg=True, loss_options={"clip_low": 0.2})
-    with pytest.raises(ValueError, match="set lp_reg=True"):
+    with pytest.raises(ValueError, match="set policy_loss"):
         make_args(tmp_path, loss_options={"rho": 0.5})
-    with pytest.raises(ValueError, match="Lp-Reg's options here"):
+    with pytest.raises(ValueError, match="lp_reg's options here"):
         make_args(tmp_path, lp_reg=True, loss_options={"lp_reg_rho": 0.5})
     with pytest.raises(ValueError, match="neither `divrl train` nor the TRL adapter"):
         make_args(tmp_path, lp_reg=True, loss_options={"full_vocab": True})
-    assert make_args(tmp_path, lp_reg=True, loss_options={"min_k": 1}).lp_reg_options.min_k == 1
+    assert (
+        make_args(tmp_path, lp_reg=True, loss_options={"min_k": 1}).policy_loss_options.min_k == 1
+    )
     with pytest.raises(ValueError, match="divergence_weighting"):
         make_args(tmp_path, divergence="js", reference_store=str(store), divergence_weighting="x")
     args = make_args(tmp_path, divergence="alpha", divergence_alpha=0.5, reference_store=str(store))
@@ -152,6 +154,7 @@ def test_config_validation_messages(tmp_path, store):
         "rehearsal_control",
         "advantage",
         "max_unscorable",
+        "policy_loss",
         "lp_reg",
         "loss_options",
     }

@@ -28,7 +28,7 @@ def build(args, cls=DivRLGRPOTrainer):
     )
 
 
-def test_is_weights_scale_the_lp_reg_replacement_per_token(tmp_path):
+def test_is_weights_scale_the_loss_replacement_per_token(tmp_path):
     """One row, 4 tokens, all A = -1, on-policy (r = 1): rho = 0.25 selects the least
     likely token (p = 0.05), its proxy p is 0.2, so D = log 4 and the replacement there
     is beta * k3(D) = 4 - log 4 - 1; bnpo divides by the 4 tokens; TRL's IS weight on that
@@ -52,7 +52,7 @@ def test_is_weights_scale_the_lp_reg_replacement_per_token(tmp_path):
         cap.log_probs = probs.log().requires_grad_(True)
         cap.proxy = torch.tensor([[0.6, 0.2, 0.4, 0.2]]).log()
         cap.log_z = torch.zeros(1, 4)
-        out, _ = trainer._lp_reg_replacement(inputs, cap)
+        out, _ = trainer._loss_replacement(inputs, cap)
         out.backward()
         return float(out), cap.log_probs.grad
 
@@ -82,9 +82,9 @@ class FakeVLLMTrainer(DivRLGRPOTrainer):
         logprobs = [[-1.0 - 0.2 * (t % 3) for t in range(len(c))] for c in completion_ids]
         return completion_ids, logprobs
 
-    def _lp_reg_replacement(self, inputs, cap):
+    def _loss_replacement(self, inputs, cap):
         self.seen.append(inputs["importance_sampling_ratio"].clone())
-        return super()._lp_reg_replacement(inputs, cap)
+        return super()._loss_replacement(inputs, cap)
 
 
 @pytest.mark.parametrize("num_iterations", [1, 2], ids=["on_policy", "off_policy"])
