@@ -4,13 +4,16 @@
 - **in a training step**: the step of ``benchmarks.step_time`` (the same random-init Llama,
   prompts, response lengths and reward; on-policy GRPO, the ``hf`` engine) with
   ``algorithm.rollout_is=token`` and with it off, each in its own process, alternately.
-  In the corrected run the time spent in the trainer's ``_rollout_weights`` (the weights
-  of every micro-batch) is summed per step: its share of the step's time is the
-  correction's cost, read without the step-to-step noise that a difference of two step
-  times carries on a shared machine (that difference is reported too);
+  In the corrected run the CPU time spent in the trainer's ``_rollout_weights`` (the
+  weights of every micro-batch) is summed per step: its share of the step's CPU time is
+  the correction's cost, read without the step-to-step noise that a difference of two
+  step times carries on a shared machine (that difference is reported too);
 - **beside the loss it composes with**: the clipped surrogate (``policy_loss``) forward +
   backward on ``[rows, length]`` tensors, alone and with the token-level weights computed
-  and passed as ``token_weights``, called alternately; median ms.
+  and passed as ``token_weights``, called alternately; median CPU ms.
+
+CPU time of the process (``time.process_time``) throughout: on a shared machine it moves
+much less with the other load than wall-clock does.
 
     python -m benchmarks.rollout_is [--steps 3] [--repeats 2] [--rows 32] [--length 2048]
 """
@@ -40,9 +43,9 @@ def child(args: dict) -> dict:
     real = update.PolicyUpdate._rollout_weights
 
     def timed_weights(self, *a, **k):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         out = real(self, *a, **k)
-        spent[0] += time.perf_counter() - t0
+        spent[0] += time.process_time() - t0
         return out
 
     update.PolicyUpdate._rollout_weights = timed_weights
@@ -95,7 +98,7 @@ def _loss_call(lp, old, rollout, adv, mask, corrected: bool) -> None:
 
 
 def beside_loss(rows: int, length: int, repeats: int) -> tuple[float, float]:
-    """(median seconds of the loss alone, with the correction), called alternately."""
+    """(median CPU seconds of the loss alone, with the correction), called alternately."""
     g = torch.Generator().manual_seed(0)
     old = torch.log(torch.rand(rows, length, generator=g) * 0.99 + 0.01)
     lp = old + 0.05 * torch.randn(rows, length, generator=g)
@@ -106,9 +109,9 @@ def beside_loss(rows: int, length: int, repeats: int) -> tuple[float, float]:
         _loss_call(lp, old, rollout, adv, mask, corrected)
     for _ in range(repeats):
         for corrected in (False, True):
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             _loss_call(lp, old, rollout, adv, mask, corrected)
-            times[corrected].append(time.perf_counter() - t0)
+            times[corrected].append(time.process_time() - t0)
     return statistics.median(times[False]), statistics.median(times[True])
 
 
@@ -127,14 +130,14 @@ def main(argv: list[str] | None = None) -> int:
     med = {level: {k: statistics.median(v) for k, v in r.items() if k != "is_weight_mean"}
            for level, r in runs.items()}  # fmt: skip
     on, off = med["token"], med["null"]
-    share = on["weights_s"] / on["step_s"]
+    share = on["weights_s"] / on["cpu_s"]
     loss_off, loss_on = beside_loss(opts.rows, opts.length, opts.loss_repeats)
     rows = [
-        ["in a step: weights / step time", f"{on['weights_s'] * 1e3:.2f} ms",
-         f"{on['step_s'] * 1e3:.0f} ms", f"{share:.2%}"],
+        ["in a step: weights / step, CPU time", f"{on['weights_s'] * 1e3:.2f} ms",
+         f"{on['cpu_s'] * 1e3:.0f} ms", f"{share:.2%}"],
         ["in a step: corrected / plain step CPU time", f"{on['cpu_s'] * 1e3:.0f} ms",
          f"{off['cpu_s'] * 1e3:.0f} ms", f"{on['cpu_s'] / off['cpu_s'] - 1:+.1%}"],
-        [f"loss fwd+bwd, {opts.rows} x {opts.length} tokens: with / without",
+        [f"loss fwd+bwd CPU time, {opts.rows} x {opts.length} tokens: with / without",
          f"{loss_on * 1e3:.2f} ms", f"{loss_off * 1e3:.2f} ms", f"{loss_on / loss_off - 1:+.1%}"],
     ]  # fmt: skip
     table = markdown_table(["case", "measured", "against", "share or overhead"], rows)
