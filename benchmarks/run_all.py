@@ -19,6 +19,7 @@ from benchmarks import (
     logits,
     lp_reg_diagnostics,
     rollout,
+    rollout_is,
     step_time,
     trl_compare,
 )
@@ -33,6 +34,7 @@ BENCHMARKS = {
     "fsdp": (fsdp.main, ["--steps", "3"]),
     "fsdp_trainer": (fsdp_trainer.main, ["--steps", "2"]),
     "lp_reg_diagnostics": (lp_reg_diagnostics.main, ["--repeats", "20"]),
+    "rollout_is": (rollout_is.main, ["--steps", "2", "--repeats", "2"]),
 }
 
 

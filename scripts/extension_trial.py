@@ -6,15 +6,16 @@ alone, each in a scratch copy of the tree, counting the library files each edits
 For each of a policy loss (REINFORCE without a clip), an advantage estimator (a median
 baseline), a divergence (squared Hellinger), a benchmark profile (``####`` answers with
 tolerant numbers, as a math rule), a rollout engine (a greedy wrapper of ``hf``) and a toy
-world (bit-string parity on the scaffold), the script copies the tracked files into a
-fresh folder (a git repository, so that ``git status`` counts what changed), writes the
-new module, adds the one registration line the docs name, regenerates the registry
-tables (``scripts/registry_tables.py``: docs/ pages change by command, not by hand), runs
-the commands that prove the addition works (for the world: ``divrl toy presets`` writes
-its presets from the method list, and ``divrl demo`` trains each on it), and prints one
-Markdown row per addition: library files added and edited (under ``divrl/``), doc pages
-the command rewrote, preset files a command wrote (under ``configs/``), the commands and
-whether they passed. docs/architecture.md records a run.
+world (bit-string parity: the module and presets ``divrl toy new`` writes), the script
+copies the tracked files into a fresh folder (a git repository, so that ``git status``
+counts what changed), writes the new module, adds the one registration line the docs name,
+regenerates the registry tables (``scripts/registry_tables.py``: docs/ pages change by
+command, not by hand), runs the commands that prove the addition works (for the world:
+``divrl toy presets`` finds its presets as ``divrl toy new`` wrote them, and ``divrl demo``
+trains each on it), and prints one Markdown row per addition: library files added and
+edited (under ``divrl/``), doc pages the command rewrote, preset files a command wrote
+(under ``configs/``), the commands and whether they passed. docs/architecture.md records
+a run.
 """
 
 from __future__ import annotations
@@ -150,77 +151,6 @@ def median_advantages(rewards, group_ids):
     return adv, {"adv/mean": float(adv.mean())}
 '''
 
-PARITY = '''
-"""Bit-string parity: is the number of ones even? Written on the world scaffold."""
-
-import dataclasses
-import random
-
-from divrl.data import Example
-from divrl.toy import kit
-from divrl.toy.model import ToyModelConfig
-from divrl.toy.scaffold import PresetScale, WorldScaffold
-from divrl.toy.sft import SFTConfig
-from divrl.toy.tokenizer import ANSWER_MARKER, build_tokenizer
-
-
-@dataclasses.dataclass(frozen=True)
-class ParityConfig:
-    def to_dict(self):
-        return dataclasses.asdict(self)
-
-    n_train: int = 64
-    n_test: int = 16
-    n_long: int = 16
-    bits: int = 6
-    model: ToyModelConfig = dataclasses.field(
-        default_factory=lambda: ToyModelConfig(
-            hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, max_length=48
-        )
-    )
-    sft: SFTConfig = dataclasses.field(
-        default_factory=lambda: SFTConfig(steps=30, batch_size=16, warmup_steps=3, threads=1)
-    )
-
-
-def _row(split, i, bits):
-    return Example(
-        id=f"{split}-{i}",
-        prompt=f"parity of {bits}?{ANSWER_MARKER}",
-        data_source="toy_math",
-        ground_truth=str(bits.count("1") % 2),
-        extra_info={"index": i, "split": split},
-    )
-
-
-class ParityWorld(WorldScaffold):
-    name = "parity"
-    sizes = {"full": ParityConfig(), "tiny": ParityConfig(n_train=16, n_test=4, n_long=4)}
-    splits = ("train", "test", "ood_long")
-    # prompts up to ~30 tokens (12 bits), the answer 1 token: context 48
-    preset_scale = PresetScale(max_prompt_length=32, max_new_tokens=8)
-
-    def generate(self, out, final, seed, cfg):
-        rng = random.Random(seed)
-        draw = lambda n, k: ["".join(rng.choice("01") for _ in range(k)) for _ in range(n)]
-        rows = {
-            "train": [_row("train", i, b) for i, b in enumerate(draw(cfg.n_train, cfg.bits))],
-            "test": [_row("test", i, b) for i, b in enumerate(draw(cfg.n_test, cfg.bits))],
-            "ood_long": [
-                _row("ood_long", i, b) for i, b in enumerate(draw(cfg.n_long, 2 * cfg.bits))
-            ],
-        }
-        return rows, rows["train"]
-
-    def train_model(self, model_dir, seed, cfg, generated, progress):
-        corpus = [(r.prompt, r.ground_truth) for r in generated] * 8
-        tokenizer = build_tokenizer(cfg.model.max_length)
-        return kit.train_and_save(model_dir, tokenizer, corpus, cfg.model, cfg.sft, seed, progress)
-
-
-WORLD = ParityWorld()
-'''
-
 
 def _copy_tree(dest: Path) -> None:
     files = subprocess.run(
@@ -311,13 +241,14 @@ def _additions(py: str) -> dict[str, tuple]:
         )
 
     def world(t: Path) -> None:
-        (t / "divrl/toy/parity_world.py").write_text(PARITY.lstrip())
-        _add_line(
-            t / "divrl/toy/worlds.py",
-            "WORLDS: dict[str, WorldKind] = {\n",
-            '    "parity": WorldKind.scaffolded("divrl.toy.parity_world:WORLD", "bit parity", '
-            'presets="toy/parity", methods=("grpo", "dph_js", "lp_reg")),\n',
-        )
+        # the scaffold command writes the module and its presets and prints the WORLDS line
+        env = {**os.environ, "PYTHONPATH": str(t), "OMP_NUM_THREADS": "1"}
+        done = subprocess.run(
+            [py, "-m", "divrl.cli", "toy", "new", "parity", "--dir", "divrl/toy"],
+            cwd=t, env=env, capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        line = next(ln for ln in done.stdout.splitlines() if ln.startswith('    "parity": '))
+        _add_line(t / "divrl/toy/worlds.py", "WORLDS: dict[str, WorldKind] = {\n", line + "\n")
 
     score = (
         'printf \'%s\\n\' \'{"id": "a", "prompt": "q", "data_source": "hash_bench", '
@@ -365,7 +296,7 @@ def _additions(py: str) -> dict[str, tuple]:
                 "--no-greedy --out ev --no-progress && test -s ev/summary.json",
             ],
         ),
-        "a toy world (bit-string parity)": (
+        "a toy world (bit-string parity, by `divrl toy new parity --dir divrl/toy`)": (
             world,
             [
                 f"{py} -m divrl.cli toy build --world parity --size tiny --quiet "

@@ -9,6 +9,8 @@ with other sampling settings. ``--world`` picks any world of the registry
 (:mod:`divrl.toy.worlds`): ``countdown`` (search traces; its documented numbers use
 ``--samples 32``) or one registered there. ``divrl toy presets`` writes a world's toy
 presets from the method list at the scale the world declares (:mod:`divrl.toy.presets`).
+``divrl toy new NAME`` writes a new world's module on the scaffold (a runnable stand-in
+task, :mod:`divrl.toy.world_template`) and its presets, and prints its registration.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from divrl.cli import positive_int, seed_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from divrl.toy.worlds import DEFAULT_WORLD, WORLDS
+    from divrl.toy.worlds import DEFAULT_WORLD, WORLDS, world_names
 
     worlds = "; ".join(f"{name!r}: {kind.help}" for name, kind in WORLDS.items())
+    names = world_names()  # a world of an entry point counts
     sub = parser.add_subparsers(dest="toy_command", metavar="ACTION", required=True)
     for name, help_text in (
         ("build", "build the toy world (cached; --measure also samples its base model)"),
@@ -34,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             name, help=help_text, description=help_text, formatter_class=parser.formatter_class
         )
         p.add_argument("--cache-dir", help="default: $DIVRL_CACHE_DIR/toy or ~/.cache/divrl/toy")
-        p.add_argument("--world", choices=sorted(WORLDS), default=DEFAULT_WORLD, help=worlds)
+        p.add_argument("--world", choices=names, default=DEFAULT_WORLD, help=worlds)
         p.add_argument("--seed", type=seed_int, default=0, help="generator and training seed")
         p.add_argument(
             "--size",
@@ -69,7 +72,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 help="train even when a shipped model matches (to check that it reproduces; "
                 "use a fresh --cache-dir, a cached world is returned as it is)",
             )
-    _add_presets(sub, parser.formatter_class, sorted(WORLDS), worlds)
+    _add_presets(sub, parser.formatter_class, names, worlds)
+    _add_new(sub, parser.formatter_class)
+
+
+def _add_new(sub, formatter_class) -> None:
+    help_text = (
+        "write a new world's module on the world scaffold (a runnable stand-in task to "
+        "replace) and its presets, and print its registration"
+    )
+    p = sub.add_parser(
+        "new", help=help_text, description=help_text, formatter_class=formatter_class
+    )
+    p.add_argument("name", help="the world's name: a lowercase identifier no world has yet")
+    p.add_argument(
+        "--dir",
+        default=".",
+        help="folder of the module NAME_world.py (divrl/toy of the checkout: the world is "
+        "registered by a line in WORLDS; elsewhere it registers itself and a package's entry "
+        "point names it)",
+    )
+    p.add_argument(
+        "--presets-out",
+        help="folder of its presets (default: configs/toy/NAME, as `divrl toy presets` writes)",
+    )
+    p.add_argument(
+        "--configs", help="the full presets' folder (default: ./configs or the checkout's)"
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the module and presets that exist (without it the command refuses and "
+        "writes nothing)",
+    )
 
 
 def _add_presets(sub, formatter_class, names: list[str], worlds: str) -> None:
@@ -166,6 +201,8 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if args.toy_command == "presets":
         return write_presets(args)
+    if args.toy_command == "new":
+        return new_world(args)
     from divrl.toy.kit import model_source_label
     from divrl.toy.measure import load_measurements
     from divrl.toy.worlds import format_measurements, get_world, measure_world, ship_world
@@ -218,4 +255,51 @@ def run(args: argparse.Namespace) -> int:
     )
     print()
     print(json.dumps(stored, indent=2) if args.json else text)
+    return 0
+
+
+def new_world(args: argparse.Namespace) -> int:
+    """``divrl toy new``: the module, then the presets; 2 and one line on bad input, with
+    nothing written."""
+    from pathlib import Path
+
+    from divrl.toy import world_template as tpl
+    from divrl.toy.presets import PresetExists, configs_root, generate_presets, render_presets
+    from divrl.toy.worlds import world_names
+
+    name, folder = args.name, Path(args.dir)
+    module = folder / f"{name}_world.py"
+    try:
+        tpl.check_world_name(name, world_names())
+        if not folder.is_dir():
+            raise ValueError(f"--dir {folder} is not a folder: create it or give another")
+        if module.exists() and not args.overwrite:
+            raise ValueError(f"{module} exists: pass --overwrite to replace it, or pick a name")
+        configs = Path(args.configs) if args.configs else configs_root()
+        out = Path(args.presets_out) if args.presets_out else configs / "toy" / name
+        texts = render_presets(
+            name, tpl.PRESET_SCALE, tpl.METHODS, out=out, folder=f"toy/{name}", configs=configs
+        )
+        status = generate_presets(texts, overwrite=args.overwrite)
+    except (PresetExists, ValueError, FileNotFoundError) as exc:
+        print(f"divrl toy new: {exc}", file=sys.stderr)
+        return 2
+    here = tpl.in_tree(folder)
+    module.write_text(tpl.render_world_module(name, self_registering=not here))
+    print(f"{'written':<9} {module}")
+    for path, what in status.items():
+        print(f"{what:<9} {path}")
+    if here:
+        print("\nregister it: add this line to WORLDS in divrl/toy/worlds.py\n")
+        print(tpl.registration_line(name))
+    else:
+        print(
+            "\nregister it: the module calls register_world when imported; for `divrl` "
+            "to find it by name, name it in your package's pyproject.toml (then reinstall "
+            "the package, e.g. `pip install -e .`):\n"
+        )
+        print(
+            f'[project.entry-points."divrl.toy_worlds"]\n{name} = "{tpl.entry_point_module(module)}"'
+        )
+    print(f"\nthen: divrl toy build --world {name} --size tiny")
     return 0

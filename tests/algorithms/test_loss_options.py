@@ -10,11 +10,8 @@ from divrl.algorithms import (
     POLICY_LOSS_OPTIONS,
     POLICY_LOSSES,
     GSPOOptions,
-    clip_cov_loss,
     gspo_loss,
-    high_entropy_policy_loss,
     kl_estimate,
-    policy_loss,
     policy_loss_options,
     policy_loss_spec,
     reference_divergence_loss,
@@ -60,7 +57,18 @@ def test_unknown_option_names_the_loss_and_its_options():
         policy_loss_options("nope")
 
 
-@pytest.mark.parametrize("name", ["gspo", "lp_reg", "kl_cov"])
+def _declaring(option: str, declared: bool = True) -> list[str]:
+    """The registered losses whose options declare ``option`` (or do not)."""
+    names = [
+        name
+        for name, opts in sorted(POLICY_LOSS_OPTIONS.items())
+        if (option in {f.name for f in dataclasses.fields(opts)}) == declared
+    ]
+    assert names, f"no registered loss {'declares' if declared else 'lacks'} {option}"
+    return names
+
+
+@pytest.mark.parametrize("name", _declaring("dual_clip", declared=False))
 def test_dual_clip_is_refused_with_the_reason(name):
     with pytest.raises(ValueError, match=rf"{name!r} does not take 'dual_clip': .*its options"):
         policy_loss_options(name, dual_clip=3.0)
@@ -100,14 +108,15 @@ def _dual_clip_case():
     return lp, torch.zeros(1, 2), torch.tensor([-1.0]), torch.ones(1, 2)
 
 
-@pytest.mark.parametrize("name", ["vanilla", "high_entropy", "clip_cov"])
+@pytest.mark.parametrize("name", _declaring("dual_clip"))
 def test_dual_clip_works_where_declared(name):
     lp, old, adv, mask = _dual_clip_case()
-    extra, more = {}, {}
-    if name == "high_entropy":  # keep every token so the three losses agree
-        extra, more = {"entropy": torch.ones(1, 2)}, {"top_fraction": 1.0}
+    fields = {f.name for f in dataclasses.fields(POLICY_LOSS_OPTIONS[name])}
+    more = {"top_fraction": 1.0} if "top_fraction" in fields else {}  # every token kept
     opts = policy_loss_options(name, dual_clip=3.0, **more)
-    fn = {"vanilla": policy_loss, "high_entropy": high_entropy_policy_loss}.get(name, clip_cov_loss)
+    # the inputs it declares, alike on both tokens (token_weights: its default, none)
+    extra = {k: torch.ones(1, 2) for k in type(opts).INPUTS if k != "token_weights"}
+    fn = POLICY_LOSSES[name]
     loss, metrics = fn(lp, old, adv, mask, **extra, **opts.loss_kwargs())
     # token 0: min(max(7.39, 1.2), 3) = 3; token 1: r = 1, loss 1; token-mean = 2
     assert float(loss) == pytest.approx(2.0)
