@@ -23,7 +23,9 @@ The additions, each through verl's own body:
   loss computes pi_old's min-p proxy from the logits of that very forward, and the update
   reads it (with verl's bypass mode, which skips that pass, the update's own forward
   gives the proxy instead);
-- validation metrics: divrl's unbiased ``pass@k`` beside verl's ``best@k``.
+- validation metrics: divrl's unbiased ``pass@k`` beside verl's ``best@k``;
+- every training step logs ``reward/unscorable``: how many of its responses got no verdict
+  (:func:`~divrl.integrations.verl.metrics.unscorable_count`), as ``divrl train`` does.
 
 verl's trainer overwrites the batch keys that switch the logits hook and size the
 mini-batches just before it dispatches to the workers; :class:`PinnedInfo` (the one
@@ -56,7 +58,7 @@ from divrl.integrations.verl import keys
 # module while losses.py is still half-executed (its names not defined yet)
 from divrl.integrations.verl import losses as verl_losses
 from divrl.integrations.verl import rehearsal as verl_rehearsal
-from divrl.integrations.verl.metrics import pass_at_k_metrics
+from divrl.integrations.verl.metrics import UNSCORABLE_METRIC, pass_at_k_metrics, unscorable_count
 from divrl.integrations.verl.settings import DivRLVerlSettings
 from divrl.integrations.verl.startup import check_startup
 
@@ -424,6 +426,13 @@ class DivRLPPOTrainer(PPOTrainerSync):
         finally:
             tq.kv_clear(keys=ref_keys, partition_id=batch.partition_id)
         return batch
+
+    def _compute_metrics(self, batch: KVBatchMeta, metrics: dict, *args, **kwargs):
+        """verl's step metrics, and ``reward/unscorable``: the step's responses without a
+        verdict (0 in a step without any), counted over all of its rows once per step."""
+        out = super()._compute_metrics(batch, metrics, *args, **kwargs)
+        metrics[UNSCORABLE_METRIC] = float(unscorable_count(tq, batch))
+        return out
 
     def _val_metrics_update(self, data_sources, sample_uids, reward_extra_infos_dict, *args, **kw):
         out = super()._val_metrics_update(
