@@ -119,3 +119,40 @@ def test_the_start_up_gate_refuses_by_capability_and_accepts_what_it_can_give(pr
         _config("+divrl.policy_loss=probe_proxy", "actor_rollout_ref.model.use_fused_kernels=True")
     )
     assert "the min-p proxy of divrl.policy_loss=probe_proxy" in fused
+
+
+@pytest.mark.parametrize("name", ["vanilla", "gspo", "kl_cov", "clip_cov"])
+def test_a_registered_loss_without_a_proxy_is_its_own_function_with_verls_keys(name):
+    """A divrl loss that needs no proxy: the registered function on the rollout rows with
+    verl's clip range, dual clip and aggregation where its options declare them, weighted by
+    the micro-batch's share of the mini-batch's tokens; the logits hook stays off."""
+    from verl.workers.utils.padding import no_padding_2_padding
+
+    from divrl.algorithms import policy_loss_spec
+    from tests_verl.test_losses import padded, sequence_log_probs
+
+    loss_fn = DivRLLoss(actor_config(), DivRLVerlSettings(policy_loss=name))
+    assert not loss_fn.needs_proxy
+    declared = set(policy_loss_spec(name).options.names())
+    verl_keys = {"clip_low": 0.2, "clip_high": 0.28, "dual_clip": 3.0, "agg": "token-mean"}
+    options = {k: v for k, v in verl_keys.items() if k in declared}
+    assert loss_fn.options == policy_loss_spec(name).options(**options)
+    batch = rollout_rows(6)
+    total = int(batch["response_mask"].values().sum())
+    for micro in micro_batches(batch, 3):
+        _, nested = sequence_log_probs(micro)
+        assert loss_fn.logits_outputs(torch.zeros(1, 3, VOCAB), micro) == {}
+        lp = no_padding_2_padding(nested, micro)
+        t = padded(micro, "old_log_probs", "advantages", "response_mask")
+        mask = t["response_mask"].to(lp.dtype)
+        torch.manual_seed(0)  # clip_cov picks its tokens at random
+        loss, _ = loss_fn(model_output={"log_probs": nested}, data=micro)
+        torch.manual_seed(0)
+        want, _ = policy_loss_spec(name).fn(
+            log_prob=lp,
+            old_log_prob=t["old_log_probs"],
+            advantages=t["advantages"],
+            mask=mask,
+            **loss_fn.options.loss_kwargs(),
+        )
+        torch.testing.assert_close(loss, want * (float(mask.sum()) / total), rtol=1e-6, atol=0)
