@@ -201,9 +201,9 @@ class DivRLVerlSettings:
         if missing:
             raise VerlSettingsError(
                 f"{SECTION}.policy_loss={self.policy_loss}: the loss (with these options) needs "
-                f"{missing[0]}, which the verl plugin does not provide (it gives a loss "
-                f"{', '.join(PLUGIN_INPUTS)} and never materialises full-vocabulary rows); use "
-                "another loss, or divrl train"
+                f"{missing[0]}, which the verl plugin does not provide (it passes a loss "
+                "proxy_log_prob, log_normalizer and token_weights, and never materialises "
+                "full-vocabulary rows); use another loss, or divrl train"
             )
 
     @property
@@ -213,7 +213,7 @@ class DivRLVerlSettings:
 
     @property
     def replaces_loss(self) -> bool:
-        """Whether the actor's loss is divrl's (DPH-RL or Lp-Reg); else it is verl's own."""
+        """Whether the actor's loss is divrl's (DPH-RL, a divrl policy loss); else verl's own."""
         return self.dph or self.policy_loss is not None
 
     @property
