@@ -91,7 +91,7 @@ def test_lp_reg_loss_equals_divrl_with_the_proxy_of_verls_forward(kappa):
             t["advantages"],
             mask,
             log_normalizer=log_z,
-            **settings.lp_reg_options(1.0, 9.0).loss_kwargs(),
+            **settings.policy_options(clip_low=1.0, clip_high=9.0).loss_kwargs(),
         )
         torch.testing.assert_close(loss, want * (float(mask.sum()) / total), rtol=0, atol=0)
         assert metrics["lp_reg/num_selected"].aggregate() == want_metrics["lp_reg/num_selected"]
@@ -209,7 +209,7 @@ def test_lp_reg_takes_verls_rollout_importance_weights_on_its_per_token_loss():
     keys = ("old_log_probs", "advantages", "response_mask", "rollout_is_weights")
     t = micro.select(*keys).to_padded_tensor()
     mask = t["response_mask"].to(lp.dtype)
-    kwargs = settings.lp_reg_options(1.0, 9.0).loss_kwargs()
+    kwargs = settings.policy_options(clip_low=1.0, clip_high=9.0).loss_kwargs()
     args = (lp, t["old_log_probs"], no_padding_2_padding(out[PROXY_LOG_PROB], micro))
     want, _ = lp_reg_loss(
         *args, t["advantages"], mask, token_weights=t["rollout_is_weights"], **kwargs
@@ -244,7 +244,7 @@ def test_lp_reg_divides_by_the_loss_scale_factor_not_the_padded_length():
             width(no_padding_2_padding(out[PROXY_LOG_PROB], micro)),
             width(t["advantages"]),
             width(t["response_mask"].float()),
-            **settings.lp_reg_options(1.0, 9.0, agg).loss_kwargs(),
+            **settings.policy_options(clip_low=1.0, clip_high=9.0, agg=agg).loss_kwargs(),
         )
         share = len(micro) / len(batch)  # verl's seq-mean over the mini-batch's rows
         torch.testing.assert_close(loss, want * share, rtol=1e-6, atol=0)

@@ -66,5 +66,7 @@ def test_a_recipe_composes_with_verls_config(name):
         assert (layout.rollouts, layout.references, layout.mini_batches) == (2048, 256, 2)
     else:
         assert settings.policy_loss == "lp_reg" and actor.clip_ratio_high == 9.0
-        options = settings.lp_reg_options(actor.clip_ratio_low, actor.clip_ratio_high)
+        options = settings.policy_options(
+            clip_low=actor.clip_ratio_low, clip_high=actor.clip_ratio_high
+        )
         assert (options.rho, options.kappa, options.beta, options.min_k) == (0.01, 0.02, 1.0, 2)

@@ -36,7 +36,10 @@ def test_the_plugin_warns_and_registers_nothing_on_another_verl(monkeypatch, cap
     ("section", "message"),
     [
         ({"divergnce": "js"}, r"unknown key\(s\) divrl\.divergnce; valid: policy_loss"),
-        ({"policy_loss": "grpo"}, r"divrl\.policy_loss='grpo'; valid: vanilla, lp_reg"),
+        (
+            {"policy_loss": "grpo"},
+            r"divrl\.policy_loss='grpo' is not a registered policy loss; valid: .*lp_reg.*vanilla",
+        ),
         (
             {"divergence": "alpha", "divergence_coef": 0.1},
             r"divergence_alpha=None: the alpha divergence needs 0 < alpha < 1",
@@ -52,9 +55,18 @@ def test_the_plugin_warns_and_registers_nothing_on_another_verl(monkeypatch, cap
         ),
         (
             {"policy_loss": "lp_reg", "loss_options": {"full_vocab": True}},
-            r"unknown option\(s\) \['full_vocab'\]; Lp-Reg takes rho, beta, kappa, min_k",
+            r"divrl\.policy_loss=lp_reg: the loss \(with these options\) needs the "
+            r"full-vocabulary logits of every position",
         ),
-        ({"loss_options": {"rho": 0.1}}, r"the vanilla loss takes its options from verl's keys"),
+        (
+            {"policy_loss": "high_entropy"},
+            r"policy_loss=high_entropy: .* needs the input 'entropy'",
+        ),
+        ({"loss_options": {"rho": 0.1}}, r"loss_options \['rho'\] set without divrl\.policy_loss"),
+        (
+            {"policy_loss": "vanilla", "loss_options": {"rho": 0.1}},
+            r"'vanilla' has no option 'rho'",
+        ),
         ({"divergence_weighting": "mean"}, r"valid: authors, paper, concat"),
     ],
 )
@@ -65,7 +77,7 @@ def test_bad_settings_are_refused_naming_the_key(section, message):
 
 def test_defaults_are_plain_grpo():
     settings = DivRLVerlSettings.from_mapping(None)
-    assert settings.policy_loss == "vanilla" and not settings.dph
+    assert settings.policy_loss is None and not settings.dph and not settings.replaces_loss
     assert settings.authors_layout(rollouts=16, mini_batches=1) is None
 
 
@@ -97,7 +109,7 @@ def test_values_of_the_wrong_kind_are_refused_naming_the_key(section, message):
 
 def test_an_empty_loss_options_section_means_no_options():
     settings = DivRLVerlSettings.from_mapping({"policy_loss": "lp_reg", "loss_options": None})
-    assert settings.loss_options == {} and settings.lp_reg_options().rho > 0
+    assert settings.loss_options == {} and settings.policy_options().rho > 0
 
 
 def test_a_registered_divergence_is_a_valid_setting():
@@ -147,6 +159,21 @@ DPH = dict(divergence="js", divergence_coef=0.2, reference_store="s", reference_
         ),
         (["actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum"], DPH, "loss_agg_mode"),
         (["actor_rollout_ref.actor.shuffle=True"], DPH, "shuffle=True"),
+        (
+            ["+trainer.v1.sync.parameter_sync_step=2"],
+            {"policy_loss": "lp_reg"},
+            r"parameter_sync_step=2: .* the min-p proxy of divrl\.policy_loss=lp_reg",
+        ),
+        (
+            ["algorithm.rollout_correction.rollout_is=token"],
+            {"policy_loss": "gspo"},
+            r"rollout_is=token: divrl\.policy_loss=gspo takes no per-token weights",
+        ),
+        (
+            ["actor_rollout_ref.actor.clip_ratio_low=1.5"],
+            {"policy_loss": "vanilla"},
+            r"clip_low=1\.5 must be in \[0, 1\]",
+        ),
         (["distillation.enabled=True"], DPH, "distillation.enabled"),
     ],
 )

@@ -107,12 +107,12 @@ ROWS = [
     (
         None,
         (*LP_REG, f"{A}.ulysses_sequence_parallel_size=2"),
-        f"{A}.ulysses_sequence_parallel_size=2: Lp-Reg's proxy",
+        f"{A}.ulysses_sequence_parallel_size=2: the min-p proxy of divrl.policy_loss=lp_reg",
     ),
     (
         None,
         (*LP_REG, f"{A}.fsdp_config.ulysses_sequence_parallel_size=2"),
-        f"{A}.fsdp_config.ulysses_sequence_parallel_size=2: Lp-Reg's proxy",
+        f"{A}.fsdp_config.ulysses_sequence_parallel_size=2: the min-p proxy of divrl.policy_loss=lp_reg",
     ),
     (None, (*LP_REG, f"{A}.pad_to_length=True"), f"{A}.pad_to_length=True: verl's engine"),
     (None, (*LP_REG, "actor_rollout_ref.model.use_fused_kernels=True"), "use_fused_kernels=True"),
@@ -121,7 +121,8 @@ ROWS = [
     (
         MEGATRON,
         (*LP_REG, f"{A}.megatron.tensor_model_parallel_size=4"),
-        f"Lp-Reg's proxy under Megatron needs {A}.megatron.tensor_model_parallel_size=1 and "
+        "the min-p proxy of divrl.policy_loss=lp_reg under Megatron needs "
+        f"{A}.megatron.tensor_model_parallel_size=1 and "
         "context_parallel_size=1",
     ),
     (
@@ -133,6 +134,20 @@ ROWS = [
         MEGATRON,
         (*LP_REG, f"+{A}.megatron.override_transformer_config.fp8=e4m3"),
         f"{A}.megatron.override_transformer_config.fp8=e4m3: verl pads",
+    ),
+    (
+        None,
+        (*LP_REG, "+trainer.v1.sync.parameter_sync_step=2"),
+        "trainer.v1.sync.parameter_sync_step=2: verl would run 2 actor updates per "
+        "rollout-weight sync, each after the first recomputing pi_old and the min-p proxy of "
+        "divrl.policy_loss=lp_reg from updated weights",
+    ),
+    (
+        None,
+        ("trainer.v1.trainer_mode=divrl_sync", "+divrl.policy_loss=high_entropy"),
+        "divrl.policy_loss=high_entropy: the loss (with these options) needs the input "
+        "'entropy' (declared in HighEntropyOptions.INPUTS), which the verl plugin does not "
+        "provide",
     ),
     (None, (*DPH, f"{A}.loss_agg_mode=seq-mean-token-sum"), f"{A}.loss_agg_mode=seq-mean"),
     (None, (*DPH, f"{A}.shuffle=True"), f"{A}.shuffle=True"),

@@ -84,3 +84,40 @@ def test_every_divrl_estimator_leaves_unscorable_responses_out_and_honours_norm_
     assert rloo[:, 0].tolist() == pytest.approx(
         [1.0, 0.0, -0.5, -0.5, 2 / 3, 2 / 3, -2 / 3, -2 / 3]
     )
+
+
+def test_divrl_sync_logs_the_steps_unscorable_responses(monkeypatch):
+    """A step whose verifier timed out on some responses logs ``reward/unscorable`` = their
+    count (as ``divrl train`` does), with NaN scores or scored 0, and verl's padding row
+    (a copy of a real row) not counted twice."""
+    from transfer_queue import KVBatchMeta
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    import divrl.integrations.verl.trainer as trainer_module
+    from tests_verl.test_trainer import MemoryQueue
+
+    answers = ["stall", "1", "0", "stall", "1", "0"]  # the verifier times out on two
+    for unscorable_score in (math.nan, 0.0):
+        results = compute_score_batch(
+            [SOURCE] * 6, answers, ["1"] * 6, unscorable_score=unscorable_score
+        )
+        queue, keys = MemoryQueue(), [f"uid{i}_0_0" for i in range(6)] + ["pad_0_0"]
+        rows = []
+        for r in [*results, results[0]]:  # verl's padding row copies the first row
+            info = {k: v for k, v in r.items() if k != "score"}
+            scores = torch.zeros(3)
+            scores[-1] = r["score"]  # verl's layout: the score on the last token
+            rows.append({"rm_scores": scores, "extra_fields": {"reward_extra_info": info}})
+        for key, row in zip(keys, rows, strict=True):
+            queue.rows[key] = row
+        tags = [{}] * 6 + [{"is_padding": True}]
+        meta = KVBatchMeta(keys=keys, tags=tags, partition_id="train", extra_info={})
+        assert trainer_module.unscorable_count(queue, meta) == 2
+        monkeypatch.setattr(trainer_module, "tq", queue)
+        monkeypatch.setattr(PPOTrainerSync, "_compute_metrics", lambda self, *a, **k: None)
+        trainer = object.__new__(trainer_module.DivRLPPOTrainer)
+        metrics: dict = {}
+        trainer._compute_metrics(meta, metrics, {}, global_steps=1, epoch=0)
+        assert metrics["reward/unscorable"] == 2.0
+    clean = KVBatchMeta(keys=keys[1:3], tags=[{}, {}], partition_id="train", extra_info={})
+    assert trainer_module.unscorable_count(queue, clean) == 0

@@ -48,6 +48,7 @@ OVERRIDDEN = {
     "_save_checkpoint": ["self"],
     "_init_tokenizer": ["self"],
     "_init_dataloader": ["self"],
+    "_compute_metrics": ["self", "batch", "metrics", "timing_raw", "global_steps", "epoch"],
     "_val_metrics_update": [
         "self",
         "data_sources",
@@ -64,6 +65,19 @@ def test_the_overridden_trainer_methods_exist_with_the_parameters_divrl_passes()
         assert list(inspect.signature(getattr(PPOTrainerSync, name)).parameters) == params, name
         overridden = [c for c in (DivRLPPOTrainer, DivRLPresampleTrainer) if name in c.__dict__]
         assert overridden, f"{name} is listed but no divrl trainer overrides it"
+
+
+def test_the_step_metrics_are_computed_before_the_steps_rows_are_cleared():
+    """``reward/unscorable``: ``fit`` calls ``_compute_metrics`` with the step's batch and
+    the metrics it then logs, before it clears the batch's rows from TransferQueue; the
+    rows carry ``rm_scores`` and ``extra_fields`` (the reward's extra info)."""
+    fit = _source(PPOTrainer.fit)
+    assert fit.index("self._compute_metrics(batch, metrics") < fit.index(
+        "tq.kv_clear(keys=batch.keys"
+    )
+    assert fit.index("tq.kv_clear(keys=batch.keys") < fit.index("self.logger.log(data=metrics")
+    assert '"rm_scores"' in _source(PPOTrainer._compute_metrics)
+    assert '"extra_fields"' in _source(PPOTrainer._validate)
 
 
 def test_verl_sets_the_pinned_batch_keys_through_extra_info_update():

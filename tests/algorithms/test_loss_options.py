@@ -1,5 +1,6 @@
 """Typed policy-loss options: declared per loss, validated once, refused where inapplicable."""
 
+import ast
 import dataclasses
 import inspect
 
@@ -155,15 +156,63 @@ def test_one_k3_serves_reverse_kl_forward_kl_and_lp_reg():
 NAME_CHECKS_ALLOWED = {
     # the DPH-RL authors' batch assembly reproduces their runs, which used the vanilla loss
     "divrl/training/authors_config.py": "the authors' own setting",
-    # the verl plugin keeps its own list of the losses it runs (docs/verl.md)
-    "divrl/integrations/verl/": "the verl plugin's loss list",
 }
 
 
+def _string_constants(node) -> set[str]:
+    elts = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return {e.value for e in elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+
+
+def _mentions_loss(node, any_case: bool = False) -> bool:
+    name = getattr(node, "attr", None) or getattr(node, "id", None) or ""
+    return "loss" in (name.lower() if any_case else name)
+
+
+def loss_name_checks(source: str, losses: set[str]) -> list[int]:
+    """Lines of ``source`` that compare a loss setting with a registered loss's name
+    (``policy_loss == "lp_reg"``, ``loss in ("vanilla", "lp_reg")``, or against a
+    module-level tuple of names), or keep their own list of loss names (a constant named
+    ``*loss*`` whose strings are all registered losses)."""
+    tree = ast.parse(source)
+    constants = {}
+    found = []
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            values = _string_constants(node.value)
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    constants[target.id] = values
+                    if _mentions_loss(target, any_case=True) and values and values <= losses:
+                        found.append(node.lineno)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        values = set().union(*(_string_constants(s) for s in sides))
+        values |= {v for s in sides if isinstance(s, ast.Name) for v in constants.get(s.id, ())}
+        if any(_mentions_loss(s) for s in sides) and values & losses:
+            found.append(node.lineno)
+    return found
+
+
+def test_the_name_check_finds_comparisons_and_lists_of_loss_names():
+    losses = {"vanilla", "lp_reg"}
+    assert loss_name_checks('if s.policy_loss == "lp_reg": pass', losses) == [1]
+    assert loss_name_checks('x = settings.policy_loss in ("vanilla", "lp_reg")', losses) == [1]
+    assert loss_name_checks('POLICY_LOSSES = ("vanilla", "lp_reg")', losses) == [1]
+    names = 'MODES = ("lp_reg",)\nok = self.policy_loss not in MODES'
+    assert loss_name_checks(names, losses) == [2]
+    # verl's own loss modes (a list that is not divrl's losses) and capability checks pass
+    assert loss_name_checks('LOSS_MODES = ("vanilla", "sapo")', losses) == []
+    assert loss_name_checks("if options.NEEDS_PROXY: pass", losses) == []
+
+
 def test_trainers_branch_on_declared_needs_not_on_loss_names():
-    """No ``policy_loss == "lp_reg"`` (or any registered loss's name) outside the losses'
-    own modules: a trainer asks the options what the loss needs (NEEDS_PROXY, ...)."""
-    import ast
+    """No ``policy_loss == "lp_reg"`` (or any registered loss's name, or a list of them)
+    outside the losses' own modules, the verl plugin included: a trainer asks the options
+    what the loss needs (NEEDS_PROXY, ...)."""
     from pathlib import Path
 
     from divrl.algorithms import POLICY_LOSSES
@@ -176,19 +225,5 @@ def test_trainers_branch_on_declared_needs_not_on_loss_names():
             rel.startswith(a) for a in NAME_CHECKS_ALLOWED
         ):
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if not isinstance(node, ast.Compare):
-                continue
-            sides = [node.left, *node.comparators]
-            named = any(
-                "loss" in (getattr(s, "attr", None) or getattr(s, "id", None) or "") for s in sides
-            )
-            values = {
-                e.value
-                for s in sides
-                for e in (s.elts if isinstance(s, (ast.Tuple, ast.List, ast.Set)) else [s])
-                if isinstance(e, ast.Constant) and isinstance(e.value, str)
-            }
-            if named and values & set(POLICY_LOSSES):
-                found.append(f"{rel}:{node.lineno}")
+        found += [f"{rel}:{n}" for n in loss_name_checks(path.read_text(), set(POLICY_LOSSES))]
     assert not found, found

@@ -32,9 +32,9 @@ from verl.workers.utils.padding import no_padding_2_padding
 
 from divrl.algorithms import (
     aggregate,
-    lp_reg_loss,
     micro_batch_weights,
     policy_loss,
+    policy_loss_spec,
     reference_divergence_loss,
     stream_weights,
 )
@@ -90,11 +90,12 @@ def global_share(mask: torch.Tensor, agg: str, info: dict) -> float:
 
 def _verl_pg_metrics(metrics: dict[str, float]) -> dict[str, float]:
     """divrl's surrogate metrics under the names verl's vanilla loss logs."""
-    return {
-        "actor/pg_clipfrac": metrics["pg/clip_frac"],
-        "actor/ppo_kl": metrics["pg/approx_kl"],
-        "actor/pg_clipfrac_lower": metrics["pg/dual_clip_frac"],
+    names = {
+        "pg/clip_frac": "actor/pg_clipfrac",
+        "pg/approx_kl": "actor/ppo_kl",
+        "pg/dual_clip_frac": "actor/pg_clipfrac_lower",
     }
+    return {verl: metrics[ours] for ours, verl in names.items() if ours in metrics}
 
 
 @register_policy_loss("divrl_vanilla")  # type: ignore[arg-type]
@@ -261,12 +262,23 @@ class DivRLLoss:
                 "DPH-RL in verl takes actor.loss_agg_mode=token-mean (the weightings count "
                 f"tokens), got {self.agg!r}"
             )
-        low, high = _clip_range(config)
-        if settings.policy_loss == "lp_reg":
-            check_megatron_layout(config)
-            self.options = settings.lp_reg_options(low, high, self.agg)
-        else:
-            self.options = vanilla_options(config, self.agg)
+        # divrl's policy loss (None: the user's verl loss_mode is the policy term), with
+        # verl's clip range, dual clip and aggregation where its options declare them
+        self.options, self.loss_fn = None, None
+        if settings.policy_loss is not None:
+            low, high = _clip_range(config)
+            dual = float(config.get("clip_ratio_c", 3.0))
+            self.options = settings.policy_options(
+                clip_low=low, clip_high=high, dual_clip=dual, agg=self.agg
+            )
+            self.loss_fn = policy_loss_spec(settings.policy_loss).fn
+            if self.needs_proxy:
+                check_megatron_layout(config)
+
+    @property
+    def needs_proxy(self) -> bool:
+        """The policy loss declares it needs pi_old's min-p proxy (``NEEDS_PROXY``)."""
+        return self.options is not None and self.options.NEEDS_PROXY
 
     # ------------------------------------------------------------------ logits processor
 
@@ -283,7 +295,7 @@ class DivRLLoss:
         convention), which :func:`minp_proxy` applies as a threshold on the tempered ones.
         The proxy walks the logits in chunks of rows (no fp32 copy of the whole tensor).
         """
-        if self.settings.policy_loss != "lp_reg":
+        if not self.needs_proxy:
             return {}
         if int(tu.get_non_tensor_data(data=data, key="sp_size", default=1)) > 1:
             raise ValueError("Lp-Reg in verl does not support Ulysses sequence parallelism yet")
@@ -415,29 +427,8 @@ class DivRLLoss:
         """divrl's policy loss (+ verl's KL and entropy terms) on the rollout rows."""
         lp, mask = t["log_prob"][rows], t["response_mask"][rows]
         old, adv = t["old_log_probs"][rows], t["advantages"][rows]
-        if self.settings.policy_loss == "lp_reg":
-            if keys.PROXY_LOG_PROB not in t:
-                raise ValueError(
-                    "Lp-Reg needs the proxy log-probs: the engine computes them from its logits "
-                    "when the batch sets distillation_use_topk=True (trainer.v1.trainer_mode="
-                    "divrl_sync does) and actor_rollout_ref.model.use_fused_kernels=False "
-                    "(fused kernels never materialise the logits); see docs/verl.md"
-                )
-            loss, metrics = lp_reg_loss(
-                lp,
-                old,
-                t[keys.PROXY_LOG_PROB][rows],
-                adv,
-                mask,
-                log_normalizer=t[keys.LOG_NORMALIZER][rows] if keys.LOG_NORMALIZER in t else None,
-                # verl's rollout IS weights on the per-token loss, as its vanilla loss has them
-                token_weights=t["rollout_is_weights"][rows] if "rollout_is_weights" in t else None,
-                **self.options.loss_kwargs(),
-            )
-            loss = loss * horizon_scale(self.config, self.agg, mask)  # actor.loss_scale_factor
-            # verl's own name for the policy loss too, where verl users' dashboards look
-            pg = metrics["pg/loss"] * horizon_scale(self.config, self.agg, mask)
-            metrics = {**metrics, **_verl_pg_metrics(metrics), "actor/pg_loss": pg}
+        if self.options is not None:
+            loss, metrics = self._divrl_policy_term(t, rows)
         else:
             weights = t["rollout_is_weights"][rows] if "rollout_is_weights" in t else None
             loss, metrics = verl_policy_term(self.config, lp, old, adv, mask, self.agg, weights)
@@ -455,6 +446,40 @@ class DivRLLoss:
             loss = loss - config.entropy_coeff * ent
             metrics["entropy_loss"] = float(ent.detach())
         return loss, metrics
+
+    def _divrl_policy_term(self, t: dict, rows: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        """divrl's registered policy loss on the rollout rows, given the inputs its options
+        declare (``INPUTS``) among those the plugin has: pi_old's proxy (``NEEDS_PROXY``) and
+        verl's rollout importance weights as ``token_weights``."""
+        mask = t["response_mask"][rows]
+        inputs: dict[str, torch.Tensor] = {}
+        if self.needs_proxy:
+            if keys.PROXY_LOG_PROB not in t:
+                raise ValueError(
+                    f"divrl.policy_loss={self.settings.policy_loss} needs the proxy log-probs: "
+                    "the engine computes them from its logits when the batch sets "
+                    "distillation_use_topk=True (trainer.v1.trainer_mode=divrl_sync does) and "
+                    "actor_rollout_ref.model.use_fused_kernels=False (fused kernels never "
+                    "materialise the logits); see docs/verl.md"
+                )
+            inputs["proxy_log_prob"] = t[keys.PROXY_LOG_PROB][rows]
+            if keys.LOG_NORMALIZER in t:
+                inputs["log_normalizer"] = t[keys.LOG_NORMALIZER][rows]
+        if "rollout_is_weights" in t:
+            # verl's rollout IS weights on the per-token loss, as its vanilla loss has them
+            inputs["token_weights"] = t["rollout_is_weights"][rows]
+        loss, metrics = self.loss_fn(
+            log_prob=t["log_prob"][rows],
+            old_log_prob=t["old_log_probs"][rows],
+            advantages=t["advantages"][rows],
+            mask=mask,
+            **self.options.loss_kwargs(),
+            **{k: v for k, v in inputs.items() if k in self.options.INPUTS},
+        )
+        scale = horizon_scale(self.config, self.agg, mask)  # actor.loss_scale_factor
+        # verl's own names for the policy loss too, where verl users' dashboards look
+        pg = float(metrics.get("pg/loss", loss.detach())) * scale
+        return loss * scale, {**metrics, **_verl_pg_metrics(metrics), "actor/pg_loss": pg}
 
     def _reference_part(self, t: dict, rows: torch.Tensor) -> tuple[torch.Tensor, dict]:
         s = self.settings

@@ -144,7 +144,7 @@ def next_token_labels(
 
 
 def check_megatron_layout(actor_config) -> None:
-    """At startup: refuse Lp-Reg on a Megatron actor split over the vocabulary (TP > 1) or
+    """At startup: refuse the min-p proxy (Lp-Reg) on a Megatron actor split over the vocabulary (TP > 1) or
     the sequence (CP > 1), with one line naming the keys. Other strategies pass."""
     if getattr(actor_config, "strategy", None) != "megatron":
         return
@@ -152,7 +152,7 @@ def check_megatron_layout(actor_config) -> None:
     tp = int(getattr(megatron, "tensor_model_parallel_size", 1) or 1)
     cp = int(getattr(megatron, "context_parallel_size", 1) or 1)
     if tp > 1 or cp > 1:
-        raise ValueError(MEGATRON_REFUSAL.format(tp=tp, cp=cp))
+        raise ValueError(MEGATRON_REFUSAL.format(proxy="the min-p proxy", tp=tp, cp=cp))
 
 
 def check_megatron_parallel() -> None:
@@ -163,4 +163,4 @@ def check_megatron_parallel() -> None:
     tp = mpu.get_tensor_model_parallel_world_size()
     cp = mpu.get_context_parallel_world_size()
     if tp > 1 or cp > 1:
-        raise ValueError(MEGATRON_REFUSAL.format(tp=tp, cp=cp))
+        raise ValueError(MEGATRON_REFUSAL.format(proxy="the min-p proxy", tp=tp, cp=cp))

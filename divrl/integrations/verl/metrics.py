@@ -7,6 +7,9 @@ computes that one from the same inputs (per-sample ``acc``, or ``score`` at full
 grouped by data source and prompt uid) in verl's nested layout, so the two merge:
 :func:`validation_metrics` is verl's function with ``pass@k`` added, which verl's trainer
 then logs as ``val-core|val-aux/<data_source>/acc/pass@k``.
+
+It also counts a training step's unscorable responses (:func:`unscorable_count`), which the
+``divrl_sync`` trainer logs as ``reward/unscorable``, as ``divrl train`` does.
 """
 
 from __future__ import annotations
@@ -19,6 +22,39 @@ import numpy as np
 
 from divrl.evaluation.pass_at_k import mean_pass_at_k
 from divrl.rewards import is_correct
+
+#: the metric ``divrl train`` logs for a step's responses without a verdict
+UNSCORABLE_METRIC = "reward/unscorable"
+
+
+def unscorable_count(queue: Any, batch: Any) -> int:
+    """How many of a training step's responses got no verdict (a verifier timeout, a
+    crashed worker, a verifier error): those whose reward extra info carries divrl's
+    ``unscorable`` flag (its reward function writes it, whatever ``unscorable_score``
+    says), or whose score is not finite (NaN, divrl's default score for them).
+
+    ``queue``: TransferQueue's kv API (``kv_batch_get``); ``batch``: the step's
+    ``KVBatchMeta``. verl's padding rows (``is_padding`` tags: copies of a real row) are
+    left out. Reads the rows as verl's validation reads them (``rm_scores`` summed over
+    tokens, ``extra_fields["reward_extra_info"]``).
+    """
+    keys = [k for k, tag in zip(batch.keys, batch.tags, strict=True) if not tag.get("is_padding")]
+    if not keys:
+        return 0
+    data = queue.kv_batch_get(
+        keys=keys, partition_id=batch.partition_id, select_fields=["rm_scores", "extra_fields"]
+    )
+    scores = data["rm_scores"].sum(dim=1).tolist()
+    # a NonTensorStack or an array (verl's validation calls tolist()), or a LinkedList
+    # (a list), by TransferQueue's backend
+    extras = data["extra_fields"]
+    extras = extras.tolist() if hasattr(extras, "tolist") else list(extras)
+    count = 0
+    for score, extra in zip(scores, extras, strict=True):
+        info = extra.get("reward_extra_info", {}) if isinstance(extra, dict) else {}
+        flagged = bool((info or {}).get("unscorable", 0.0))
+        count += int(flagged or not np.isfinite(score))
+    return count
 
 
 def default_ks(n: int) -> list[int]:

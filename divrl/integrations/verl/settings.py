@@ -22,13 +22,21 @@ from typing import Any
 
 from divrl.algorithms.divergences import DIVERGENCES, check_divergence_setting
 from divrl.algorithms.dph_weighting import DIVERGENCE_WEIGHTINGS
-from divrl.algorithms.loss_options import LpRegOptions
+from divrl.algorithms.loss_options import LossOptions
+from divrl.algorithms.policy_loss import POLICY_LOSS_OPTIONS, policy_loss_options
 from divrl.algorithms.rehearsal_control import RehearsalControlOptions
 
-POLICY_LOSSES = ("vanilla", "lp_reg")
-#: Lp-Reg's options set in the divrl section (``full_vocab`` is refused, as by divrl train:
-#: no trainer computes the full-vocabulary rows it needs)
-LP_REG_OPTIONS = ("rho", "beta", "kappa", "min_k")
+#: the tensors (a loss's declared ``INPUTS``) the plugin hands a divrl policy loss, and where
+#: they come from; a loss declaring another input is refused, naming it
+PLUGIN_INPUTS = {
+    "proxy_log_prob": "pi_old's min-p proxy, from the engine's logits hook (NEEDS_PROXY)",
+    "log_normalizer": "the proxy's log normaliser, from the same hook (NEEDS_PROXY)",
+    "token_weights": "verl's rollout importance weights (algorithm.rollout_correction)",
+    # a scoped selection (SCOPED_SELECTION) is the loss's own, over each micro-batch's rows
+    "selected": "none: the loss selects over each micro-batch's rows",
+}
+#: a capability a loss may declare (``needs_full_logits``) that the plugin lacks
+FULL_LOGITS = "the full-vocabulary logits of every position ([batch, len, vocab] rows)"
 #: options that are verl's own keys
 VERL_KEYS = {
     "clip_low": "actor_rollout_ref.actor.clip_ratio_low",
@@ -68,8 +76,12 @@ class DivRLVerlSettings:
     """divrl's keys in a verl config (all optional: the defaults are plain GRPO).
 
     Attributes:
-        policy_loss: ``vanilla`` (the clipped surrogate; verl's clip range, dual clip
-            ``clip_ratio_c`` and ``loss_agg_mode``) or ``lp_reg``.
+        policy_loss: null (verl's own ``actor.policy_loss.loss_mode`` is the policy term), or
+            a loss of divrl's policy-loss registry (``divrl.algorithms.POLICY_LOSSES``:
+            ``vanilla``, ``lp_reg``, ``gspo`` ...) that replaces verl's policy term; accepted
+            when the plugin provides what the loss's options declare it needs
+            (:func:`missing_capabilities`). Its clip range, dual clip and aggregation are
+            verl's keys, where the loss declares them.
         divergence: DPH-RL's f-divergence on rehearsal rows (null = no DPH).
         divergence_alpha: alpha of the ``alpha`` divergence, in (0, 1).
         divergence_coef: eta.
@@ -90,7 +102,7 @@ class DivRLVerlSettings:
             of 2, dynamic batch sizes in the JS and alpha runs).
     """
 
-    policy_loss: str = "vanilla"
+    policy_loss: str | None = None
     divergence: str | None = None
     divergence_alpha: float | None = None
     divergence_coef: float = 0.0
@@ -111,7 +123,7 @@ class DivRLVerlSettings:
         if self.rehearsal_control is None:
             object.__setattr__(self, "rehearsal_control", {})
         _check_types(self)
-        _choice("policy_loss", self.policy_loss, POLICY_LOSSES)
+        self._check_policy_loss()
         _choice("divergence_weighting", self.divergence_weighting, DIVERGENCE_WEIGHTINGS)
         if self.divergence is not None:
             # any registered divergence (divrl.algorithms.DIVERGENCES), as in divrl train
@@ -157,28 +169,42 @@ class DivRLVerlSettings:
         """The rehearsal controller's validated options, None when it is off."""
         return RehearsalControlOptions.from_mapping(self.rehearsal_control)
 
+    def _check_policy_loss(self) -> None:
+        if self.policy_loss is None:
+            return
+        if self.policy_loss not in POLICY_LOSS_OPTIONS:
+            raise VerlSettingsError(
+                f"{SECTION}.policy_loss={self.policy_loss!r} is not a registered policy loss; "
+                f"valid: {', '.join(sorted(POLICY_LOSS_OPTIONS))} (or unset it for verl's "
+                "own actor.policy_loss.loss_mode)"
+            )
+
     def _check_loss_options(self) -> None:
         keys = set(self.loss_options)
-        if self.policy_loss == "vanilla" and keys:
-            raise VerlSettingsError(
-                f"{SECTION}.loss_options {sorted(keys)}: the vanilla loss takes its options "
-                "from verl's keys (actor_rollout_ref.actor.clip_ratio_low, clip_ratio_high, "
-                "clip_ratio_c, loss_agg_mode)"
-            )
+        if self.policy_loss is None:
+            if keys:
+                raise VerlSettingsError(
+                    f"{SECTION}.loss_options {sorted(keys)} set without {SECTION}.policy_loss: "
+                    "verl's own loss takes its options from verl's keys; set "
+                    f"{SECTION}.policy_loss to the divrl loss they belong to, or remove them"
+                )
+            return
         for key in sorted(keys & set(VERL_KEYS)):
             raise VerlSettingsError(
                 f"{SECTION}.loss_options.{key}: set verl's {VERL_KEYS[key]} instead"
             )
-        unknown = sorted(keys - set(LP_REG_OPTIONS))
-        if unknown:
-            raise VerlSettingsError(
-                f"{SECTION}.loss_options: unknown option(s) {unknown}; Lp-Reg takes "
-                + ", ".join(LP_REG_OPTIONS)
-            )
         try:
-            self.lp_reg_options()
+            options = self.policy_options()
         except ValueError as e:
             raise VerlSettingsError(f"{SECTION}.loss_options: {e}") from e
+        missing = missing_capabilities(options)
+        if missing:
+            raise VerlSettingsError(
+                f"{SECTION}.policy_loss={self.policy_loss}: the loss (with these options) needs "
+                f"{missing[0]}, which the verl plugin does not provide (it passes a loss "
+                "proxy_log_prob, log_normalizer and token_weights, and never materialises "
+                "full-vocabulary rows); use another loss, or divrl train"
+            )
 
     @property
     def dph(self) -> bool:
@@ -187,14 +213,29 @@ class DivRLVerlSettings:
 
     @property
     def replaces_loss(self) -> bool:
-        """Whether the actor's loss is divrl's (DPH-RL or Lp-Reg); else it is verl's own."""
-        return self.dph or self.policy_loss == "lp_reg"
+        """Whether the actor's loss is divrl's (DPH-RL, a divrl policy loss); else verl's own."""
+        return self.dph or self.policy_loss is not None
 
-    def lp_reg_options(
-        self, clip_low: float = 1.0, clip_high: float = 9.0, agg: str = "token-mean"
-    ) -> LpRegOptions:
-        """The validated :class:`LpRegOptions` (clip range and aggregation from verl's keys)."""
-        return LpRegOptions(clip_low=clip_low, clip_high=clip_high, agg=agg, **self.loss_options)
+    @property
+    def needs_proxy(self) -> bool:
+        """The divrl policy loss declares it needs pi_old's min-p proxy (``NEEDS_PROXY``):
+        the trainer turns the engine's logits hook on for it."""
+        return self.policy_loss is not None and POLICY_LOSS_OPTIONS[self.policy_loss].NEEDS_PROXY
+
+    def policy_options(self, **verl_values: Any) -> LossOptions:
+        """The validated options of ``policy_loss``: ``loss_options`` over the loss's
+        defaults, with ``verl_values`` (``clip_low``, ``clip_high``, ``dual_clip``,
+        ``agg`` from verl's keys) for the options the loss declares.
+
+        Raises:
+            ValueError: no divrl policy loss is set; an option the loss does not take, or out
+                of its range (the loss's own message).
+        """
+        if self.policy_loss is None:
+            raise ValueError(f"{SECTION}.policy_loss is unset: verl's own loss runs")
+        options = POLICY_LOSS_OPTIONS[self.policy_loss]
+        from_verl = {k: v for k, v in verl_values.items() if k in options.names()}
+        return policy_loss_options(self.policy_loss, **{**from_verl, **self.loss_options})
 
     def authors_layout(self, rollouts: int, mini_batches: int):
         """The authors' layout of a step with ``rollouts`` rows and this run's rehearsal rows
@@ -234,6 +275,25 @@ class DivRLVerlSettings:
                 + ", ".join(names)
             )
         return cls(**values)
+
+
+def missing_capabilities(options: LossOptions) -> list[str]:
+    """What a divrl policy loss's options declare it needs that the verl plugin does not
+    provide (one phrase per capability), or [] when the plugin can run it.
+
+    The plugin provides: old log-probs (``NEEDS_OLD_LOG_PROBS``: verl's old-log-prob pass),
+    pi_old's min-p proxy (``NEEDS_PROXY``: the engine's logits hook), a selection over each
+    micro-batch (``SCOPED_SELECTION``: the loss's own) and the inputs in
+    :data:`PLUGIN_INPUTS`; not the full-vocabulary rows (``needs_full_logits``) nor any
+    other input (e.g. ``entropy``).
+    """
+    missing = []
+    if options.needs_full_logits:
+        missing.append(FULL_LOGITS)
+    for name in options.INPUTS:
+        if name not in PLUGIN_INPUTS:
+            missing.append(f"the input {name!r} (declared in {type(options).__name__}.INPUTS)")
+    return missing
 
 
 def _check_types(settings: DivRLVerlSettings) -> None:
@@ -309,7 +369,7 @@ DIVRL_AGGS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-me
 #: Megatron FP8 recipes under which verl pads each packed sequence to a multiple of 16
 FP8_PADDED = ("e4m3", "hybrid")
 MEGATRON_REFUSAL = (
-    "Lp-Reg's proxy under Megatron needs actor_rollout_ref.actor.megatron."
+    "{proxy} under Megatron needs actor_rollout_ref.actor.megatron."
     "tensor_model_parallel_size=1 and context_parallel_size=1 (its softmax, min-p and "
     "label reductions are over the whole vocabulary and sequence), got TP={tp}, CP={cp}"
 )
@@ -330,61 +390,107 @@ def composition_errors(config: Mapping[str, Any], settings: DivRLVerlSettings) -
     if config_value(config, "distillation.enabled", False):
         errors.append(
             "distillation.enabled=True: verl's distillation loss is the actor loss that "
-            f"{SECTION}'s DPH-RL / Lp-Reg loss replaces; switch one of them off"
+            f"{SECTION}'s loss (DPH-RL, {SECTION}.policy_loss) replaces; switch one of them off"
         )
-    if settings.policy_loss == "lp_reg":
-        errors += _lp_reg_errors(config, settings)
+    if settings.policy_loss is not None:
+        errors += _policy_loss_errors(config, settings)
     if settings.dph:
         errors += _dph_errors(config, settings)
     return errors
 
 
-def _lp_reg_errors(config: Mapping[str, Any], settings: DivRLVerlSettings) -> list[str]:
-    """What cannot stand beside Lp-Reg (its proxy needs each position's whole logits row)."""
+def verl_loss_values(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The options verl's actor keys set on a divrl loss (``clip_low``, ``clip_high``,
+    ``dual_clip``, ``agg``: :data:`VERL_KEYS`), as the loss reads them in the workers."""
+    base = config_value(config, f"{ACTOR}.clip_ratio", 0.2)
+    low = config_value(config, f"{ACTOR}.clip_ratio_low", None)
+    high = config_value(config, f"{ACTOR}.clip_ratio_high", None)
+    return {
+        "clip_low": float(base if low is None else low),
+        "clip_high": float(base if high is None else high),
+        "dual_clip": float(config_value(config, f"{ACTOR}.clip_ratio_c", 3.0)),
+        "agg": config_value(config, f"{ACTOR}.loss_agg_mode", "token-mean"),
+    }
+
+
+def _policy_loss_errors(config: Mapping[str, Any], settings: DivRLVerlSettings) -> list[str]:
+    """What cannot stand beside a divrl policy loss, from what its options declare."""
+    name = f"{SECTION}.policy_loss={settings.policy_loss}"
     errors = []
     mode = config_value(config, f"{ACTOR}.policy_loss.loss_mode", "vanilla")
     if mode != "vanilla":
         errors.append(
-            f"{ACTOR}.policy_loss.loss_mode={mode}: Lp-Reg ({SECTION}.policy_loss=lp_reg) is "
-            "the policy term itself and cannot stand beside another loss mode; set it to vanilla"
+            f"{ACTOR}.policy_loss.loss_mode={mode}: {name} is the policy term itself and "
+            "cannot stand beside another loss mode; set it to vanilla"
         )
-    agg = config_value(config, f"{ACTOR}.loss_agg_mode", "token-mean")
-    if agg not in DIVRL_AGGS:
+    values = verl_loss_values(config)
+    if values["agg"] not in DIVRL_AGGS:
         errors.append(
-            f"{ACTOR}.loss_agg_mode={agg}: divrl's Lp-Reg aggregates with "
+            f"{ACTOR}.loss_agg_mode={values['agg']}: divrl's losses ({name}) aggregate with "
             f"{', '.join(DIVRL_AGGS)}; set one of them"
         )
+        return errors
+    try:
+        options = settings.policy_options(**values)
+    except ValueError as e:  # verl's clip keys out of the loss's range
+        return [*errors, f"{name} with verl's actor keys: {e}"]
+    rollout_is = config_value(config, "algorithm.rollout_correction.rollout_is")
+    if rollout_is and not options.takes_token_weights:
+        errors.append(
+            f"algorithm.rollout_correction.rollout_is={rollout_is}: {name} takes no per-token "
+            "weights (its options do not declare token_weights), so verl's rollout "
+            "importance weights would be dropped; switch rollout_is off or use a loss that "
+            "takes them"
+        )
+    if options.NEEDS_PROXY:
+        errors += _proxy_errors(config, name)
+    return errors
+
+
+def _proxy_errors(config: Mapping[str, Any], name: str) -> list[str]:
+    """What cannot stand beside a loss that needs the min-p proxy (``NEEDS_PROXY``: Lp-Reg),
+    computed from each position's whole logits row by the engine's logits hook."""
+    proxy = f"the min-p proxy of {name}"
+    errors = []
     if config_value(config, "actor_rollout_ref.model.use_fused_kernels"):
         errors.append(
             "actor_rollout_ref.model.use_fused_kernels=True: fused kernels never materialise "
-            "the logits Lp-Reg's proxy is computed from; set it to False"
+            f"the logits {proxy} is computed from; set it to False"
         )
     for key in ("ulysses_sequence_parallel_size", "fsdp_config.ulysses_sequence_parallel_size"):
         sp = config_value(config, f"{ACTOR}.{key}", 1)
         if sp > 1:
             errors.append(
-                f"{ACTOR}.{key}={sp}: Lp-Reg's proxy needs each position's whole logits row, "
+                f"{ACTOR}.{key}={sp}: {proxy} needs each position's whole logits row, "
                 "which Ulysses splits; set it to 1"
             )
     for key in ("pad_to_length", "fsdp_config.pad_to_length", "megatron.pad_to_length"):
         if config_value(config, f"{ACTOR}.{key}", False):
             errors.append(
                 f"{ACTOR}.{key}=True: verl's engine gives no logits hook to a padded-to-length "
-                "forward (it is the top-K distillation path), and Lp-Reg's proxy is computed "
+                f"forward (it is the top-K distillation path), and {proxy} is computed "
                 "there; set it to False"
             )
             break  # the engine's keys default to the actor's: one line for one setting
+    sync_step = int(config_value(config, "trainer.v1.sync.parameter_sync_step", 1) or 1)
+    if sync_step > 1:
+        errors.append(
+            f"trainer.v1.sync.parameter_sync_step={sync_step}: verl would run {sync_step} "
+            "actor updates per rollout-weight sync, each after the first recomputing pi_old "
+            f"and {proxy} from updated weights, not those that sampled its responses (not "
+            "divrl train's Lp-Reg); set it to 1"
+        )
     if config_value(config, f"{ACTOR}.strategy", "fsdp") == "megatron":
         tp = int(config_value(config, f"{ACTOR}.megatron.tensor_model_parallel_size", 1) or 1)
         cp = int(config_value(config, f"{ACTOR}.megatron.context_parallel_size", 1) or 1)
         if tp > 1 or cp > 1:
-            errors.append(MEGATRON_REFUSAL.format(tp=tp, cp=cp))
+            errors.append(MEGATRON_REFUSAL.format(proxy=proxy, tp=tp, cp=cp))
         fp8 = config_value(config, f"{ACTOR}.megatron.override_transformer_config.fp8")
         if fp8 in FP8_PADDED and config_value(config, f"{ACTOR}.megatron.use_remove_padding", True):
             errors.append(
                 f"{ACTOR}.megatron.override_transformer_config.fp8={fp8}: verl pads each packed "
-                "sequence to a multiple of 16 under FP8, and Lp-Reg's next-token labels assume "
-                "sequences packed end to end; unset fp8 for Lp-Reg"
+                f"sequence to a multiple of 16 under FP8, and the next-token labels of {proxy} "
+                f"assume sequences packed end to end; unset fp8 for {name}"
             )
     return errors
 

@@ -6,23 +6,26 @@ divrl's additions, and nothing else changed. The class sets the config's trainer
 to verl's ``sync`` before verl's constructor reads it, so every check verl makes against
 the literal ``"sync"`` (the replay buffer, the user's ``data.gen_batch_size``, what a
 checkpoint holds, the ``trainer.v1.sync`` section) sees the synchronous trainer. With DPH
-and Lp-Reg off (``divrl.divergence_coef=0``, ``divrl.policy_loss=vanilla``) the run is
-verl's sync run: verl's own ``ppo_loss`` and verl's own method bodies.
+off and no divrl policy loss (``divrl.divergence_coef=0``, ``divrl.policy_loss`` unset) the
+run is verl's sync run: verl's own ``ppo_loss`` and verl's own method bodies.
 
 The additions, each through verl's own body:
 
 - after verl's ``init``, the actor workers get :class:`~divrl.integrations.verl.losses.
-  DivRLLoss` through verl's ``set_loss_fn`` (DPH or Lp-Reg only);
+  DivRLLoss` through verl's ``set_loss_fn`` (DPH or a divrl policy loss only);
 - the actor update: with DPH-RL, ``divrl.reference_per_step`` rehearsal rows are drawn
   from the reference store and joined to the step's rows in TransferQueue
   (:func:`join_in_queue`), then verl's ``_update_actor`` runs on the joined batch with the
   joined mini-batch size, and the rows are cleared after the update; the draw order is
   saved in verl's checkpoint folder and restored on resume;
-- Lp-Reg: verl's old-log-prob pass runs with the engine's logits-processor hook on, so the
+- a loss that declares it needs the min-p proxy (``NEEDS_PROXY``: Lp-Reg): verl's
+  old-log-prob pass runs with the engine's logits-processor hook on, so the
   loss computes pi_old's min-p proxy from the logits of that very forward, and the update
   reads it (with verl's bypass mode, which skips that pass, the update's own forward
   gives the proxy instead);
-- validation metrics: divrl's unbiased ``pass@k`` beside verl's ``best@k``.
+- validation metrics: divrl's unbiased ``pass@k`` beside verl's ``best@k``;
+- every training step logs ``reward/unscorable``: how many of its responses got no verdict
+  (:func:`~divrl.integrations.verl.metrics.unscorable_count`), as ``divrl train`` does.
 
 verl's trainer overwrites the batch keys that switch the logits hook and size the
 mini-batches just before it dispatches to the workers; :class:`PinnedInfo` (the one
@@ -55,7 +58,7 @@ from divrl.integrations.verl import keys
 # module while losses.py is still half-executed (its names not defined yet)
 from divrl.integrations.verl import losses as verl_losses
 from divrl.integrations.verl import rehearsal as verl_rehearsal
-from divrl.integrations.verl.metrics import pass_at_k_metrics
+from divrl.integrations.verl.metrics import UNSCORABLE_METRIC, pass_at_k_metrics, unscorable_count
 from divrl.integrations.verl.settings import DivRLVerlSettings
 from divrl.integrations.verl.startup import check_startup
 
@@ -364,7 +367,7 @@ class DivRLPPOTrainer(PPOTrainerSync):
         proxy is pi_old's (the authors' source, on- and off-policy), cut to the responses."""
         correction = self.config.algorithm.get("rollout_correction", None)
         bypass = bool(correction and correction.get("bypass_mode", False))
-        self.divrl_old_proxy = self.divrl.policy_loss == "lp_reg" and not bypass
+        self.divrl_old_proxy = self.divrl.needs_proxy and not bypass
         if not self.divrl_old_proxy:
             return super()._compute_old_log_prob(batch, metrics)
         # the loss function is the engine's logits processor: the pass must be given it
@@ -381,7 +384,7 @@ class DivRLPPOTrainer(PPOTrainerSync):
     def _update_actor(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         """verl's actor update, on the batch joined with this step's rehearsal rows."""
         pinned: dict[str, Any] = {}
-        if self.divrl.policy_loss == "lp_reg" and not getattr(self, "divrl_old_proxy", False):
+        if self.divrl.needs_proxy and not getattr(self, "divrl_old_proxy", False):
             # bypass mode: the update's own forward gives the proxy through the logits hook
             pinned.update({"distillation_use_topk": True, "distillation_only": False})
         if self.divrl_source is None:
@@ -423,6 +426,13 @@ class DivRLPPOTrainer(PPOTrainerSync):
         finally:
             tq.kv_clear(keys=ref_keys, partition_id=batch.partition_id)
         return batch
+
+    def _compute_metrics(self, batch: KVBatchMeta, metrics: dict, *args, **kwargs):
+        """verl's step metrics, and ``reward/unscorable``: the step's responses without a
+        verdict (0 in a step without any), counted over all of its rows once per step."""
+        out = super()._compute_metrics(batch, metrics, *args, **kwargs)
+        metrics[UNSCORABLE_METRIC] = float(unscorable_count(tq, batch))
+        return out
 
     def _val_metrics_update(self, data_sources, sample_uids, reward_extra_infos_dict, *args, **kw):
         out = super()._val_metrics_update(
