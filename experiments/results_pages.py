@@ -9,8 +9,8 @@ page) keeps each of its number-bearing tables in one of three ways:
 - **recomputed by another check**: the pages ``experiments.reproduce`` writes, and the
   sparks page's tables made by :func:`experiments.sparks_dynamics.report`
   (tests/experiments/test_results_tables.py);
-- **marked**: the line above the table starts with ``*Not recomputed`` and says why (the
-  numbers come from files that were not kept).
+- **marked**: the paragraph above the table starts with ``*Not recomputed`` and says why
+  (the numbers come from files that were not kept).
 
 ``python -m experiments.results_pages`` rewrites the generated tables of every page in
 :data:`PAGES` from the stored data; ``--check`` changes nothing and exits 1 naming the
@@ -37,9 +37,9 @@ from experiments import reproduce_report as rr
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 #: pages with generated tables (relative to docs/results)
 PAGES = ("rehearsal_control.md", "countdown_reproduction_reading.md",
-         "countdown_reproduction_20261201_reading.md")  # fmt: skip
+         "countdown_reproduction_20261201_reading.md", "lp_reg_regime.md", "sparks_world.md")  # fmt: skip
 #: pages whose every table must be generated, recomputed elsewhere or marked
-READINGS = (*PAGES, "toy_reproduction_reading.md", "lp_reg_regime.md", "sparks_world.md")
+READINGS = (*PAGES, "toy_reproduction_reading.md")
 BLOCK = re.compile(
     r"(<!-- generated table: (?P<name>[\w.]+)[^>]*-->\n)(?P<body>.*?)(<!-- end of generated table -->)",
     re.S,
@@ -99,7 +99,9 @@ def arms_table(
     return lines
 
 
-def seeds_table(folder: str, methods: Sequence[str], columns: Sequence[tuple[str, str]]) -> list[str]:
+def seeds_table(
+    folder: str, methods: Sequence[str], columns: Sequence[tuple[str, str]]
+) -> list[str]:
     """One row per run of each method, by seed: each ``(header, metric)`` to 3 digits."""
     groups = load(folder)
     lines = _head(["model", "seed", *[h for h, _ in columns]])
@@ -121,7 +123,9 @@ class Part:
     offset: float | str = 0.0
 
 
-def goals_table(folder: str, arm_label: str, goals: Sequence[tuple[str, Sequence[Part]]]) -> list[str]:
+def goals_table(
+    folder: str, arm_label: str, goals: Sequence[tuple[str, Sequence[Part]]]
+) -> list[str]:
     """One row per goal: its threshold, the arm's ``mean ± SE`` and whether the mean
     reaches the threshold, by how much (noting a margin within one standard error of
     the arm) and the seeds' values."""
@@ -170,7 +174,10 @@ def ablation_table(
             rr.stat(_values(runs, m)).fmt()
             for m in ("test.pass@1", "test.pass@32", "cross_domain.pass@32", "ood_math.pass@32")
         ]
-        styles = [rr.stat(_values(runs, f"{s}.mean_distinct_styles")).mean for s in ("test", "cross_domain")]
+        styles = [
+            rr.stat(_values(runs, f"{s}.mean_distinct_styles")).mean
+            for s in ("test", "cross_domain")
+        ]
         cells.append(f"{styles[0]:.2f} / {styles[1]:.2f}")
         cells.append(f"{rr.stat(_values(runs, 'cross_domain.retention')).mean:.3f}")
         cells = [f"**{c}**" if (method, i + 1) in bold else c for i, c in enumerate(cells)]
@@ -193,6 +200,153 @@ def token_roles_table(folder: str, labels: Sequence[tuple[str, str]]) -> list[st
     for _, header in labels:
         head += header.split(" | ")
     return [*_head(head), *rows]
+
+
+def regime_z_star() -> list[str]:
+    """The regime map's predicted ``Z*`` by pass rate and beta (lp_reg_regime.predict)."""
+    from experiments import lp_reg_regime as lr
+
+    lines = _head(["P \\ beta", *[f"{b:g}" for b in lr.BETAS]])
+    for p in lr.PASS_RATES:
+        z = [f"{lr.predict(0.5, p, b, 'lp_oracle')['z_star']:.2f}" for b in lr.BETAS]
+        lines.append(_row([f"{p}", *z]))
+    return lines
+
+
+def regime_predictions() -> list[str]:
+    from experiments import lp_reg_regime as lr
+
+    return lr.predictions_table().splitlines()
+
+
+def regime_long_responses() -> list[str]:
+    """The authors' selection with ``LONG_FILLER`` tokens per response, predicted."""
+    from experiments import lp_reg_regime as lr
+
+    lines = _head(["Z", "P", "beta", "authors' reach: spark / competitor", "predicted drift",
+                   "authors' (200)", "oracle"])  # fmt: skip
+    for c in lr.filler_cells():
+        if c.method != "lp_authors":
+            continue
+        a = lr.predict(c.z, c.pass_rate, c.beta, c.method, c.filler)
+        o = lr.predict(c.z, c.pass_rate, c.beta, "lp_oracle")
+        lines.append(_row([f"{c.z}", f"{c.pass_rate}", f"{c.beta}",
+                           f"{a['reach']:.2f} / {a['reach_competitor']:.2f}", f"{a['drift']:+.2f}",
+                           a["direction"], o["direction"]]))  # fmt: skip
+    return lines
+
+
+def _regime_rows() -> dict[tuple, dict[str, Any]]:
+    from experiments.records import read_result
+
+    rows = read_result(RESULTS / "lp_reg_regime" / "summary.json")
+    key = ("mode", "method", "z", "pass_rate", "beta", "filler")
+    return {tuple(r["cell"][k] for k in key): r for r in rows}
+
+
+def regime_oracle_map() -> list[str]:
+    """The oracle's trend ``log(p_60 / 0.06)``, on-policy / off-policy, by cell; bold where
+    its on-policy prediction is up."""
+    from experiments import lp_reg_regime as lr
+
+    rows = _regime_rows()
+    lines = _head(["P", "beta", *[f"Z={z}" for z in lr.ZS]])
+    for p in lr.PASS_RATES:
+        for b in lr.BETAS:
+            cells = []
+            for z in lr.ZS:
+                on, off = (
+                    rows[(m, "lp_oracle", z, p, b, lr.FILLER)]["trend"][0] for m in ("on", "off")
+                )
+                cell = f"{on:+.1f} / {off:+.1f}"
+                up = rows[("on", "lp_oracle", z, p, b, lr.FILLER)]["predicted"] == "up"
+                cells.append(f"**{cell}**" if up else cell)
+            lines.append(_row([f"{p}", f"{b}", *cells]))
+    return lines
+
+
+def regime_authors() -> list[str]:
+    """The authors' selection on-policy (21- and 201-token responses): predicted and
+    measured direction, gap to GRPO (mean +- sd over seeds), the oracle's gap, spark tokens
+    regularised per step and ``net_up_share``; the cells the page shows."""
+    from experiments import lp_reg_regime as lr
+
+    rows = _regime_rows()
+    lines = _head(["responses", "Z", "P", "beta", "predicted", "measured", "gap vs GRPO",
+                   "oracle's gap", "spark tokens regularised per step", "net_up_share"])  # fmt: skip
+    short = [(z, p, b) for z in (0.9,) for p in lr.PASS_RATES for b in lr.BETAS]
+    short += [(z, 0.5, b) for z in (0.7, 0.5) for b in (1.0, 4.0)]
+    cells = [(lr.FILLER, c) for c in short]
+    cells += [
+        (c.filler, (c.z, c.pass_rate, c.beta)) for c in lr.filler_cells() if c.method != "grpo"
+    ]
+    for filler, (z, p, b) in cells:
+        r = rows[("on", "lp_authors", z, p, b, filler)]
+        oracle = rows[("on", "lp_oracle", z, p, b, lr.FILLER)]["gap_vs_grpo"][0]
+        gap, sd = r["gap_vs_grpo"]
+        lines.append(_row([
+            f"{filler + 1} tokens", f"{z}", f"{p}", f"{b}", r["predicted"], r["measured"],
+            f"{gap:+.2f} +- {sd:.2f}", f"{oracle:+.2f}", f"{r['spark_regularized_per_step']:.1f}",
+            f"{r['diagnostics']['lp_reg/net_up_share']:.2f}",
+        ]))  # fmt: skip
+    return lines
+
+
+_PRESETS = {"sparks": ("sparks", ""), "countdown": ("countdown", ""), "sql": ("SQL", ""),
+            "sparks_toy": ("sparks toy variant", " (one selection over the step, rho 0.1)"),
+            "countdown_offpolicy": ("countdown off-policy", "")}  # fmt: skip
+
+
+def regime_presets() -> list[str]:
+    """Where the toy Lp-Reg presets sit (``lp_reg_regime/presets.json``): the tokens each
+    regularised in its first steps (total, fewest-most per step), their kept mass ``Z``,
+    ``|A|``, net push and the share pushed up (bold when above 0), and ``Z*`` at the median
+    ``|A|`` with beta 1."""
+    from experiments.records import read_result
+
+    presets = read_result(RESULTS / "lp_reg_regime" / "presets.json")
+    steps = {p["steps"] for p in presets.values()}
+    lines = _head(["preset", f"regularised tokens ({'/'.join(map(str, steps))} steps)",
+                   "Z q10 / q50 / mean", "abs(A) q10 / q50 / q90", "net push q10 / q90",
+                   "net_up_share", "Z* at the median abs(A), beta 1"])  # fmt: skip
+    for key, (label, note) in _PRESETS.items():
+        p = presets[key]
+        per_step, a = p["regularized_per_step"], p["all"]
+        z, adv, push = a["z"], a["abs_adv"], a["net_push"]
+        q90 = f"{push['q90']:+.2f}"
+        up = f"{a['net_up_share']:.2f}"
+        lines.append(_row([
+            f"{label} `{p['config']}`{note}",
+            f"{sum(per_step):,} ({min(per_step)}-{max(per_step)} a step)",
+            f"{z['q10']:.3f} / {z['q50']:.3f} / {z['mean']:.3f}",
+            f"{adv['q10']:.2f} / {adv['q50']:.2f} / {adv['q90']:.2f}",
+            f"{push['q10']:+.2f} / " + (f"**{q90}**" if push["q90"] > 0 else q90),
+            f"**{up}**" if a["net_up_share"] > 0 else up,
+            f"{1 / (1 + adv['q50']):.2f}",
+        ]))  # fmt: skip
+    return lines
+
+
+def sparks_first_run() -> list[str]:
+    """The sparks world's first run (GRPO, seed 1, before the read-back rule), by
+    checkpoint: the spark's probability and frequency, entropy and test Pass@1."""
+    from experiments.records import read_result
+
+    record = read_result(RESULTS / "sparks_world" / "first_run_grpo_math_seed1.json")
+    points = sorted(record["checkpoints"].items(), key=lambda kv: int(kv[0]))
+    rows = [
+        ("spark probability at the decision point, hard prompts", ("hard", "spark_prob")),
+        ("spark probability, easy prompts", ("easy", "spark_prob")),
+        ("share of samples that check, hard prompts", ("hard", "spark_freq")),
+        ("entropy of the sampled responses (nats per token)", "entropy"),
+        ("test Pass@1 (128 prompts x 8)", "pass@1"),
+    ]
+    lines = _head(["step", *[step for step, _ in points]])
+    for label, key in rows:
+        get = (lambda c, k=key: c["sparks"][k[0]][k[1]]) if isinstance(key, tuple) else (
+            lambda c, k=key: c[k])  # fmt: skip
+        lines.append(_row([label, *[f"{get(c):.3f}" for _, c in points]]))
+    return lines
 
 
 # --------------------------------------------------------------------------- the tables
@@ -264,6 +418,13 @@ TABLES: dict[str, Callable[[], list[str]]] = {
         [("base", "base: tokens | base: regularised"),
          ("lp_reg150", "Lp-Reg step 150: tokens | regularised"),
          ("grpo150", "GRPO step 150: tokens | (would regularise)")]),
+    "lp_reg_regime.z_star": regime_z_star,
+    "lp_reg_regime.predictions": regime_predictions,
+    "lp_reg_regime.long_responses": regime_long_responses,
+    "lp_reg_regime.oracle_map": regime_oracle_map,
+    "lp_reg_regime.authors": regime_authors,
+    "lp_reg_regime.presets": regime_presets,
+    "sparks_world.first_run": sparks_first_run,
 }  # fmt: skip
 
 
@@ -288,10 +449,20 @@ def first_difference(old: str, new: str) -> str | None:
     return None if len(a) == len(b) else f"{len(a)} lines committed, {len(b)} recomputed"
 
 
+def _paragraph_above(lines: Sequence[str], i: int) -> str:
+    """The first line of the paragraph above line ``i`` (blank lines between skipped)."""
+    j = i - 1
+    while j >= 0 and not lines[j].strip():
+        j -= 1
+    while j > 0 and lines[j - 1].strip():
+        j -= 1
+    return lines[j] if j >= 0 else ""
+
+
 def unmarked_tables(text: str, recomputed_elsewhere: Sequence[str] = ()) -> list[str]:
-    """The first row of each table of ``text`` that is neither generated, nor one of
-    ``recomputed_elsewhere`` (rows another check recomputes), nor marked ``*Not
-    recomputed`` on the line above it (blank lines skipped)."""
+    """The first row of each table of ``text`` that is neither generated, nor made only
+    of ``recomputed_elsewhere`` rows (another check recomputes them), nor marked ``*Not
+    recomputed`` at the start of the paragraph above it, with its line number."""
     generated = {line for m in BLOCK.finditer(text) for line in m.group("body").splitlines()}
     elsewhere = set(recomputed_elsewhere)
     lines = text.splitlines()
@@ -299,10 +470,14 @@ def unmarked_tables(text: str, recomputed_elsewhere: Sequence[str] = ()) -> list
     for i, line in enumerate(lines):
         if not line.startswith("|") or (i and lines[i - 1].startswith("|")):
             continue  # not the first row of a table
-        if line in generated or line in elsewhere:
+        rows = [line]
+        for x in lines[i + 1 :]:
+            if not x.startswith("|"):
+                break
+            rows.append(x)
+        if set(rows) <= generated or set(rows) <= elsewhere:
             continue
-        above = next((x for x in reversed(lines[:i]) if x.strip()), "")
-        if not above.startswith(NOT_RECOMPUTED):
+        if not _paragraph_above(lines, i).startswith(NOT_RECOMPUTED):
             out.append(f"line {i + 1}: {line}")
     return out
 
