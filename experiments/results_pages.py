@@ -38,8 +38,6 @@ RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 #: pages with generated tables (relative to docs/results)
 PAGES = ("rehearsal_control.md", "countdown_reproduction_reading.md",
          "countdown_reproduction_20261201_reading.md", "lp_reg_regime.md", "sparks_world.md")  # fmt: skip
-#: pages whose every table must be generated, recomputed elsewhere or marked
-READINGS = (*PAGES, "toy_reproduction_reading.md")
 BLOCK = re.compile(
     r"(<!-- generated table: (?P<name>[\w.]+)[^>]*-->\n)(?P<body>.*?)(<!-- end of generated table -->)",
     re.S,
