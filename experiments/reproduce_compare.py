@@ -20,7 +20,9 @@ and, beside them, the settings only an experiment has (:data:`WORLD_SETTINGS`): 
 world (its name, its folder name, which names its build seed and content hash, its size)
 and the number of training steps.
 
-A difference is refused in one line naming the two runs and the setting (a
+``experiments.reproduce`` also compares the methods' presets' data handling before it
+trains anything (:func:`refuse_unlike_presets`). A difference is refused in one line
+naming the two runs and the setting (a
 :class:`~experiments.records.ResultError`: ``experiments.reproduce`` exits 2), unless
 ``--allow-mismatch`` is given: then every table row of a method with a differing run is
 marked ``⚠`` (:func:`mark_rows`, also the claims that use it) and the report lists the
@@ -56,6 +58,7 @@ __all__ = [
     "footnote",
     "like_for_like",
     "mark_rows",
+    "refuse_unlike_presets",
     "run_name",
 ]
 
@@ -81,6 +84,22 @@ def data_handling(cfg: Any) -> dict[str, Any]:
     (:data:`divrl.evaluation.report_checks.DATA_HANDLING`), for its summary."""
     data = asdict(cfg.data)
     return {k: data[k] for k in DATA_HANDLING}
+
+
+def refuse_unlike_presets(cfgs: Mapping[str, Any], *, allow: bool) -> None:
+    """Before any run: raise :class:`ResultError` (one line) when the methods' resolved
+    presets handle their training data differently (``--allow-mismatch``: go on; the
+    report then marks the rows), with ``divrl report``'s check of the runs' configs."""
+    models = [
+        ModelEval(name=f"the {m} preset", eval_dir=Path(m), run_config={"data": data_handling(c)})
+        for m, c in cfgs.items()
+    ]
+    lines = check_like_for_like(models, None)
+    if lines and not allow:
+        raise ResultError(
+            f"{lines[0]}: give every method the same data handling (the world's presets "
+            "share it), or pass --allow-mismatch to run them and mark their rows"
+        )
 
 
 def run_name(summary: Mapping[str, Any]) -> str:

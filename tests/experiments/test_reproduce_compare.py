@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import re
+from types import SimpleNamespace
 
 import pytest
 
+from divrl.training.model_config import DataConfig
 from experiments import reproduce, reproduce_publish
 from experiments import reproduce_report as rr
 from experiments.records import ResultError
-from experiments.reproduce_compare import like_for_like, mark_rows
+from experiments.reproduce_compare import like_for_like, mark_rows, refuse_unlike_presets
 
 DATA = {
     "train_path": "/w/train.jsonl",
@@ -49,6 +51,13 @@ def summary(method, seed, p1, *, data=DATA, settings=SETTINGS, eval_data="sha256
     if method != "base" and data is not None:
         s["config"] = {"data": dict(data)}
     return s
+
+
+@pytest.fixture(autouse=True)
+def no_plots(monkeypatch):
+    """The report's plots are not what these tests check (and take seconds to draw)."""
+    monkeypatch.setattr(reproduce_publish, "plot_entropy", lambda *a: False)
+    monkeypatch.setattr(reproduce_publish, "plot_pass_at_k", lambda *a: False)
 
 
 def write(tmp_path, summaries):
@@ -147,3 +156,15 @@ def test_mark_rows_marks_only_the_named_method_s_rows():
     marked = mark_rows(md, {"grpo": ["why"]}).splitlines()
     assert marked[0] == "| GRPO ⚠ | 1 |" and marked[1] == "| GRPO + reverse KL | 2 |"
     assert marked[3] == "| DPH | GRPO raises in-domain Pass@1 ⚠ | x |"
+
+
+def test_presets_that_handle_their_data_otherwise_are_refused_before_any_run():
+    cfgs = {m: SimpleNamespace(data=DataConfig(truncation=t)) for m, t in
+            (("grpo", "drop"), ("dph_js", "drop"), ("lp_reg", "left"))}  # fmt: skip
+    with pytest.raises(ResultError, match=re.escape(
+        "the lp_reg preset: trained with other data handling than the grpo preset: "
+        "data.truncation 'left' vs 'drop': give every method the same data handling"
+    )):  # fmt: skip
+        refuse_unlike_presets(cfgs, allow=False)
+    refuse_unlike_presets(cfgs, allow=True)
+    refuse_unlike_presets({m: cfgs[m] for m in ("grpo", "dph_js")}, allow=False)
