@@ -76,6 +76,8 @@ def write_report(
     marked (:mod:`experiments.reproduce_compare`)."""
     summaries = rr.load_summaries(results / SUMMARIES)
     marks = like_for_like(summaries, allow=allow_mismatch, where=results / SUMMARIES)
+    for line in (x for lines in marks.values() for x in lines):
+        say(f"not like for like (rows marked ⚠): {line}")
     presample_file = results / "presample_seconds.json"
     presample = read_json(presample_file, {})
     if out is not None:

@@ -83,8 +83,9 @@ def test_mixed_truncation_is_refused_in_one_line_naming_both_runs(tmp_path, caps
     assert not (tmp_path / "r.md").exists()
 
 
-def test_with_the_flag_the_rows_are_marked_and_the_difference_named(tmp_path):
+def test_with_the_flag_the_rows_are_marked_and_the_difference_named(tmp_path, capsys):
     assert reproduce.main([*write(tmp_path, mixed_truncation()), "--allow-mismatch"]) == 0
+    assert "not like for like (rows marked ⚠): dph_js seed 0: " in capsys.readouterr().out
     md = (tmp_path / "r.md").read_text()
     rows = [line for line in md.splitlines() if line.startswith("| DPH-JS")]
     assert rows and all(line.startswith("| DPH-JS ⚠ |") for line in rows)
