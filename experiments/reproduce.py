@@ -64,6 +64,7 @@ from divrl.pipeline import (
 )
 from divrl.runs import RunDir
 from divrl.toy.worlds import DEFAULT_WORLD, WORLDS, eval_splits, world_presets
+from experiments import reproduce_compare as rc
 from experiments import reproduce_report as rr
 from experiments.records import ResultError
 from experiments.reproduce_check import add_check_arguments, fingerprint, run_check
@@ -152,6 +153,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="torch threads per subprocess")
     p.add_argument("--poll", type=float, default=60.0, help="seconds between progress lines")
     add_check_arguments(p)
+    rc.add_compare_arguments(p)
     return _checked_args(p, p.parse_args(argv))
 
 
@@ -244,6 +246,7 @@ class Experiment:
             check_same_budget(self.cfgs)
         except ValueError as exc:
             raise SystemExit(str(exc)) from None
+        rc.refuse_unlike_presets(self.cfgs, allow=self.args.allow_mismatch)
         steps = {c.train.total_steps for c in self.cfgs.values()}
         self.steps = steps.pop() if steps else self.args.steps
         self.max_new_tokens = next(iter(self.cfgs.values())).rollout.max_new_tokens
@@ -497,6 +500,7 @@ class Experiment:
                 "overrides": self.overrides(paths.method, paths.seed),
                 "prompts_per_step": cfg.train.prompts_per_step,
                 "rollout_n": cfg.rollout.n,
+                "data": rc.data_handling(cfg),  # compared before runs share a table
                 **authors_weight_summary(cfg),
             }
             metrics_path = RunDir(paths.train).metrics_path
@@ -560,26 +564,21 @@ class Experiment:
         return 0
 
     def write_report(self) -> Path:
-        finished = {
-            (m, s)
-            for m in ["base", *self.args.methods]
-            for s in self.args.seed_list
-            if Paths(self.out, m, s).summary.is_file()
-        }
         missing = [
             f"{m} seed {s}"
             for s in self.args.seed_list
             for m in ["base", *self.args.methods]
-            if (m, s) not in finished
+            if not Paths(self.out, m, s).summary.is_file()
         ]
-        return write_report(self.results, self.report, self.out, missing=missing)
+        return write_report(self.results, self.report, self.out, missing, self.args.allow_mismatch)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         if args.report_only:
-            write_report(Path(args.results).resolve(), Path(args.report).resolve(), None)
+            results, report = Path(args.results).resolve(), Path(args.report).resolve()
+            write_report(results, report, None, allow_mismatch=args.allow_mismatch)
             return 0
         import torch
 

@@ -19,6 +19,7 @@ from typing import Any
 from divrl.fileio import atomic_write_text
 from experiments import reproduce_report as rr
 from experiments.records import read_result, write_result
+from experiments.reproduce_compare import footnote, like_for_like, mark_rows
 from experiments.reproduce_plots import plot_entropy, plot_pass_at_k
 from experiments.results_commits import commits_section, read_commits
 
@@ -64,10 +65,19 @@ def command_line() -> str:
 
 
 def write_report(
-    results: Path, report: Path, out: Path | None, missing: list[str] | None = None
+    results: Path,
+    report: Path,
+    out: Path | None,
+    missing: list[str] | None = None,
+    allow_mismatch: bool = False,
 ) -> Path:
-    """Rebuild the report from ``results``/summaries/*.json (and presample timings in ``out``)."""
+    """Rebuild the report from ``results``/summaries/*.json (and presample timings in
+    ``out``); summaries that are not like for like are refused, or with ``allow_mismatch``
+    marked (:mod:`experiments.reproduce_compare`)."""
     summaries = rr.load_summaries(results / SUMMARIES)
+    marks = like_for_like(summaries, allow=allow_mismatch, where=results / SUMMARIES)
+    for line in (x for lines in marks.values() for x in lines):
+        say(f"not like for like (rows marked ⚠): {line}")
     presample_file = results / "presample_seconds.json"
     presample = read_json(presample_file, {})
     if out is not None:
@@ -112,6 +122,7 @@ def write_report(
             f"({reading.name}) (written by hand from the numbers below).",
             "",
         ]
+    preamble += footnote(marks)
     if missing:
         preamble += [
             "**Not finished** (failed or not run yet; see the work directory's logs): "
@@ -128,6 +139,7 @@ def write_report(
     )
     made = commits_section(summaries, read_commits(results))
     md += f"\n{made}" if made else ""
+    md = mark_rows(md, marks)
     report.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(report, md)
     say(f"report: {report}")
