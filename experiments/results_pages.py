@@ -183,6 +183,32 @@ def ablation_table(
     return lines
 
 
+def versus_table(
+    folder: str,
+    subject: tuple[str, str],
+    others: Sequence[tuple[str, str]],
+    rows: Sequence[tuple[str, str, int]],
+) -> list[str]:
+    """One row per ``(label, metric, digits)``: ``mean ± sd`` of each method (the
+    ``others`` and the ``subject``), then the subject's difference from each other
+    method with the standard error of that difference (``sqrt(sd_a^2/n_a + sd_b^2/n_b)``)."""
+    groups = load(folder)
+    order = [others[0], subject, *others[1:]]
+    short = subject[1].split(" with the ")[-1].replace("advantage", "adv.")
+    lines = _head(["", *[label for _, label in order],
+                   *[f"{short} - {label} (SE)" for _, label in others]])  # fmt: skip
+    for label, metric, digits in rows:
+        stats = {m: rr.stat(_values(groups[m], metric)) for m, _ in order}
+        cells = [stats[m].fmt(digits) for m, _ in order]
+        a = stats[subject[0]]
+        for m, _ in others:
+            b = stats[m]
+            se = math.sqrt(a.sd**2 / a.n + b.sd**2 / b.n)
+            cells.append(f"{a.mean - b.mean:+.{digits}f} ({se:.{digits}f})")
+        lines.append(_row([label, *cells]))
+    return lines
+
+
 def token_roles_table(folder: str, labels: Sequence[tuple[str, str]]) -> list[str]:
     """experiments.lp_reg_tokens' side-by-side table of ``<folder>/<key>_s*.json`` (the
     seeds of each ``(key, header)``), under the page's headers."""
@@ -411,6 +437,14 @@ TABLES: dict[str, Callable[[], list[str]]] = {
          ("dph_js", "DPH-JS, default assembly"), ("grpo", "GRPO")],
         bold=[("dph_js_replica_no_clones", 3), ("dph_js_replica_no_clones", 5),
               ("dph_js_replica_no_clones", 6)]),
+    "countdown_reproduction_reading.passk": lambda: versus_table(
+        "countdown_reproduction", ("grpo_passk", "GRPO with the Pass@4 advantage"),
+        [("grpo", "GRPO"), ("dph_js", "DPH-JS")],
+        [("in-domain Pass@1 (sampled)", "test.pass@1", 3),
+         ("in-domain Pass@4", "test.pass@4", 3), ("in-domain Pass@32", "test.pass@32", 3),
+         ("cross-domain Pass@32", "cross_domain.pass@32", 3),
+         ("math Pass@32", "ood_math.pass@32", 3),
+         ("styles per prompt (in domain)", "test.mean_distinct_styles", 2)]),
     "countdown_reproduction_20261201_reading.token_roles": lambda: token_roles_table(
         "countdown_reproduction/lp_reg_tokens",
         [("base", "base: tokens | base: regularised"),
