@@ -297,7 +297,7 @@ def test_two_ranks_with_dynamic_batches_resume_as_the_unbroken_run(world):
     compute: 3 steps unbroken, and 1 step saved then resumed for steps 2 and 3. The resumed
     run continues the saved state (the rehearsal draw, the controller's eta and its warm-up
     count: eta first moves inside the resumed run) and each of its steps is the unbroken
-    run's to 1e-6 (relative; near 0, 1e-7 absolute for the update, 1e-6 for the rollout's
+    run's to 1e-6 (relative; near 0, 2e-7 absolute for the update, 1e-6 for the rollout's
     means): its rollout, its loss, gradient norm and DPH terms. Lp-Reg selects tokens here but regularises none (the default min-p ratio on the
     random model), so its term adds no gradient; where it acts, its selection per
     micro-batch follows verl's row order (measured in docs/verl.md, "Resume")."""
@@ -326,10 +326,11 @@ def test_two_ranks_with_dynamic_batches_resume_as_the_unbroken_run(world):
     assert all(abs(s["actor/dph/log_u_mean"]) > 1e-6 for s in unbroken[1:])
     assert any(abs(s["actor/pg_loss"]) > 1e-3 for s in resumed)
     for step, (mine, theirs) in enumerate(zip(first + resumed, unbroken, strict=True), 1):
-        # the mean advantage is a cancelling sum over the step's tokens: 3.4e-8 apart in
-        # two runs; the losses near 0 (cancelling advantages), at most 8e-9
+        # near 0, float32 rounding of sums of terms of size ~1 that cancel (advantages of
+        # both signs): the mean advantage 4.1e-8 apart at most in 11 compared steps, a loss
+        # near 0 4.5e-8 (docs/verl.md, "Resume")
         differing = _differing(mine, theirs, ROLLOUT_METRICS, 1e-6, 1e-6)
-        differing.update(_differing(mine, theirs, ORDER_FREE, 1e-6, 1e-7))
+        differing.update(_differing(mine, theirs, ORDER_FREE, 1e-6, 2e-7))
         assert not differing, (step, differing)
 
 
