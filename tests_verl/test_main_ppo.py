@@ -298,9 +298,10 @@ def test_two_ranks_with_dynamic_batches_resume_as_the_unbroken_run(world):
     run continues the saved state (the rehearsal draw, the controller's eta and its warm-up
     count: eta first moves inside the resumed run) and each of its steps is the unbroken
     run's to 1e-6 (relative; near 0, 2e-7 absolute for the update, 1e-6 for the rollout's
-    means): its rollout, its loss, gradient norm and DPH terms. Lp-Reg selects tokens here but regularises none (the default min-p ratio on the
-    random model), so its term adds no gradient; where it acts, its selection per
-    micro-batch follows verl's row order (measured in docs/verl.md, "Resume")."""
+    means): its rollout, its loss, gradient norm and DPH terms. Lp-Reg selects tokens here
+    but regularises none (the default min-p ratio on the random model), so its term adds
+    no gradient; where it acts, its selection per micro-batch follows verl's row order
+    (measured in docs/verl.md, "Resume")."""
     root, model, data = world
     store = e2e.write_store(root / "store_ranks", model, data)
     exploration = root / "exploration_ranks.parquet"
