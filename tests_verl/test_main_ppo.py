@@ -273,11 +273,19 @@ ORDER_FREE = (
     "actor/loss",
     "actor/pg_loss",
     "actor/pg/",
-    "actor/dph/",
+    "actor/dph/u",
+    "actor/dph/log_u",
+    "actor/dph/divergence",
     "actor/grad_norm",
     "actor/entropy",
-    "divrl/",
+    "divrl/rehearsal",
+    "divrl/dph/control",
 )
+#: the controller's eta: it moves log eta by rate x (m - target) / target a step, so the
+#: rounding of its measurement m (``log_u_mean``, up to the 2e-7 the test allows) moves eta
+#: by up to 0.1 x 2e-7 / 0.001 = 2e-5 (relative) a step; 4.0e-6 measured between two runs
+CONTROLLER = ("divrl/dph/eta", "actor/dph/effective_eta")
+CONTROLLER_REL = 2 * 0.1 * 2e-7 / 0.001  # two steps of the test's rate and target
 
 
 def _differing(mine: dict, theirs: dict, prefixes: tuple, rel: float, near_0: float) -> dict:
@@ -332,6 +340,7 @@ def test_two_ranks_with_dynamic_batches_resume_as_the_unbroken_run(world):
         # near 0 4.5e-8 (docs/verl.md, "Resume")
         differing = _differing(mine, theirs, ROLLOUT_METRICS, 1e-6, 1e-6)
         differing.update(_differing(mine, theirs, ORDER_FREE, 1e-6, 2e-7))
+        differing.update(_differing(mine, theirs, CONTROLLER, CONTROLLER_REL, 0.0))
         assert not differing, (step, differing)
 
 
