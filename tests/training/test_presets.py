@@ -43,6 +43,7 @@ SIGNATURE = {
     "kl_cov": "kl_cov/num_penalized",
     "clip_cov": "clip_cov/num_cut",
     "dph_js_lp_reg": "lp_reg/num_selected",
+    "grpo_passk": "adv/pass_at_k",
 }
 
 
