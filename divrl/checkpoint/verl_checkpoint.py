@@ -7,7 +7,8 @@ verl (0.9.1) saves, under its ``trainer.default_local_dir``::
         model_world_size_W_rank_R.pt         each FSDP rank's shard (DTensors, FSDP2)
         fsdp_config.json                     {"FSDP_version": 2, "world_size": W}
         huggingface/                         config and tokenizer; the full weights only
-                                             when checkpoint.save_contents has hf_model
+                                             when actor.checkpoint.save_contents
+                                             has hf_model
 
 :func:`find_verl_checkpoint` accepts the top folder (its newest step), a ``global_step_N``
 folder or its ``actor/``. :func:`verl_model_dir` gives the folder to load: ``huggingface/``
@@ -21,7 +22,8 @@ DTensor's global shape. Unlike verl's merger, which writes bfloat16, the weights
 in the dtype of the checkpoint's ``config.json`` (the dtype the model was loaded in, as
 ``divrl export`` does). What cannot be merged that way (a Megatron checkpoint, LoRA
 adapters, tensor parallelism, a missing shard) stops with one line naming verl's merger
-command and the ``checkpoint.save_contents`` setting that makes it unnecessary.
+command and the ``actor_rollout_ref.actor.checkpoint.save_contents`` setting that makes it
+unnecessary.
 """
 
 from __future__ import annotations
@@ -127,8 +129,8 @@ def merger_hint(ckpt: VerlCheckpoint, backend: str = "fsdp") -> str:
         f"merge it with verl's merger (`python -m verl.model_merger merge --backend {backend} "
         f"--local_dir {ckpt.actor_dir} --target_dir {ckpt.actor_dir.parent / 'hf_model'}`) "
         "and pass --model that target folder, or train with "
-        "checkpoint.save_contents=[model,optimizer,extra,hf_model] so that huggingface/ "
-        "holds the weights"
+        "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model] "
+        "so that huggingface/ holds the weights"
     )
 
 

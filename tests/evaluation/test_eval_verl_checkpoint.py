@@ -122,4 +122,6 @@ def test_a_checkpoint_without_weights_or_shards_names_verls_merger(tmp_path, tin
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert f"python -m verl.model_merger merge --backend fsdp --local_dir {actor} " in err
-    assert "checkpoint.save_contents=[model,optimizer,extra,hf_model]" in err
+    assert (
+        "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]" in err
+    )
