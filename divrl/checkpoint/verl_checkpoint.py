@@ -163,11 +163,12 @@ def verl_model_dir(ckpt: VerlCheckpoint) -> Path:
         shutil.rmtree(merged, ignore_errors=True)  # divrl's own earlier merge, stale
         tmp.rename(merged)
     except PermissionError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
         raise VerlCheckpointError(
             f"{ckpt.actor_dir} is not writable ({exc.strerror}), so its shards cannot be "
             "merged there; " + merger_hint(ckpt)
         ) from exc
+    finally:  # nothing half-written is left beside verl's files
+        shutil.rmtree(tmp, ignore_errors=True)
     return merged
 
 

@@ -5,8 +5,6 @@ in the evaluation's provenance, and one line naming verl's merger when neither i
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,23 +15,31 @@ from divrl.cli import main
 from divrl.data import fixture_path
 from divrl.evaluation.model_loading import resolve_model_path
 
-#: writes each rank's FSDP2 shard as verl does (``torch.save`` of DTensors on an ``fsdp``
-#: mesh), from a full state dict; a fake process group gives the mesh without ranks
-WRITE_SHARDS = """
-import sys, torch, torch.distributed as dist
-from torch.testing._internal.distributed.fake_pg import FakeStore
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import DTensor, Shard
-full, actor, world = torch.load(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
-mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("fsdp",))
-for rank in range(world):
-    shard = {k: DTensor.from_local(torch.chunk(v, world)[rank].clone(), mesh, [Shard(0)],
-                                   run_check=False, shape=v.shape, stride=v.stride())
-             for k, v in full.items()}
-    torch.save(shard, f"{actor}/model_world_size_{world}_rank_{rank}.pt")
-dist.destroy_process_group()
-"""
+
+def _write_shards(state: dict, actor: Path, world: int) -> None:
+    """Each rank's FSDP2 shard as verl saves it (``torch.save`` of DTensors, ``Shard(0)``
+    on an ``fsdp`` mesh) from a full state dict. The mesh is built without a process group
+    (torch's ``_init_backend=False``): the files hold what a real run's hold, and this
+    process is left without distributed state."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import DTensor, Shard
+
+    mesh = DeviceMesh(
+        "cpu", torch.arange(world), mesh_dim_names=("fsdp",), _init_backend=False, _rank=0
+    )
+    for rank in range(world):
+        shard = {
+            key: DTensor.from_local(
+                torch.chunk(value, world)[rank].clone(),
+                mesh,
+                [Shard(0)],
+                run_check=False,
+                shape=value.shape,
+                stride=value.stride(),
+            )
+            for key, value in state.items()
+        }
+        torch.save(shard, actor / f"model_world_size_{world}_rank_{rank}.pt")
 
 
 def _step(root: Path, step: int, model, tokenizer, weights: bool) -> Path:
@@ -89,11 +95,7 @@ def sharded(tmp_path_factory, tiny_lm):
     root = tmp_path_factory.mktemp("verl_sharded")
     actor = _step(root, 2, model, tokenizer, weights=False)
     (actor / "fsdp_config.json").write_text('{"FSDP_version": 2, "world_size": 3}')
-    full = root / "full.pt"
-    torch.save({k: v.clone() for k, v in model.state_dict().items()}, full)
-    script = [sys.executable, "-c", WRITE_SHARDS, str(full), str(actor), "3"]
-    done = subprocess.run(script, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
+    _write_shards(model.state_dict(), actor, 3)
     return actor, model
 
 
