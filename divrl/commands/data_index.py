@@ -15,7 +15,7 @@ def add_index_arguments(sub) -> None:
         "(its id column when the file has one, else its row number in IN); every other "
         "column as read. Two rows sharing an index are refused, naming them (exit 2).",
     )
-    index.add_argument("file", help="the verl .parquet / .jsonl file (left as it is)")
+    index.add_argument("file", metavar="IN", help="the verl .parquet / .jsonl file (left as it is)")
     index.add_argument(
         "--out", required=True, help="the indexed copy, .parquet or .jsonl (data.train_files)"
     )

@@ -71,6 +71,7 @@ def assign_indexes(src: str | Path, out: str | Path, overwrite: bool = False) ->
     (numbers beside ids) are all written as strings (the ids compare as strings anyway).
 
     Raises:
+        FileNotFoundError: no file ``src``.
         FileExistsError: ``out`` exists and ``overwrite`` is False.
         ValueError: two rows share an index (after filling in), naming them; a format
             other than ``.parquet`` / ``.jsonl``.
@@ -79,6 +80,8 @@ def assign_indexes(src: str | Path, out: str | Path, overwrite: bool = False) ->
     for path in (src, out):
         if path.suffix not in (".parquet", ".jsonl"):
             raise ValueError(f"{path}: divrl data index reads and writes .parquet or .jsonl")
+    if not src.is_file():
+        raise FileNotFoundError(f"{src}: no such file (the verl data file to index)")
     if (out.exists() or out.is_symlink()) and not overwrite:
         raise FileExistsError(f"{out} exists: pass --overwrite to replace it")
     rows = _read_rows(src)
