@@ -18,6 +18,7 @@ import pytest
 
 from divrl.integrations.verl.data import write_exploration_split
 from tests_verl import e2e
+from tests_verl.checkpoint_eval import assert_divrl_reads_verls_checkpoint
 
 #: each run's hard limit (seconds); a machine much slower than CI's sets it higher
 TIMEOUT_S = int(os.environ.get("DIVRL_VERL_E2E_TIMEOUT", "480"))
@@ -231,6 +232,8 @@ def test_divrl_sync_with_dph_and_lp_reg_off_is_verls_sync_run(world, vanilla_syn
             # of its token mean, which the rows' order moves (1.5e-8 against 0.0 in one run)
             assert mine[name] == pytest.approx(theirs[name], rel=1e-6, abs=1e-7), name
     assert our_files == verl_files and "data.pt" in verl_files
+    # divrl eval's model for verl's checkpoint folder: its last step, as verl's merger has it
+    assert_divrl_reads_verls_checkpoint(root / "identity_sync", 2, root)
     # the comparison has something to compare: the advantages were not all zero
     assert any(s["actor/grad_norm"] > 0 for s in verl_steps)
     assert any(s["actor/pg_loss"] != 0 for s in verl_steps)
@@ -342,6 +345,8 @@ def test_two_ranks_with_dynamic_batches_resume_as_the_unbroken_run(world):
         differing.update(_differing(mine, theirs, ORDER_FREE, 1e-6, 2e-7))
         differing.update(_differing(mine, theirs, CONTROLLER, CONTROLLER_REL, 0.0))
         assert not differing, (step, differing)
+    # 2 ranks' FSDP shards merged for divrl eval as verl's merger merges them
+    assert_divrl_reads_verls_checkpoint(root / "unbroken", 3, root)
 
 
 def test_two_ranks_with_fixed_one_row_micro_batches_train_dph_and_lp_reg(world):

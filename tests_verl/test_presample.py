@@ -87,6 +87,32 @@ def test_prompt_ids_missing_duplicated_or_not_covered_are_refused():
         check_coverage(table, ["a", "b", "c"])
 
 
+def test_a_file_without_indexes_is_refused_naming_the_command_that_adds_them(tmp_path):
+    """verl's dataset reads a missing ``extra_info.index`` as 0 (every row one prompt id), so
+    the presample refuses the file at start-up naming ``divrl data index``; the copy that
+    command writes gives every row its own id, the same one divrl's reading of it gives."""
+    from omegaconf import OmegaConf
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    from divrl.data import load_examples
+    from divrl.integrations.verl.data import assign_indexes
+
+    raw = e2e.write_data(tmp_path / "raw.parquet", n=3)
+    frame = pd.read_parquet(raw)
+    frame["extra_info"] = [{"split": e["split"]} for e in frame["extra_info"]]
+    frame.to_parquet(raw)
+    tokenizer = AutoTokenizer.from_pretrained(e2e.build_model(tmp_path / "model"))
+    config = OmegaConf.create({"max_prompt_length": 256, "cache_dir": str(tmp_path / "cache")})
+    dataset = RLHFDataset(str(raw), tokenizer, config)
+    assert [dataset[i]["index"] for i in range(3)] == [0, 0, 0]  # verl's default
+    with pytest.raises(ValueError, match=r"row 0 .* no extra_info.index.*`divrl data index FILE"):
+        dataset_prompt_ids(dataset)
+    assign_indexes(raw, tmp_path / "indexed.parquet")
+    dataset = RLHFDataset(str(tmp_path / "indexed.parquet"), tokenizer, config)
+    assert dataset_prompt_ids(dataset) == ["0", "1", "2"]
+    assert [ex.id for ex in load_examples(tmp_path / "indexed.parquet")] == ["0", "1", "2"]
+
+
 def _run(root, model, data, out, *extra, reward=None) -> str:
     cmd = e2e.command(model, data, out, *extra, reward=reward)
     proc = subprocess.run(

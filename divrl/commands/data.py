@@ -5,7 +5,8 @@ check``: what a data file holds and what training would make of it.
 [--template T] [--limit N] [--seed S]``; the converters are the benchmark profiles'
 (:func:`divrl.data.converters.converter_names`; the profile table of docs/rewards.md) and
 docs/data.md. ``divrl data check FILE [--config CONFIG] [KEY=VALUE ...]``: docs/data.md,
-"Checking a file".
+"Checking a file". ``divrl data index FILE --out OUT``: a verl file with an
+``extra_info.index`` on every row (docs/verl.md).
 """
 
 from __future__ import annotations
@@ -48,8 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     convert.add_argument("--seed", type=seed_int, default=0, help="seed of the --limit sample")
     from divrl.commands.data_check import add_check_arguments
+    from divrl.commands.data_index import add_index_arguments
 
     add_check_arguments(sub)
+    add_index_arguments(sub)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,6 +60,10 @@ def run(args: argparse.Namespace) -> int:
         from divrl.commands.data_check import run_check
 
         return run_check(args)
+    if args.data_command == "index":
+        from divrl.commands.data_index import run_index
+
+        return run_index(args)
     out = Path(args.out)
     if out.suffix not in (".jsonl", ".parquet"):
         print(f"divrl data: --out must end in .jsonl or .parquet, got {out}", file=sys.stderr)

@@ -40,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         help="model directory, checkpoint (step_N/) or training run directory (newest "
-        "checkpoint); 'toy' = the toy base model (not needed with --reuse)",
+        "checkpoint), or a verl checkpoint folder (its newest step, a global_step_N folder "
+        "or its actor/); 'toy' = the toy base model (not needed with --reuse)",
     )
     parser.add_argument(
         "--data",

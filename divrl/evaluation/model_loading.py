@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from divrl.checkpoint.verl_checkpoint import find_verl_checkpoint, verl_model_dir
 from divrl.evaluation.pinning import pin_newest_model
 from divrl.runs import Checkpoint, RunDir
 
@@ -23,6 +24,7 @@ __all__ = [
     "load_for_engine",
     "load_model",
     "make_engine",
+    "model_checkpoint",
     "model_context",
     "resolve_model_path",
 ]
@@ -40,8 +42,18 @@ def resolve_model_path(path: str | Path) -> str:
     remove it while it loads: :mod:`divrl.evaluation.pinning`); anything else is passed on
     as is (a hub name). A run or checkpoint trained with ``train.strategy=fsdp`` has a
     ``model/`` without weights: they are exported into it once, from the sharded state.
+    A verl checkpoint (its top folder: the newest step; a ``global_step_N`` folder or its
+    ``actor/``) gives its ``huggingface/`` folder, or its FSDP shards merged once
+    (:mod:`divrl.checkpoint.verl_checkpoint`).
     """
     p = Path(path)
+    verl = find_verl_checkpoint(p)
+    if verl is not None:
+        folder = verl_model_dir(verl)
+        if (str(p), str(folder)) not in _ANNOUNCED:
+            _ANNOUNCED.add((str(p), str(folder)))
+            logger.info("%s is a verl checkpoint: evaluating step %d (%s)", p, verl.step, folder)
+        return str(folder)
     _export_sharded_weights(p)
     if (p / "config.json").is_file():
         return str(p)
@@ -61,6 +73,13 @@ def resolve_model_path(path: str | Path) -> str:
             "run directory (checkpoints/step_*/model)"
         )
     return str(path)
+
+
+def model_checkpoint(path: str | Path | None) -> dict[str, Any] | None:
+    """What an evaluation records about a verl checkpoint ``path`` names (its step, its
+    ``actor/`` folder and where the weights came from); None for any other model."""
+    verl = None if path is None else find_verl_checkpoint(path)
+    return None if verl is None else verl.provenance(Path(resolve_model_path(path)))
 
 
 def _export_sharded_weights(path: Path) -> None:

@@ -33,6 +33,7 @@ from divrl.evaluation.model_loading import (
     load_for_engine,
     load_model,
     make_engine,
+    model_checkpoint,
     model_context,
     resolve_model_path,
 )
@@ -479,7 +480,7 @@ def evaluate(
             "prompts": len(records),  # --reuse checks that they are all there
             "config": asdict(cfg),
             **timings,
-            "provenance": eval_provenance(records, cfg),
+            "provenance": eval_provenance(records, cfg, checkpoint=model_checkpoint(model_path)),
         }
         atomic_write_text(out / CONFIG_FILE, json.dumps(meta, indent=2) + "\n")
     t0 = time.perf_counter()

@@ -94,9 +94,10 @@ def eval_data_fingerprint(records: Sequence[dict[str, Any]]) -> str:
     )
 
 
-def eval_provenance(records: Sequence[dict[str, Any]], cfg) -> dict[str, Any]:
+def eval_provenance(records: Sequence[dict[str, Any]], cfg, **extra: Any) -> dict[str, Any]:
     """:func:`divrl.provenance.provenance` of an evaluation of ``records`` (samples or
-    results, one per prompt) with ``cfg`` (an ``EvalConfig``)."""
+    results, one per prompt) with ``cfg`` (an ``EvalConfig``); ``extra`` keys are added
+    (``checkpoint``: the verl checkpoint step evaluated)."""
     from dataclasses import asdict
 
     from divrl.provenance import provenance
@@ -106,6 +107,7 @@ def eval_provenance(records: Sequence[dict[str, Any]], cfg) -> dict[str, Any]:
         data=eval_data_fingerprint(records),
         engine=cfg.engine,
         prompts=len(records),
+        **extra,
     )
 
 

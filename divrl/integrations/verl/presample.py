@@ -93,14 +93,19 @@ def dataset_prompt_ids(dataset: Any) -> list[str]:
         ValueError: a row without an index, or two rows sharing one (naming them).
     """
     frame = getattr(dataset, "dataframe", None)
-    extras = frame["extra_info"] if frame is not None else [r.get("extra_info") for r in dataset]
+    if frame is None:
+        extras = [r.get("extra_info") for r in dataset]
+    else:  # verl's dataset reads a missing index as 0: the file's own column is checked
+        columns = frame.column_names if hasattr(frame, "column_names") else list(frame)
+        extras = frame["extra_info"] if "extra_info" in columns else [None] * len(frame)
     ids, seen = [], {}
     for row, extra in enumerate(extras):
         index = (extra or {}).get("index")
         if index is None:
             raise ValueError(
                 f"row {row} of data.train_files has no extra_info.index: the presample needs "
-                "one per row (the store's prompt id); add it to every row"
+                "one per row (the store's prompt id); `divrl data index FILE --out "
+                "INDEXED.parquet` writes a copy with one on every row, for data.train_files"
             )
         if str(index) in seen:
             raise ValueError(
