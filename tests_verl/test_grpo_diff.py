@@ -9,7 +9,6 @@ import shlex
 from pathlib import Path
 
 import pytest
-import ray
 from hydra import compose, initialize_config_module
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,18 +36,6 @@ def _diff(text: str, after: str, home: Path) -> tuple[list[str], list[str]]:
         else:
             assert not line.strip(), f"{after}: a diff line without - or +: {line!r}"
     return removed, added
-
-
-@pytest.fixture
-def main_ppo(monkeypatch):
-    """verl's main_ppo with what would start Ray and the workers replaced by a record."""
-    from verl.trainer import main_ppo
-
-    started = []
-    monkeypatch.setattr(main_ppo, "run_ppo", lambda *a, **k: started.append("run_ppo"))
-    monkeypatch.setattr(ray, "init", lambda *a, **k: started.append("ray.init"))
-    main_ppo.started = started
-    return main_ppo
 
 
 @pytest.mark.parametrize("method", list(COUNTS))

@@ -192,18 +192,6 @@ def model(tmp_path_factory):
     return e2e.build_model(tmp_path_factory.mktemp("startup") / "model")
 
 
-@pytest.fixture
-def main_ppo(monkeypatch):
-    """verl's main_ppo with what would start Ray and the workers replaced by a record."""
-    from verl.trainer import main_ppo
-
-    started = []
-    monkeypatch.setattr(main_ppo, "run_ppo", lambda *a, **k: started.append("run_ppo"))
-    monkeypatch.setattr(ray, "init", lambda *a, **k: started.append("ray.init"))
-    main_ppo.started = started
-    return main_ppo
-
-
 def test_the_gate_is_what_main_ppo_calls_before_run_ppo():
     """The contract the gate relies on: main_ppo holds verl's validate_config by name and
     calls it before run_ppo; the plugin (loaded with verl) has wrapped it."""
