@@ -175,6 +175,16 @@ DPH = dict(divergence="js", divergence_coef=0.2, reference_store="s", reference_
             r"clip_low=1\.5 must be in \[0, 1\]",
         ),
         (["distillation.enabled=True"], DPH, "distillation.enabled"),
+        (
+            ["actor_rollout_ref.actor.clip_ratio_c=5.0"],
+            {"policy_loss": "lp_reg"},
+            r"clip_ratio_c=5: divrl\.policy_loss=lp_reg takes no dual_clip .* ignored",
+        ),
+        (
+            ["actor_rollout_ref.actor.clip_ratio_high=0.28"],
+            {"policy_loss": "kl_cov"},
+            r"clip_ratio_high=0\.28: divrl\.policy_loss=kl_cov takes no clip_high",
+        ),
     ],
 )
 def test_what_cannot_stand_beside_divrls_loss_is_refused_naming_the_key(overrides, settings, key):
@@ -194,5 +204,8 @@ def test_what_composes_is_accepted_and_verls_own_loss_refuses_nothing():
     assert composition_errors(composed, DivRLVerlSettings(**DPH)) == []
     weighted = _verl_config("algorithm.rollout_correction.rollout_is=token")
     assert composition_errors(weighted, DivRLVerlSettings(policy_loss="lp_reg")) == []
+    # verl's default clip_ratio_c beside a loss without a dual clip is no user's setting
+    default_dual = _verl_config("actor_rollout_ref.actor.clip_ratio_c=3.0")
+    assert composition_errors(default_dual, DivRLVerlSettings(policy_loss="lp_reg")) == []
     refused_elsewhere = _verl_config("actor_rollout_ref.actor.policy_loss.loss_mode=sapo")
     assert composition_errors(refused_elsewhere, DivRLVerlSettings()) == []

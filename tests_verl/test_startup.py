@@ -159,6 +159,11 @@ ROWS = [
     ),
     (
         None,
+        (*LP_REG, "actor_rollout_ref.actor.clip_ratio_c=5.0"),
+        "actor_rollout_ref.actor.clip_ratio_c=5: divrl.policy_loss=lp_reg takes no dual_clip",
+    ),
+    (
+        None,
         (*DPH, "+trainer.v1.sync.parameter_sync_step=2"),
         "trainer.v1.sync.parameter_sync_step=2: each of a step's sub-updates",
     ),

@@ -442,9 +442,27 @@ def _policy_loss_errors(config: Mapping[str, Any], settings: DivRLVerlSettings) 
             "importance weights would be dropped; switch rollout_is off or use a loss that "
             "takes them"
         )
+    errors += _unused_clip_errors(values, options, name)
     if options.NEEDS_PROXY:
         errors += _proxy_errors(config, name)
     return errors
+
+
+#: verl 0.9.1's defaults of the actor's clip keys (trainer/config/actor/actor.yaml)
+VERL_CLIP_DEFAULTS = {"clip_low": 0.2, "clip_high": 0.2, "dual_clip": 3.0}
+
+
+def _unused_clip_errors(values: Mapping[str, Any], options: Any, name: str) -> list[str]:
+    """verl's clip keys set away from verl's defaults for a loss whose options do not take
+    them would be dropped without a word (verl always fills them, so only a value other
+    than the default can be told to be the user's)."""
+    return [
+        f"{VERL_KEYS[key]}={values[key]:g}: {name} takes no {key} (its options do not "
+        f"declare it), so the value would be ignored; remove it (verl's default is "
+        f"{default:g})"
+        for key, default in VERL_CLIP_DEFAULTS.items()
+        if key not in options.names() and values[key] != default
+    ]
 
 
 def _proxy_errors(config: Mapping[str, Any], name: str) -> list[str]:
