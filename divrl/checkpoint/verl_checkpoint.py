@@ -160,8 +160,15 @@ def verl_model_dir(ckpt: VerlCheckpoint) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         _save_merged(ckpt, state, tmp)
         (tmp / MERGED_RECORD).write_text(json.dumps(record, indent=1) + "\n")
-        shutil.rmtree(merged, ignore_errors=True)  # divrl's own earlier merge, stale
-        tmp.rename(merged)
+        if merged.exists() and _read_record(merged) != record:
+            shutil.rmtree(merged, ignore_errors=True)  # divrl's own earlier merge, stale
+        try:
+            tmp.rename(merged)
+        except OSError:
+            # another evaluation merged the same shards meanwhile (and may be reading
+            # them): its folder is this merge
+            if not (_has_weights(merged) and _read_record(merged) == record):
+                raise
     except PermissionError as exc:
         raise VerlCheckpointError(
             f"{ckpt.actor_dir} is not writable ({exc.strerror}), so its shards cannot be "

@@ -5,6 +5,7 @@ in the evaluation's provenance, and one line naming verl's merger when neither i
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,30 @@ def test_a_checkpoint_without_weights_or_shards_names_verls_merger(tmp_path, tin
     assert (
         "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]" in err
     )
+
+
+def test_a_merge_finished_meanwhile_by_another_evaluation_is_used_not_replaced(
+    sharded, monkeypatch
+):
+    # another evaluation merges the same shards while this one merges them: its folder
+    # (which it may be reading) stays, and this one resolves to it
+    from divrl.checkpoint import verl_checkpoint as vc
+
+    actor, _ = sharded
+    shutil.rmtree(actor / MERGED_DIR, ignore_errors=True)  # the shared fixture's earlier merge
+    merge = vc.merge_fsdp_shards
+    theirs = {}
+
+    def merge_while_another_finishes(ckpt, shards=None):
+        state = merge(ckpt, shards)
+        if not theirs:
+            monkeypatch.setattr(vc, "merge_fsdp_shards", merge)
+            theirs["folder"] = resolve_model_path(actor)  # the other evaluation's merge
+            weights = next(Path(theirs["folder"]).glob("*.safetensors"))
+            theirs["inode"] = weights.stat().st_ino
+        return state
+
+    monkeypatch.setattr(vc, "merge_fsdp_shards", merge_while_another_finishes)
+    assert resolve_model_path(actor) == theirs["folder"] == str(actor / MERGED_DIR)
+    assert next(Path(theirs["folder"]).glob("*.safetensors")).stat().st_ino == theirs["inode"]
+    assert [p.name for p in actor.iterdir() if p.name.startswith(".")] == []
