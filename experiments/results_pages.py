@@ -185,16 +185,17 @@ def ablation_table(
 
 def versus_table(
     folder: str,
-    subject: tuple[str, str],
+    subject: tuple[str, str, str],
     others: Sequence[tuple[str, str]],
     rows: Sequence[tuple[str, str, int]],
 ) -> list[str]:
     """One row per ``(label, metric, digits)``: ``mean ± sd`` of each method (the
-    ``others`` and the ``subject``), then the subject's difference from each other
-    method with the standard error of that difference (``sqrt(sd_a^2/n_a + sd_b^2/n_b)``)."""
+    ``others`` and the ``subject``: method, label, short label of the difference columns),
+    then the subject's difference from each other method with the standard error of that
+    difference (``sqrt(sd_a^2/n_a + sd_b^2/n_b)``)."""
     groups = load(folder)
-    order = [others[0], subject, *others[1:]]
-    short = subject[1].split(" with the ")[-1].replace("advantage", "adv.")
+    *subject_method, short = subject
+    order = [others[0], tuple(subject_method), *others[1:]]
     lines = _head(["", *[label for _, label in order],
                    *[f"{short} - {label} (SE)" for _, label in others]])  # fmt: skip
     for label, metric, digits in rows:
@@ -438,7 +439,8 @@ TABLES: dict[str, Callable[[], list[str]]] = {
         bold=[("dph_js_replica_no_clones", 3), ("dph_js_replica_no_clones", 5),
               ("dph_js_replica_no_clones", 6)]),
     "countdown_reproduction_reading.passk": lambda: versus_table(
-        "countdown_reproduction", ("grpo_passk", "GRPO with the Pass@4 advantage"),
+        "countdown_reproduction",
+        ("grpo_passk", "GRPO with the Pass@4 advantage", "Pass@4 adv."),
         [("grpo", "GRPO"), ("dph_js", "DPH-JS")],
         [("in-domain Pass@1 (sampled)", "test.pass@1", 3),
          ("in-domain Pass@4", "test.pass@4", 3), ("in-domain Pass@32", "test.pass@32", 3),
